@@ -1,0 +1,1 @@
+"""harness: loads theorem cards, runs their witnesses, decides verdicts."""

@@ -1,0 +1,25 @@
+"""One root exception for impl; each error is also the builtin it refines.
+
+Messages name the culprit as ``field=value``, say what is allowed and how
+to fix it.
+"""
+
+
+class ImplError(Exception):
+    """Root of every error impl raises on purpose."""
+
+
+class WeightsError(ImplError, RuntimeError):
+    """The GGUF weights file is missing, unreadable or not the expected one."""
+
+
+class WeightsMissing(WeightsError, FileNotFoundError):
+    """No weights file where one was expected."""
+
+
+class WeightsCorrupt(WeightsError, ValueError):
+    """The weights file exists but its content is wrong (hash, format)."""
+
+
+class CacheError(ImplError, ValueError):
+    """A KV-cache operation got arguments it cannot honour."""

