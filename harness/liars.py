@@ -1,0 +1,224 @@
+"""Liars: deliberately wrong variants of one impl function, registered by name.
+
+A liar is a small module in ``witnesses/liars/`` that swaps one function or
+method of the implementation for a plausible wrong version::
+
+    # witnesses/liars/kv.py
+    from witnesses.liars import liar   # re-exports harness.liars.liar
+
+    @liar("kv.composed_rotation", target="impl.kv:KVCache.evict",
+          why="rotates the stored post-RoPE K by the shift instead of re-deriving it")
+    def evict(self, start, n):
+        ...
+
+    @liar("kv.off_by_one", target="impl.kv:KVCache.evict", factory=True)
+    def make(original):              # factory=True: receives the real one
+        def evict(self, start, n):
+            return original(self, start + 1, n)
+        return evict
+
+The harness finds liar names statically (:func:`scan`, an :mod:`ast` pass
+that never imports the liar module), so ``validate`` can check a card's
+``liars:`` cheaply; names and targets must therefore be string literals.
+In the witness subprocess, :func:`apply` imports only the module that
+defines the liar and patches its target *before* the witness modules are
+collected, so ``from impl.kv import KVCache`` in a witness sees the liar.
+
+NOTE: patching a module attribute does not reach code that bound the
+original with ``from x import f`` earlier; :func:`apply` therefore also
+rebinds every already-imported module of the target's top-level package
+whose attribute *is* the original object.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.errors import LiarError
+
+LIARS_DIR = Path("witnesses") / "liars"  # relative to the project root
+
+
+@dataclass(frozen=True)
+class LiarSite:
+    """Where a liar is registered, found without importing it."""
+
+    name: str
+    target: str  # "package.module:Qual.name"
+    path: Path  # absolute path of the liar module
+    line: int
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Liar:
+    """A registered liar (runtime side)."""
+
+    name: str
+    target: str
+    replacement: Callable
+    factory: bool
+    why: str
+
+
+_REGISTRY: dict[str, Liar] = {}
+
+
+def liar(name: str, *, target: str, why: str = "", factory: bool = False) -> Callable[[Callable], Callable]:
+    """Register the decorated function as liar ``name`` replacing ``target``.
+
+    ``target`` is ``"module:Name"`` or ``"module:Class.method"``. With
+    ``factory=True`` the decorated function is called with the original and
+    returns the replacement. Both arguments must be string literals (the
+    harness reads them with :mod:`ast`).
+    """
+    if ":" not in target:
+        raise LiarError(f"target={target!r}: expected 'module:Name' or 'module:Class.method'")
+
+    def register(fn: Callable) -> Callable:
+        _REGISTRY[name] = Liar(name, target, fn, factory, why)
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------- static side
+
+
+def _literal(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def scan(root: Path) -> tuple[dict[str, LiarSite], list[str]]:
+    """Index every ``@liar(...)`` under ``root/witnesses/liars`` without importing.
+
+    Returns (name -> site, problems). Problems are strings ``path:line: msg``
+    for duplicate names and non-literal arguments.
+    """
+    folder = root / LIARS_DIR
+    sites: dict[str, LiarSite] = {}
+    problems: list[str] = []
+    if not folder.is_dir():
+        return sites, problems
+    for path in sorted(folder.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: cannot parse liar module: {exc}")
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            fname = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if fname != "liar" or not node.args:
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            name, target = _literal(node.args[0]), _literal(kw.get("target"))
+            if name is None or target is None:
+                problems.append(f"{path}:{node.lineno}: liar(...) needs a literal name and target='module:Name'")
+                continue
+            if name in sites:
+                first = sites[name]
+                problems.append(f"{path}:{node.lineno}: liar {name!r} is already registered at {first.path}:{first.line}")
+                continue
+            sites[name] = LiarSite(name, target, path.resolve(), node.lineno, _literal(kw.get("why")) or "")
+    return sites, problems
+
+
+def target_file(target: str) -> str:
+    """``impl.kv:KVCache.evict`` -> ``impl/kv.py`` (relative to the project root)."""
+    module = target.split(":", 1)[0]
+    return module.replace(".", "/") + ".py"
+
+
+# ---------------------------------------------------------------- runtime side
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A liar in effect: call ``undo()`` to restore the original."""
+
+    name: str
+    target: str
+    original: object
+    undo: Callable[[], None]
+
+
+def _load_module_file(path: Path) -> None:
+    mod_name = "kvproof_liar_" + path.stem
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise LiarError(f"cannot import liar module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+
+
+def apply(name: str, root: Path) -> Applied:
+    """Patch liar ``name`` (found under ``root/witnesses/liars``) into the running process.
+
+    Raises :class:`LiarError` when the name is unknown, or the target
+    cannot be imported or does not exist.
+    """
+    sites, _ = scan(root)
+    if name not in sites:
+        raise LiarError(f"liar={name!r} is not registered in {root / LIARS_DIR}")
+    if name not in _REGISTRY:
+        try:
+            _load_module_file(sites[name].path)
+        except LiarError:
+            raise
+        except Exception as exc:  # the liar module itself is broken
+            raise LiarError(f"liar={name!r}: importing {sites[name].path} raised {type(exc).__name__}: {exc}") from exc
+    if name not in _REGISTRY:
+        raise LiarError(f"liar={name!r}: {sites[name].path} did not register it when imported")
+    spec = _REGISTRY[name]
+    module_name, _, qual = spec.target.partition(":")
+    try:
+        owner: object = importlib.import_module(module_name)
+    except Exception as exc:
+        raise LiarError(f"liar={name!r}: target module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    *path, attr = qual.split(".")
+    for part in path:
+        if not hasattr(owner, part):
+            raise LiarError(f"liar={name!r}: target={spec.target!r}: {part!r} not found")
+        owner = getattr(owner, part)
+    try:
+        original = inspect.getattr_static(owner, attr)
+    except AttributeError:
+        raise LiarError(f"liar={name!r}: target={spec.target!r}: {attr!r} not found in {getattr(owner, '__name__', owner)}") from None
+    plain = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    replacement = spec.replacement(plain) if spec.factory else spec.replacement
+    if isinstance(original, staticmethod):
+        replacement = staticmethod(replacement)
+    elif isinstance(original, classmethod):
+        replacement = classmethod(replacement)
+    had_own = inspect.isclass(owner) and attr in vars(owner) or not inspect.isclass(owner)
+    setattr(owner, attr, replacement)
+    rebound: list[tuple[object, str]] = []
+    if not path:  # a module-level function: rebind `from module import f` copies in the same package
+        top = module_name.split(".")[0]
+        for mname, mod in list(sys.modules.items()):
+            if mod is None or mod is owner or not (mname == top or mname.startswith(top + ".")):
+                continue
+            for aname, value in list(vars(mod).items()):
+                if value is plain:
+                    setattr(mod, aname, replacement)
+                    rebound.append((mod, aname))
+
+    def undo() -> None:
+        if had_own:
+            setattr(owner, attr, original)
+        else:
+            delattr(owner, attr)
+        for mod, aname in rebound:
+            setattr(mod, aname, plain)
+
+    return Applied(name, spec.target, original, undo)

@@ -1,0 +1,65 @@
+"""Grouped-query causal attention over a KV cache, one query row at a time.
+
+NOTE: batch invariance. Each query attends to exactly the keys it may see,
+[lo, hi), as its own small product; it is never part of a (T, S) score
+matrix with masked-out entries. A masked matrix would make a query's
+softmax sum and weighted V sum run over a length that depends on how many
+tokens were fed together, and summation order (pairwise sums, BLAS tails)
+depends on length. Computed this way, a position's attention output is the
+same bits for a prefill, a chunk or a single decode step.
+
+Windows are decided from the cache's stored ``pos``, never from row
+indices: a query at absolute position p sees keys with pos >= p - W + 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def window_lo(pos: np.ndarray, hi: int, window: int | None) -> int:
+    """First row a query in row hi-1 may attend; pos (n,) ascending int64."""
+    if window is None:
+        return 0
+    p = int(pos[hi - 1])
+    return int(np.searchsorted(pos[:hi], p - window + 1, side="left"))
+
+
+def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """One query position over n keys.
+
+    q: (Hkv, G, D) post-RoPE queries grouped by their KV head
+    k, v: (n, Hkv * D) rows from the cache
+    returns (Hkv, G, D) float32
+    """
+    hkv, _, d = q.shape
+    n = k.shape[0]
+    kh = k.reshape(n, hkv, d).transpose(1, 2, 0)  # (Hkv, D, n)
+    vh = v.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
+    s = np.matmul(q, kh) * np.float32(scale)  # (Hkv, G, n)
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    s /= s.sum(axis=-1, keepdims=True)
+    return np.matmul(s, vh)  # (Hkv, G, D)
+
+
+def causal_attention(
+    q: np.ndarray,
+    cache,
+    layer: int,
+    start: int,
+    window: int | None,
+    scale: float,
+) -> np.ndarray:
+    """Attention for T new queries whose K/V are already in rows [start, start+T).
+
+    q: (T, Hkv, G, D); returns (T, Hkv * G * D) float32. ``cache`` provides
+    ``pos`` and ``keys_values(layer, lo, hi)``.
+    """
+    t = q.shape[0]
+    out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
+    pos = cache.pos
+    for i in range(t):
+        hi = start + i + 1
+        lo = window_lo(pos, hi, window)
+        k, v = cache.keys_values(layer, lo, hi)
+        out[i] = attend_one(q[i], k, v, scale).reshape(-1)
+    return out

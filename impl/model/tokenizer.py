@@ -1,0 +1,46 @@
+"""Byte-level BPE tokenizer built with ``tokenizers`` from the GGUF vocabulary.
+
+Pre-tokenization follows SmolLM2's Hugging Face tokenizer (llama.cpp calls
+it pre='smollm'): every digit is its own piece, then GPT-2 byte-level
+splitting. Control tokens (token_type 3: <|endoftext|>, <|im_start|>, ...)
+are special tokens, matched whole in text.
+
+NOTE: the GGUF's tokenizer.ggml.add_bos_token is not what Hugging Face does
+for SmolLM2: its tokenizer adds no BOS. We follow Hugging Face (our oracle),
+so ``encode`` never adds special tokens.
+"""
+from __future__ import annotations
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+CONTROL = 3  # GGUF token_type of special/control tokens
+
+
+class BPETokenizer:
+    """encode(text) -> list[int]; decode(ids) -> str."""
+
+    def __init__(self, tokens: list[str], token_types: list[int], merges: list[str]) -> None:
+        vocab = {tok: i for i, tok in enumerate(tokens)}
+        pairs = [tuple(m.split(" ", 1)) for m in merges]
+        tk = Tokenizer(models.BPE(vocab=vocab, merges=pairs, ignore_merges=False))
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+        tk.decoder = decoders.ByteLevel()
+        specials = [tokens[i] for i, t in enumerate(token_types) if t == CONTROL]
+        tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+        self._tk = tk
+        self.vocab_size = len(tokens)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; no BOS or other special token is added."""
+        return self._tk.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tk.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self._tk.id_to_token(i)
