@@ -18,8 +18,10 @@ from impl.model.llama import Llama
 
 def normalize_window(window, n_layers: int) -> list[int | None]:
     """None, one W for every layer, or a per-layer sequence -> list of per-layer W."""
-    if window is None or isinstance(window, (int, np.integer)):
+    if window is None or isinstance(window, (int, np.integer, float)):
         ws = [window] * n_layers
+    elif not isinstance(window, (list, tuple)):
+        raise CacheError(f"window={window!r} is not allowed: use None, an int >= 1, or a list with one per layer")
     else:
         ws = list(window)
         if len(ws) != n_layers:
