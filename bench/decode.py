@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Decode and prefill speed of impl, beside the machine's limit and transformers.
+
+Prints, from one run (machines are shared and noisy, so compare the ratios):
+  - limit: numpy streaming every float32 weight once as a one-row matmul
+    (gemv); 1 / that time is the most tokens/s a float32 decode can reach;
+  - impl decode tokens/s at several contexts, and prefill tokens/s;
+  - transformers (torch, float32, eager) on the same GGUF, when the oracle
+    extra is installed (skip with --no-transformers).
+
+    python bench/decode.py [--contexts 16,512] [--prefill 512] [--steps 24]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+
+def best_of(fn, repeats: int) -> float:
+    """Fastest of ``repeats`` timings of fn() in seconds (the least disturbed run)."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def weight_matrices(llama) -> list[np.ndarray]:
+    """Every matrix a decode step streams, as contiguous (in, out) float32."""
+    mats = [np.ascontiguousarray(llama.head.weight().T)]
+    for L in llama.layers:
+        for lin in (L.wqkv, L.wo, L.w_gate_up, L.w_down):
+            mats.append(np.ascontiguousarray(lin.weight().T))
+    return mats
+
+
+def limit_tokens_per_s(mats: list[np.ndarray], repeats: int) -> tuple[float, float]:
+    xs = [np.ones((1, m.shape[0]), np.float32) for m in mats]
+
+    def stream():
+        for x, m in zip(xs, mats):
+            x @ m
+
+    stream()
+    t = best_of(stream, repeats)
+    gbytes = sum(m.nbytes for m in mats) / 1e9
+    return 1.0 / t, gbytes / t
+
+
+def prompt_ids(tok, n: int) -> list[int]:
+    text = ("The harbour was quiet that morning, and the boats rocked gently against the old stone pier "
+            "while gulls argued over scraps near the fish market. ")
+    ids = tok.encode(text)
+    return (ids * (n // len(ids) + 1))[:n]
+
+
+def impl_decode(model, ctx: int, steps: int) -> float:
+    s = model.session()
+    s.prefill(prompt_ids(model.tokenizer, ctx))
+    tok = int(np.argmax(s.last_logits))
+    s.step(tok)  # warm
+    per = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        tok = int(np.argmax(s.step(tok)))
+        per.append(time.perf_counter() - t)
+    return 1.0 / statistics.median(per)
+
+
+def impl_prefill(model, n: int, repeats: int) -> float:
+    ids = prompt_ids(model.tokenizer, n)
+    return n / best_of(lambda: model.session().prefill(ids), repeats)
+
+
+def hf_measure(gguf: Path, tok, contexts: list[int], steps: int, n_prefill: int, repeats: int):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import inspect
+
+        import torch
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    t = time.perf_counter()
+    m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+                                             attn_implementation="eager")
+    m.eval()
+    load = time.perf_counter() - t
+    # transformers 5 renamed past_key_values to cache (the old name still works, slowly, with a warning)
+    kw = "cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values"
+
+    def cache_of(r):
+        return getattr(r, "cache", None) if kw == "cache" else r.past_key_values
+
+    out = {"load_s": load, "torch": torch.__version__, "threads": torch.get_num_threads(), "decode": {}}
+    with torch.inference_mode():
+        for ctx in contexts:
+            ids = torch.tensor([prompt_ids(tok, ctx)])
+            r = m(ids, use_cache=True)
+            past, nxt = cache_of(r), r.logits[:, -1:].argmax(-1)
+            per = []
+            for _ in range(steps + 1):
+                t = time.perf_counter()
+                r = m(nxt, use_cache=True, **{kw: past})
+                past, nxt = cache_of(r), r.logits[:, -1:].argmax(-1)
+                per.append(time.perf_counter() - t)
+            out["decode"][ctx] = 1.0 / statistics.median(per[1:])
+        ids = torch.tensor([prompt_ids(tok, n_prefill)])
+        m(ids[:, :8])
+        out["prefill"] = n_prefill / best_of(lambda: m(ids, use_cache=False), repeats)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--contexts", default="16,512", help="decode contexts, comma list (default 16,512)")
+    ap.add_argument("--prefill", type=int, default=512, help="prefill length (default 512)")
+    ap.add_argument("--steps", type=int, default=24, help="timed decode steps per context")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats for limit and prefill (best is kept)")
+    ap.add_argument("--weights", help="GGUF file (default: KVPROOF_GGUF or the packaged one)")
+    ap.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
+    a = ap.parse_args()
+    contexts = [int(c) for c in a.contexts.split(",")]
+
+    from impl.errors import ImplError
+    from impl.model import load_model
+
+    try:
+        t = time.perf_counter()
+        model = load_model(a.weights)
+        load = time.perf_counter() - t
+    except ImplError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = ", ".join(f"{i['internal_api']} {i.get('version')} {i.get('architecture')} x{i['num_threads']}"
+                         for i in threadpool_info())
+    except ImportError:
+        blas = "threadpoolctl not installed"
+    print(f"# kvproof bench/decode.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {platform.machine()}, "
+          f"{os.cpu_count()} cpus, numpy {np.__version__}, BLAS: {blas}")
+    print(f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token)")
+    lim, gbs = limit_tokens_per_s(weight_matrices(model.llama), a.repeats)
+    print(f"limit (gemv stream)  {lim:8.1f} tok/s  ({gbs:.1f} GB/s)")
+    dec = {}
+    for ctx in contexts:
+        dec[ctx] = impl_decode(model, ctx, a.steps)
+        print(f"impl decode @{ctx:<6d} {dec[ctx]:8.1f} tok/s  = {dec[ctx] / lim:5.1%} of limit")
+    pre = impl_prefill(model, a.prefill, a.repeats)
+    print(f"impl prefill {a.prefill:<6d}  {pre:8.1f} tok/s  ({a.prefill / pre:.2f} s)")
+    if not a.no_transformers:
+        hf = hf_measure(model.path, model.tokenizer, contexts, a.steps, a.prefill, a.repeats)
+        if hf is None:
+            print("transformers         not installed (pip install -e '.[oracle]'); no comparison")
+        else:
+            print(f"hf load              {hf['load_s']:8.2f} s   (torch {hf['torch']}, {hf['threads']} threads)")
+            for ctx in contexts:
+                print(f"hf decode @{ctx:<6d}   {hf['decode'][ctx]:8.1f} tok/s  -> impl/hf = "
+                      f"{dec[ctx] / hf['decode'][ctx]:.2f}x")
+            print(f"hf prefill {a.prefill:<6d}    {hf['prefill']:8.1f} tok/s  ({a.prefill / hf['prefill']:.2f} s)"
+                  f" -> impl/hf = {pre / hf['prefill']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
