@@ -1,15 +1,19 @@
 """Grouped-query causal attention over a KV cache, one query row at a time.
 
-NOTE: batch invariance. Each query attends to exactly the keys it may see,
-[lo, hi), as its own small product; it is never part of a (T, S) score
-matrix with masked-out entries. A masked matrix would make a query's
-softmax sum and weighted V sum run over a length that depends on how many
-tokens were fed together, and summation order (pairwise sums, BLAS tails)
-depends on length. Computed this way, a position's attention output is the
-same bits for a prefill, a chunk or a single decode step.
+NOTE: batch invariance. Each query in row hi-1 is its own small product
+over exactly the keys [0, hi) that precede it; it is never part of a
+(T, S) score matrix whose causal mask hides later keys. In such a matrix a
+query's softmax sum and weighted V sum would run over a length that
+depends on how many tokens were fed together, and summation order
+(pairwise sums, BLAS tails) depends on length. Computed this way, a
+position's attention output is the same bits for a prefill, a chunk or a
+single decode step.
 
-Windows are decided from the cache's stored ``pos``, never from row
-indices: a query at absolute position p sees keys with pos >= p - W + 1.
+Windows are a mask inside that product: keys below the window get score
+-inf, so exp gives exactly 0 and the sums keep the same length and order.
+A window at least as long as the context is therefore bit-identical to no
+window. The window is decided from the cache's stored ``pos``, never from
+row indices: a query at absolute position p sees keys with pos >= p - W + 1.
 """
 from __future__ import annotations
 
@@ -24,11 +28,11 @@ def window_lo(pos: np.ndarray, hi: int, window: int | None) -> int:
     return int(np.searchsorted(pos[:hi], p - window + 1, side="left"))
 
 
-def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
-    """One query position over n keys.
+def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, lo: int = 0) -> np.ndarray:
+    """One query position over n keys, of which [lo, n) are visible.
 
     q: (Hkv, G, D) post-RoPE queries grouped by their KV head
-    k, v: (n, Hkv * D) rows from the cache
+    k, v: (n, Hkv * D) rows from the cache, the query's own row last
     returns (Hkv, G, D) float32
     """
     hkv, _, d = q.shape
@@ -36,6 +40,8 @@ def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.
     kh = k.reshape(n, hkv, d).transpose(1, 2, 0)  # (Hkv, D, n)
     vh = v.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
     s = np.matmul(q, kh) * np.float32(scale)  # (Hkv, G, n)
+    if lo:
+        s[..., :lo] = -np.inf  # out of the window: exp -> exactly 0
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     s /= s.sum(axis=-1, keepdims=True)
     return np.matmul(s, vh)  # (Hkv, G, D)
@@ -60,6 +66,6 @@ def causal_attention(
     for i in range(t):
         hi = start + i + 1
         lo = window_lo(pos, hi, window)
-        k, v = cache.keys_values(layer, lo, hi)
-        out[i] = attend_one(q[i], k, v, scale).reshape(-1)
+        k, v = cache.keys_values(layer, 0, hi)
+        out[i] = attend_one(q[i], k, v, scale, lo).reshape(-1)
     return out

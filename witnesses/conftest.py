@@ -1,1 +1,1 @@
-pytest_plugins = ["harness.plugin"]
+pytest_plugins = ["harness.plugin", "harness.oracle.fixtures"]

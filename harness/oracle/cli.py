@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse printed usage or help
         return int(e.code or 0)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     root = resolve_oracle_dir(args.oracle_dir)
     return {"export": _export, "status": _status, "verify": _verify}[args.cmd](args, root, out, err)
 

@@ -55,6 +55,7 @@ class _Reference:
     def __init__(self, weights_path: Path) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"  # NOTE: must precede the transformers import
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF de-quantize bar; read at tqdm import
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -129,7 +130,7 @@ def _versions() -> dict[str, str]:
 def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console: Console | None = None) -> dict[str, Any]:
     """Compute the reference and write it atomically to ``target``.
 
-    Returns the manifest written. Raises ImportError when torch or
+    Returns the manifest as written (with its ``files`` table). Raises ImportError when torch or
     transformers is missing, and whatever transformers raises on a GGUF it
     cannot read (the folder at ``target`` is then left as it was).
     """
@@ -225,6 +226,6 @@ def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console
                 "poisoned_text": ref.tokenizer.decode(poisoned),
             },
         }
-        writer.commit(manifest)
+        written = writer.commit(manifest)
         progress.update(task, completed=steps, description="done")
-    return manifest
+    return written

@@ -25,7 +25,7 @@ REFERENCE_PROMPTS: dict[str, str] = {
     "capital": "The capital of France is",
     "counting": "1, 2, 3, 4,",
     "code": "def add(a, b):\n    return",
-    # Our own words; 262 tokens. No digits, no non-ASCII characters.
+    # Our own words; 270 tokens. No digits, no non-ASCII characters.
     "long": (
         "The old lighthouse stood at the end of a narrow spit of rock, and for most "
         "of the year nobody came to see it. In winter the keeper lived alone with a "

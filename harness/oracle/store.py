@@ -165,8 +165,8 @@ class ExportWriter:
             "bytes": len(data),
         }
 
-    def commit(self, manifest: dict[str, Any]) -> Path:
-        """Write manifest.json last, fsync, and rename the folder into place."""
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Write manifest.json last, fsync, rename the folder into place; return the manifest."""
         assert self.tmp is not None and not self.committed
         body = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest, "files": self.files}
         with open(self.tmp / MANIFEST, "w", encoding="utf-8") as f:
@@ -180,12 +180,17 @@ class ExportWriter:
         if self.target.exists():
             old = self._sibling("old")
             os.replace(self.target, old)
-        os.replace(self.tmp, self.target)
+        try:
+            os.replace(self.tmp, self.target)
+        except BaseException:
+            if old is not None:  # put the previous export back
+                os.replace(old, self.target)
+            raise
         _fsync_dir(self.target.parent)
         self.committed = True
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        return self.target
+        return body
 
 
 # ---------------------------------------------------------------- checking

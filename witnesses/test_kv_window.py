@@ -1,0 +1,177 @@
+"""KV-T3: the window masks exactly the out-of-window positions; prefix splice equals recompute."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from impl.attention import causal_attention, window_lo
+from impl.model.session import Session
+from witnesses.synthetic import cache_delta, tiny_llama, token_ids
+from witnesses.test_kv_slots import uncached_reference
+
+# (pos, query row, W, lowest visible row) -- worked out by hand from "visible iff pos >= p - W + 1"
+WINDOW_TABLE = [
+    ([0, 1, 2, 3, 4], 4, None, 0),     # no window: everything
+    ([0, 1, 2, 3, 4], 4, 1, 4),        # W=1: only itself
+    ([0, 1, 2, 3, 4], 4, 2, 3),
+    ([0, 1, 2, 3, 4], 4, 5, 0),        # W = length: everything
+    ([0, 1, 2, 3, 4], 4, 99, 0),
+    ([0, 1, 2, 3, 4], 0, 3, 0),        # first position
+    ([0, 1, 2, 7, 8], 4, 3, 3),        # gapped pos: p=8 sees pos >= 6, i.e. rows 3 (pos 7) and 4
+    ([0, 1, 2, 7, 8], 3, 3, 3),        # p=7 sees pos >= 5: only itself
+    ([0, 1, 2, 7, 8], 4, 7, 2),        # p=8 sees pos >= 2: rows 2..4
+    ([5, 6, 9], 2, 4, 1),              # pos not starting at 0
+]
+
+
+@pytest.mark.parametrize("pos,row,window,want", WINDOW_TABLE)
+def test_window_lowest_visible_index_table(pos, row, window, want, evidence):
+    got = window_lo(np.asarray(pos, dtype=np.int64), row + 1, window)
+    evidence.record("lowest_visible", got)
+    assert got == want
+
+
+def masked_reference(q, k, v, pos, window, scale):
+    """Attention for every query row, with out-of-window scores set to -inf by a direct mask.
+
+    q (T, Hkv, G, D), k/v (T, Hkv*D), pos (T,); query row i sees rows j <= i
+    with pos[j] >= pos[i] - window + 1. Written independently of impl.attention
+    (its own mask from the definition), with the same float32 operations.
+    """
+    t, hkv, _, d = q.shape
+    out = []
+    for i in range(t):
+        kh = k[: i + 1].reshape(i + 1, hkv, d).transpose(1, 2, 0)
+        vh = v[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)
+        s = np.matmul(q[i], kh) * np.float32(scale)
+        if window is not None:
+            hidden = pos[: i + 1] < pos[i] - window + 1  # (i+1,) True = out of window
+            s = np.where(hidden, np.float32(-np.inf), s)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        w = e / e.sum(axis=-1, keepdims=True)
+        out.append(np.matmul(w, vh).reshape(-1))
+    return np.stack(out)
+
+
+def test_windowed_attention_equals_masked_reference(evidence):
+    worst = {"delta": 0.0, "cases": 0}
+
+    @given(n=st.integers(1, 30), window=st.one_of(st.none(), st.integers(1, 12)), seed=st.integers(0, 9999))
+    def prop(n, window, seed):
+        model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
+        s = Session(model, window=window)
+        s.prefill(token_ids(n, seed))
+        q = np.random.default_rng(seed).standard_normal((n, 2, 2, 8)).astype(np.float32)
+        for layer in range(2):
+            got = causal_attention(q, s.cache, layer, 0, window, model.scale)
+            want = masked_reference(q, s.cache.k[layer], s.cache.v[layer], s.cache.pos, window, model.scale)
+            delta = float(np.max(np.abs(got - want)))
+            worst["delta"] = max(worst["delta"], delta)
+            assert np.array_equal(got, want), f"layer {layer}: max|delta|={delta}"
+        worst["cases"] += 1
+
+    prop()
+    evidence.record("max_abs_delta", worst["delta"])
+    evidence.record("examples", worst["cases"])
+
+
+def test_window_at_least_the_sequence_equals_full_causal(evidence):
+    worst = {"delta": 0.0}
+
+    @given(n=st.integers(1, 24), extra=st.integers(0, 5), seed=st.integers(0, 9999))
+    def prop(n, extra, seed):
+        model = tiny_llama()
+        ids = token_ids(n, seed)
+        full, win = Session(model), Session(model, window=n + extra)
+        lf, lw = full.prefill(ids), win.prefill(ids)
+        delta = max(float(np.max(np.abs(lf - lw))), cache_delta(full.cache, win.cache))
+        worst["delta"] = max(worst["delta"], delta)
+        assert np.array_equal(lf, lw) and delta == 0
+
+    prop()
+    evidence.record("max_abs_delta", worst["delta"])
+
+
+def test_no_window_is_identical_on_cacheless_prefill_decode_and_forked_paths(evidence):
+    model = tiny_llama(n_layers=3)
+    ids = token_ids(20, 7)
+    _, _, _, cacheless = uncached_reference(model, ids)
+    a = Session(model)
+    prefill_decode = np.concatenate([a.prefill(ids[:8])] + [a.step(t)[None] for t in ids[8:]])
+    b = Session(model)
+    b.prefill(ids[:11])
+    f = b.fork()
+    forked = np.concatenate([f.prefill(ids[11:15])] + [f.step(t)[None] for t in ids[15:]])
+    delta = max(float(np.max(np.abs(prefill_decode - cacheless))), float(np.max(np.abs(forked - cacheless[11:]))))
+    evidence.record("max_abs_delta", delta)
+    assert np.array_equal(prefill_decode, cacheless)
+    assert np.array_equal(forked, cacheless[11:])
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from impl.model import load_model
+
+    return load_model()
+
+
+def test_window_of_three_changes_the_last_logits(smollm2, evidence):
+    """Control: on real weights a short window really changes the output."""
+    ids = smollm2.tokenizer.encode("The weather in Paris today is sunny and warm, so")
+    full = smollm2.session().prefill(ids)[-1]
+    w3 = smollm2.session(window=3).prefill(ids)[-1]
+    delta = float(np.max(np.abs(full - w3)))
+    evidence.record("max_abs_delta", delta)
+    assert delta > 0
+
+
+def test_prefix_splice_equals_full_recompute_on_real_weights(smollm2, evidence):
+    tk = smollm2.tokenizer
+    prefix = tk.encode("You are a careful assistant. Answer briefly.\nQuestion:")
+    suffixes = [tk.encode(" What is the capital of France?\nAnswer:"), tk.encode(" Name a red fruit.\nAnswer:")]
+    base = smollm2.session()
+    base.prefill(prefix)
+    base_len = len(base)
+    # two splices from one prefix session: a clone that shared arrays would let one clobber the other
+    spliced = [smollm2.session_from_prefix(base, s) for s in suffixes]
+    base.prefill(tk.encode(" Something else entirely."))  # and the source moving on must not reach them
+    worst, compared = 0.0, 0
+    for sp, suffix in zip(spliced, suffixes):
+        full = smollm2.session()
+        lf = full.prefill(prefix + suffix)
+        worst = max(worst, float(np.max(np.abs(sp.last_logits - lf[-1]))))
+        assert np.array_equal(sp.last_logits, lf[-1])
+        assert len(sp) == len(full) == base_len + len(suffix)
+        g1, g2 = sp.generate([], 8), full.generate([], 8)
+        compared += len(g1)
+        assert g1 == g2
+    evidence.record("max_abs_delta", worst)
+    evidence.record("greedy_tokens_compared", compared)
+
+
+def test_prefix_splice_property_on_random_prefixes(evidence):
+    worst = {"delta": 0.0, "cases": 0}
+
+    @given(n_pre=st.integers(1, 16), n_a=st.integers(1, 8), n_b=st.integers(1, 8), seed=st.integers(0, 9999))
+    def prop(n_pre, n_a, n_b, seed):
+        model = tiny_llama()
+        ids = token_ids(n_pre + n_a + n_b, seed)
+        pre, sa, sb = ids[:n_pre], ids[n_pre : n_pre + n_a], ids[n_pre + n_a :]
+        base = Session(model)
+        base.prefill(pre)
+        spl_a = Session.fork(base)
+        spl_a.prefill(sa)
+        spl_b = Session.fork(base)
+        spl_b.prefill(sb)
+        for sp, suf in ((spl_a, sa), (spl_b, sb)):
+            full = Session(model)
+            full.prefill(pre + suf)
+            delta = cache_delta(sp.cache, full.cache)
+            worst["delta"] = max(worst["delta"], delta)
+            assert delta == 0 and np.array_equal(sp.last_logits, full.last_logits)
+        worst["cases"] += 1
+
+    prop()
+    evidence.record("max_abs_delta", worst["delta"])
+    evidence.record("examples", worst["cases"])
