@@ -15,8 +15,6 @@ Two kinds of :class:`Problem`:
 """
 from __future__ import annotations
 
-import ast
-import difflib
 import functools
 import hashlib
 import json
@@ -28,6 +26,8 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from harness.liars import LiarSite
+from harness.refs import RefSite, parse_module, resolve_ref, resolve_symbol, resolve_test  # noqa: F401
+from harness.suggest import did_you_mean
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "obligations" / "card.schema.json"
 TOLERANCE_OPS = ("le", "lt")
@@ -133,12 +133,6 @@ class LoadResult:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean `x`?)`` for the closest choice, or ``""``."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -278,100 +272,6 @@ def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Pr
     return problems
 
 
-# ---------------------------------------------------------------- static resolution
-
-
-@functools.lru_cache(maxsize=256)
-def _parse(path: Path, mtime_ns: int) -> ast.Module | str:
-    try:
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except SyntaxError as exc:
-        return f"syntax error at line {exc.lineno}: {exc.msg}"
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"cannot read: {exc}"
-
-
-def parse_module(path: Path) -> ast.Module | str:
-    """AST of a Python file, or a message saying why it could not be parsed."""
-    try:
-        return _parse(path, path.stat().st_mtime_ns)
-    except OSError as exc:
-        return f"cannot read: {exc}"
-
-
-def _scope_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
-    """Names defined at the top of a module or class body (def, class, assignment)."""
-    names: dict[str, ast.AST] = {}
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = node
-        elif isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    names[t.id] = node
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names[node.target.id] = node
-        elif isinstance(node, (ast.If, ast.Try)):  # e.g. `if TYPE_CHECKING:` / try-import fallbacks
-            names.update(_scope_names(node.body))
-    return names
-
-
-@dataclass(frozen=True)
-class RefSite:
-    """Where a ref points: file (relative), first and last line of the definition."""
-
-    path: str
-    line: int
-    end_line: int
-
-
-def resolve_symbol(root: Path, file: str, qualname: str) -> RefSite | str:
-    """Find ``qualname`` (``Name`` or ``Class.method``) in ``root/file`` statically.
-
-    Returns the :class:`RefSite` or a message saying what is missing, with a
-    suggestion when a close name exists.
-    """
-    path = root / file
-    if not path.is_file():
-        return f"no such file {file}"
-    tree = parse_module(path)
-    if isinstance(tree, str):
-        return f"{file}: {tree}"
-    body: list[ast.stmt] = tree.body
-    node: ast.AST | None = None
-    walked = []
-    for part in qualname.split("."):
-        names = _scope_names(body)
-        if part not in names:
-            scope = ".".join(walked) or file
-            return f"`{part}` is not defined in {scope}{did_you_mean(part, names)}"
-        node = names[part]
-        walked.append(part)
-        body = node.body if isinstance(node, ast.ClassDef) else []
-    assert node is not None
-    return RefSite(file, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno)
-
-
-def resolve_ref(root: Path, ref: str) -> RefSite | str:
-    """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`)."""
-    file, _, qual = ref.partition("::")
-    return resolve_symbol(root, file, qual)
-
-
-def resolve_test(root: Path, node_id: str) -> RefSite | str:
-    """Check a pytest node id exists: file, then ``test_x`` or ``TestClass::test_x``.
-
-    A ``[param]`` suffix is accepted by base name (parametrized ids are
-    generated at collection time and cannot be checked without importing).
-    """
-    base = node_id.split("[", 1)[0]
-    file, _, rest = base.partition("::")
-    result = resolve_symbol(root, file, rest.replace("::", "."))
-    if isinstance(result, str) and "is not defined" in result:
-        return result.replace("is not defined", "is not a test")
-    return result
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -412,7 +312,8 @@ def _semantic_problems(data: dict, shown: str, values: dict) -> list[Problem]:
                         fp = f"{where}.bounds.{key}.{op}"
                         problems.append(Problem(
                             shown, values.get(fp, 0), fp, _short(limit),
-                            f"a tolerance above zero needs a reason; add `reason:` to {where} saying why {limit!r} is right"))
+                            f"a tolerance above zero needs a reason; add `reason:` to {where} "
+                            f"saying why {limit!r} is right"))
     return problems
 
 
@@ -430,17 +331,22 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
-        what = " ".join(filter(None, [exc.context, exc.problem]))
-        return None, [Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML at this line")], None
+        what = exc.problem or "invalid YAML"
+        if exc.context:
+            ctx = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+            what += f" ({exc.context}{ctx})"
+        return None, [Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML here")], None
     except yaml.YAMLError as exc:
         return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
     if node is None or not isinstance(data, dict):
         return None, [Problem(shown, 1, "", _short(data) if data is not None else "",
-                              "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json")], None
+                              "a card must be a YAML mapping of fields (id:, title:, ...); "
+                              "see obligations/card.schema.json")], None
     values, keys, dups = _line_index(node)
     problems = [Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one")
                 for f, line in dups]
     problems += _schema_problems(data, shown, values, keys)
+    problems.sort(key=lambda p: p.line)
     card_id = data.get("id") if isinstance(data.get("id"), str) else None
     if problems:
         return None, problems, card_id
@@ -494,7 +400,8 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
         found = resolve_symbol(root, file, qual)
         if isinstance(found, str):
             shown = display_path(site.path, root)
-            add(f"liars[{i}]", name, f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}")
+            add(f"liars[{i}]", name,
+                f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}")
     return out
 
 

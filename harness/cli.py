@@ -1,7 +1,366 @@
-"""run_obligations.py command line (skeleton: the harness issue fills it in)."""
+"""run_obligations.py command line: run | list | validate | show ID | new ID | oracle ...
+
+Exit codes: 0 every selected card PROVEN (or the command succeeded),
+1 some selected card is not PROVEN, 2 bad usage or invalid cards,
+130 interrupted. Mistakes a user can make end in a message, never a
+traceback.
+
+The project root (where ``impl/``, ``witnesses/`` and ``obligations/`` live,
+and what paths in cards are relative to) is the folder of
+run_obligations.py, or ``KVPROOF_ROOT``. Cards are read from
+``--cards DIR``, else ``KVPROOF_CARDS_DIR``, else ``<root>/obligations``.
+"""
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import random
+import re
+import signal
 import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import CardInvalid, HarnessError, UsageError
+
+SUBCOMMANDS = ("run", "list", "validate", "show", "new", "oracle")
+HARNESS_PARENT = Path(__file__).resolve().parents[1]
+LAST_VERDICTS = Path("reports") / "last-verdicts.json"
+
+
+# ---------------------------------------------------------------- context
+
+
+def project_root() -> Path:
+    env = os.environ.get("KVPROOF_ROOT")
+    if env:
+        root = Path(env).expanduser().resolve()
+        if not root.is_dir():
+            raise UsageError(f"KVPROOF_ROOT={env!r} is not a folder; point it at the project root or unset it")
+        return root
+    return HARNESS_PARENT
+
+
+def cards_dir(args: argparse.Namespace, root: Path) -> Path:
+    raw = getattr(args, "cards", None) or os.environ.get("KVPROOF_CARDS_DIR")
+    if not raw:
+        return root / "obligations"
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if not path.is_dir():
+        source = "--cards" if getattr(args, "cards", None) else "KVPROOF_CARDS_DIR"
+        raise UsageError(f"{source}={raw!r} is not a folder; give a folder of card YAML files")
+    return path.resolve()
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else int(os.environ.get("COLUMNS", "120"))
+    return Console(stderr=stderr, width=width, highlight=False)
+
+
+def _shown_dir(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix() + "/"
+    except ValueError:
+        return str(path) + "/"
+
+
+def _load(root: Path, folder: Path):
+    from harness.cards import Problem, load_cards
+    from harness.liars import scan
+
+    sites, liar_problems = scan(root)
+    result = load_cards(folder, root, sites)
+    extra = tuple(Problem(text.split(": ", 1)[0], 0, "", "", text.split(": ", 1)[-1], kind="link")
+                  for text in liar_problems)
+    return result, sites, extra
+
+
+# ---------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness import provenance, verdict
+    from harness.binding import bound_files
+    from harness.cards import find_card_files, select
+    from harness.report import data, jsonfile, terminal
+    from harness.run import RunConfig, count_jobs, run_card
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    console = _console()
+    if not find_card_files(folder):
+        raise UsageError(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
+    result, sites, _ = _load(root, folder)
+    if result.load_problems:
+        raise CardInvalid(result.load_problems)
+    selected = select(result.cards, args.ids, args.tag)
+    seed = args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32))
+    oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
+    if oracle_dir is not None and not oracle_dir.is_dir():
+        raise UsageError(f"--oracle-dir={args.oracle_dir!r} is not a folder; "
+                         "export one with `run_obligations.py oracle export`")
+    cfg = RunConfig(root=root, profile=args.profile, seed=seed, default_timeout=args.timeout,
+                    liars=not args.no_liars, oracle_dir=oracle_dir)
+    header = provenance.header(root, profile=args.profile, seed=seed, argv=args.argv, cards_dir=folder,
+                               liars=cfg.liars, default_timeout=cfg.default_timeout)
+    console.print(f"kvproof: {len(selected)} card(s) from {_shown_dir(folder, root)}, profile {args.profile}, "
+                  f"seed {seed} (replay with --profile {args.profile} --seed {seed})")
+    reports = []
+    t0 = time.monotonic()
+    links = {c.id: tuple(str(p) for p in result.link_problems(c.id)) for c in selected}
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("starting", total=sum(count_jobs(c, cfg, links[c.id]) for c in selected))
+        planned = 0
+
+        def on_job(job) -> None:
+            progress.update(task, description=f"running {job.label}")
+
+        for card in selected:
+            run = run_card(card, cfg, links[card.id], on_job=on_job)
+            judged = verdict.evaluate(card, run.outcomes)
+            bound = bound_files(card, root, sites, _oracle_files(card, oracle_dir))
+            reports.append(data.CardReport(card, run, judged, bound))
+            planned += count_jobs(card, cfg, links[card.id])
+            progress.update(task, completed=planned)  # liars that did not need to run
+    doc = data.build(header, reports, finished=provenance.utc_now(), wall_s=time.monotonic() - t0)
+    terminal.render_run(console, doc)
+    if args.json:
+        path = Path(args.json).expanduser()
+        try:
+            jsonfile.write(doc, path)
+        except OSError as exc:
+            raise UsageError(f"--json={args.json!r}: cannot write it: {exc}") from None
+        console.print(f"wrote {path}")
+    _remember(root, doc)
+    return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+
+
+def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
+    """The oracle manifest a card that requires the oracle is bound to (when the oracle code is present)."""
+    if not any(r.startswith("oracle:") for r in card.requires):
+        return ()
+    try:
+        from harness.oracle.store import MANIFEST, resolve_oracle_dir
+    except ImportError:
+        return ()
+    return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
+
+
+def _remember(root: Path, doc: dict[str, Any]) -> None:
+    """Keep each card's last verdict for `show` (the ledger of issue 8 will supersede this)."""
+    from harness.report import jsonfile
+
+    path = root / LAST_VERDICTS
+    try:
+        last = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        last = {}
+    for card in doc["cards"]:
+        last[card["id"]] = {"run_started": doc["header"]["started"], "profile": doc["header"]["profile"],
+                            "seed": doc["header"]["seed"], **card}
+    try:
+        jsonfile.write(last, path)
+    except OSError:
+        pass  # a read-only checkout still runs; only `show` loses its memory
+
+
+# ---------------------------------------------------------------- list / validate / show
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.cards import find_card_files
+    from harness.report import terminal
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    console = _console()
+    if not find_card_files(folder):
+        console.print(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
+        return 0
+    result, _, _ = _load(root, folder)
+    terminal.render_list(console, result.cards)
+    if result.load_problems:
+        terminal.render_problems(_console(stderr=True), result.load_problems,
+                                 f"{len(result.load_problems)} problem(s) kept some cards from loading:")
+        return 2
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.cards import find_card_files
+    from harness.report import terminal
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    console = _console()
+    files = find_card_files(folder)
+    if not files:
+        console.print(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
+        return 0
+    result, _, liar_problems = _load(root, folder)
+    problems = list(result.problems) + list(liar_problems)
+    if problems:
+        bad = len({p.path for p in problems})
+        terminal.render_problems(console, problems, f"{len(problems)} problem(s) in {bad} file(s):")
+        return 2
+    console.print(f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from harness.cards import did_you_mean
+    from harness.report import terminal
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    result, _, _ = _load(root, folder)
+    card = next((c for c in result.cards if c.id == args.id), None)
+    if card is None:
+        ids = [c.id for c in result.cards]
+        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; "
+                         f"`run_obligations.py list` shows the ids")
+    console = _console()
+    last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
+    path = root / LAST_VERDICTS
+    if path.is_file():
+        try:
+            last = json.loads(path.read_text(encoding="utf-8")).get(card.id)
+        except (OSError, ValueError):
+            last = None
+        if last is not None:
+            note = "" if last.get("fingerprint") == card.fingerprint else \
+                " (the card file has changed since; that verdict may not apply)"
+    terminal.render_card(console, card, last, note)
+    problems = result.link_problems(card.id)
+    if problems:
+        terminal.render_problems(console, problems, "problems:")
+    return 0
+
+
+# ---------------------------------------------------------------- new
+
+
+CARD_TEMPLATE = """\
+# yaml-language-server: $schema={schema}
+id: {id}
+title: TODO one line saying what is claimed
+module: impl                # the module under proof, e.g. impl.kv
+regime: N                   # N numerical, A algebraic/structural, C integrity, D decision soundness
+theorem: >
+  TODO: state the claim so that it could be false.
+proof: >
+  TODO: why it holds, citing the mechanism by symbol (list the symbols in refs).
+refs: []                    # e.g. [impl/kv.py::KVCache.evict]
+witnesses:
+  - id: claim
+    test: {test}
+    # bounds: {{max_abs_delta: {{le: 0}}}}   # a tolerance above zero needs `reason:`
+controls: []                # witnesses that must show a difference, e.g. bounds {{max_abs_delta: {{gt: 0}}}}
+liars: []                   # wrong variants the witnesses must catch (witnesses/liars/)
+version: 1
+"""
+
+WITNESS_TEMPLATE = '''\
+"""Witnesses for {id} ({card}).
+
+Record what you measure with evidence.record(key, value); the card puts
+bounds on those keys.
+"""
+import pytest
+
+
+def test_claim(evidence):
+    pytest.fail("{id}: witness not written yet; write {test} so it checks the theorem")
+'''
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from harness.cards import SCHEMA_PATH, display_path, find_card_files, load_card, valid_card_id
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    card_id = args.id
+    if not valid_card_id(card_id):
+        raise UsageError(f"id={card_id!r}: expected a letter then letters, digits, '.', '_' or '-' (e.g. KV-T9)")
+    for path in find_card_files(folder):
+        _, _, existing = load_card(path, root)
+        if existing == card_id:
+            raise UsageError(f"id={card_id!r} is already used by {display_path(path, root)}; pick another id")
+    slug = re.sub(r"[^a-z0-9]+", "_", card_id.lower()).strip("_")
+    card_path = folder / f"{card_id.lower()}.yaml"
+    witness_rel = f"witnesses/test_{slug}.py"
+    witness_path = root / witness_rel
+    for path in (card_path, witness_path):
+        if path.exists():
+            raise UsageError(f"{display_path(path, root)} already exists; remove it or pick another id")
+    folder.mkdir(parents=True, exist_ok=True)
+    witness_path.parent.mkdir(parents=True, exist_ok=True)
+    test = f"{witness_rel}::test_claim"
+    schema = os.path.relpath(SCHEMA_PATH, folder)
+    card_path.write_text(CARD_TEMPLATE.format(id=card_id, test=test, schema=schema), encoding="utf-8")
+    witness_path.write_text(WITNESS_TEMPLATE.format(id=card_id, test=test, card=display_path(card_path, root)),
+                            encoding="utf-8")
+    console = _console()
+    console.print(f"created {display_path(card_path, root)} and {witness_rel}")
+    console.print(f"next: fill in the card, write the witness, then `run_obligations.py run {card_id}` "
+                  f"(it is FAILED until the witness is written)")
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="run_obligations.py",
+        description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
+                    "UNVERIFIED / ERROR per card. `run` is the default command.")
+    sub = parser.add_subparsers(dest="command", metavar="{run,list,validate,show,new,oracle}")
+
+    def cards_opt(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--cards", metavar="DIR", help="folder of cards (default: obligations/, or KVPROOF_CARDS_DIR)")
+
+    run = sub.add_parser("run", help="run cards and print verdicts (default)")
+    run.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs (KV-T*); default: all")
+    run.add_argument("--profile", choices=("ci", "release"), default="ci",
+                     help="Hypothesis profile: ci (fast, deterministic, seed 0) or release "
+                          "(many examples, random seed)")
+    run.add_argument("--seed", type=int, default=None, help="Hypothesis seed to replay (printed by every run)")
+    run.add_argument("--no-liars", action="store_true", help="skip liar runs (cards with liars become UNVERIFIED)")
+    run.add_argument("--json", metavar="PATH", help="write the verdicts document (obligations/verdicts.schema.json)")
+    run.add_argument("--oracle-dir", metavar="DIR",
+                     help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)")
+    run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
+    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                     help="default per-witness timeout in seconds (a card's `timeout:` overrides it)")
+    cards_opt(run)
+    run.set_defaults(func=cmd_run)
+
+    lst = sub.add_parser("list", help="list cards")
+    cards_opt(lst)
+    lst.set_defaults(func=cmd_list)
+    val = sub.add_parser("validate", help="check every card; print every problem; exit 2 if any")
+    cards_opt(val)
+    val.set_defaults(func=cmd_validate)
+    show = sub.add_parser("show", help="print a card and its last verdict")
+    show.add_argument("id", metavar="ID")
+    cards_opt(show)
+    show.set_defaults(func=cmd_show)
+    new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
+    new.add_argument("id", metavar="ID")
+    cards_opt(new)
+    new.set_defaults(func=cmd_new)
+    sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -10,5 +369,33 @@ def main(argv: list[str] | None = None) -> int:
         from harness.oracle.cli import main as oracle_main
 
         return oracle_main(argv[1:])
-    print("usage: run_obligations.py oracle {export,status,verify} [...]", file=sys.stderr)
-    return 2
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["run", *argv]
+    parser = _parser()
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _terminate)  # a kill stops the running witness process too
+    try:
+        args = parser.parse_args(argv)
+        args.argv = argv
+        return args.func(args)
+    except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
+        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+    except CardInvalid as exc:
+        from harness.report import terminal
+
+        terminal.render_problems(_console(stderr=True), exc.problems,
+                                 f"cannot run: {len(exc.problems)} problem(s) in the cards "
+                                 f"(`run_obligations.py validate` lists every problem):")
+        return 2
+    except HarnessError as exc:
+        print(f"run_obligations.py: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("run_obligations.py: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

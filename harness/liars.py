@@ -126,7 +126,8 @@ def scan(root: Path) -> tuple[dict[str, LiarSite], list[str]]:
                 continue
             if name in sites:
                 first = sites[name]
-                problems.append(f"{path}:{node.lineno}: liar {name!r} is already registered at {first.path}:{first.line}")
+                problems.append(f"{path}:{node.lineno}: liar {name!r} is already registered "
+                                f"at {first.path}:{first.line}")
                 continue
             sites[name] = LiarSite(name, target, path.resolve(), node.lineno, _literal(kw.get("why")) or "")
     return sites, problems
@@ -152,7 +153,7 @@ class Applied:
 
 
 def _load_module_file(path: Path) -> None:
-    mod_name = "kvproof_liar_" + path.stem
+    mod_name = "kvproof_liar_" + "_".join(path.with_suffix("").parts[-3:]).replace("-", "_")
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
         raise LiarError(f"cannot import liar module {path}")
@@ -170,13 +171,16 @@ def apply(name: str, root: Path) -> Applied:
     sites, _ = scan(root)
     if name not in sites:
         raise LiarError(f"liar={name!r} is not registered in {root / LIARS_DIR}")
-    if name not in _REGISTRY:
+    known = _REGISTRY.get(name)
+    code = getattr(known.replacement, "__code__", None) if known else None
+    if code is None or Path(code.co_filename).resolve() != sites[name].path:  # not loaded from this root yet
         try:
             _load_module_file(sites[name].path)
         except LiarError:
             raise
         except Exception as exc:  # the liar module itself is broken
-            raise LiarError(f"liar={name!r}: importing {sites[name].path} raised {type(exc).__name__}: {exc}") from exc
+            raise LiarError(f"liar={name!r}: importing {sites[name].path} raised "
+                            f"{type(exc).__name__}: {exc}") from exc
     if name not in _REGISTRY:
         raise LiarError(f"liar={name!r}: {sites[name].path} did not register it when imported")
     spec = _REGISTRY[name]
@@ -184,7 +188,8 @@ def apply(name: str, root: Path) -> Applied:
     try:
         owner: object = importlib.import_module(module_name)
     except Exception as exc:
-        raise LiarError(f"liar={name!r}: target module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}") from exc
+        raise LiarError(f"liar={name!r}: target module {module_name!r} cannot be imported: "
+                        f"{type(exc).__name__}: {exc}") from exc
     *path, attr = qual.split(".")
     for part in path:
         if not hasattr(owner, part):
@@ -193,7 +198,8 @@ def apply(name: str, root: Path) -> Applied:
     try:
         original = inspect.getattr_static(owner, attr)
     except AttributeError:
-        raise LiarError(f"liar={name!r}: target={spec.target!r}: {attr!r} not found in {getattr(owner, '__name__', owner)}") from None
+        where = getattr(owner, "__name__", owner)
+        raise LiarError(f"liar={name!r}: target={spec.target!r}: {attr!r} not found in {where}") from None
     plain = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     replacement = spec.replacement(plain) if spec.factory else spec.replacement
     if isinstance(original, staticmethod):

@@ -1,0 +1,74 @@
+"""The run header: when, on what commit and machine, with which libraries and settings.
+
+Everything here is gathered once per run, before any witness starts; every
+failure to learn something is recorded as None, never raised.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    """{"commit": sha or None, "dirty": bool or None} (dirty: tracked files modified)."""
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def library_versions() -> dict[str, Any]:
+    """python, numpy, pytest, hypothesis versions and numpy's BLAS (name, version)."""
+    from importlib import metadata
+
+    out: dict[str, Any] = {"python": platform.python_version()}
+    for dist in ("numpy", "pytest", "hypothesis"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    out["blas"] = None
+    try:
+        import numpy
+
+        cfg = numpy.show_config(mode="dicts")
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        out["blas"] = " ".join(str(blas.get(k)) for k in ("name", "version") if blas.get(k)) or None
+    except Exception:  # NOTE: show_config's shape differs across numpy versions; best effort
+        pass
+    return out
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def header(root: Path, *, profile: str, seed: int | None, argv: list[str], cards_dir: Path,
+           liars: bool, default_timeout: float) -> dict[str, Any]:
+    """The ``header`` block of the verdicts document (without the summary and finish time)."""
+    return {
+        "started": utc_now(),
+        "git": git_state(root),
+        "host": {"name": socket.gethostname(), "platform": platform.platform(), "machine": platform.machine()},
+        "versions": library_versions(),
+        "profile": profile,
+        "seed": seed,
+        "liars": liars,
+        "default_timeout_s": default_timeout,
+        "command": shlex.join([Path(sys.argv[0]).name, *argv]),
+        "root": str(root),
+        "cards_dir": str(cards_dir),
+    }

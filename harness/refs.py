@@ -1,0 +1,108 @@
+"""Resolve refs and pytest node ids statically, with :mod:`ast`; nothing is imported.
+
+``path.py::Name`` and ``path.py::Class.method`` (refs) and
+``path.py::test_x`` / ``path.py::TestClass::test_x`` (test nodes) are looked
+up in the parsed source of ``root/path.py``. The result gives the lines of
+the definition, for reports that show the referenced source beside a proof.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.suggest import did_you_mean
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(path: Path, mtime_ns: int) -> ast.Module | str:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        return f"syntax error at line {exc.lineno}: {exc.msg}"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read: {exc}"
+
+
+def parse_module(path: Path) -> ast.Module | str:
+    """AST of a Python file, or a message saying why it could not be parsed."""
+    try:
+        return _parse(path, path.stat().st_mtime_ns)
+    except OSError as exc:
+        return f"cannot read: {exc}"
+
+
+def _scope_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names defined at the top of a module or class body (def, class, assignment)."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names[t.id] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+        elif isinstance(node, (ast.If, ast.Try)):  # e.g. `if TYPE_CHECKING:` / try-import fallbacks
+            names.update(_scope_names(node.body))
+    return names
+
+
+@dataclass(frozen=True)
+class RefSite:
+    """Where a ref points: file (relative), first and last line of the definition."""
+
+    path: str
+    line: int
+    end_line: int
+
+
+def resolve_symbol(root: Path, file: str, qualname: str) -> RefSite | str:
+    """Find ``qualname`` (``Name`` or ``Class.method``) in ``root/file`` statically.
+
+    Returns the :class:`RefSite` or a message saying what is missing, with a
+    suggestion when a close name exists.
+    """
+    path = root / file
+    if not path.is_file():
+        return f"no such file {file}"
+    tree = parse_module(path)
+    if isinstance(tree, str):
+        return f"{file}: {tree}"
+    body: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    walked = []
+    for part in qualname.split("."):
+        names = _scope_names(body)
+        if part not in names:
+            scope = ".".join(walked) or file
+            return f"`{part}` is not defined in {scope}{did_you_mean(part, names)}"
+        node = names[part]
+        walked.append(part)
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    assert node is not None
+    return RefSite(file, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno)
+
+
+def resolve_ref(root: Path, ref: str) -> RefSite | str:
+    """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`)."""
+    file, _, qual = ref.partition("::")
+    return resolve_symbol(root, file, qual)
+
+
+def resolve_test(root: Path, node_id: str) -> RefSite | str:
+    """Check a pytest node id exists: file, then ``test_x`` or ``TestClass::test_x``.
+
+    A ``[param]`` suffix is accepted by base name (parametrized ids are
+    generated at collection time and cannot be checked without importing).
+    """
+    base = node_id.split("[", 1)[0]
+    file, _, rest = base.partition("::")
+    result = resolve_symbol(root, file, rest.replace("::", "."))
+    if isinstance(result, str) and "is not defined" in result:
+        return result.replace("is not defined", "is not a test")
+    return result
+
+

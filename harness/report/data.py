@@ -1,0 +1,186 @@
+"""The one report-data builder: verdicts -> a plain, JSON-able document.
+
+Every renderer (terminal now; HTML, Markdown, JUnit later) renders the
+dict :func:`build` returns and computes nothing: order, totals, counts per
+verdict and regime, the headline measure and the gate result are decided
+here once. The document is also what ``--json`` writes; its shape is
+``obligations/verdicts.schema.json`` (``SCHEMA_VERSION`` below).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from harness.binding import BoundFile
+from harness.cards import Card, Witness
+from harness.run import CardRun
+from harness.verdict import (PROVEN, VERDICTS, CardVerdict, LiarVerdict, WitnessOutcome,
+                             WitnessVerdict)
+
+SCHEMA = "kvproof.verdicts"
+SCHEMA_VERSION = 1
+REGIMES = ("N", "A", "C", "D")
+HEADLINE_KEYS = (("max_abs_delta", "max|Δ|"), ("max_rel_delta", "max rel Δ"))
+
+
+@dataclass(frozen=True)
+class CardReport:
+    """Inputs for one card: what it claims, how it ran, what was decided, what it is bound to."""
+
+    card: Card
+    run: CardRun
+    verdict: CardVerdict
+    bound_files: tuple[BoundFile, ...]
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def fmt_value(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3e}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def headline(card: Card, outcomes: Iterable[WitnessOutcome]) -> dict[str, Any] | None:
+    """The measure shown beside a verdict: the largest max_abs_delta (or max_rel_delta)
+    any witness recorded, else the first numeric bound key; None when nothing was measured."""
+    outcomes = list(outcomes)
+    evidences = [n.evidence for o in outcomes for n in o.nodes]
+    for key, label in HEADLINE_KEYS:
+        values = [e[key] for e in evidences if _num(e.get(key))]
+        if values:
+            value = max(values, key=lambda v: (math.isnan(v) if isinstance(v, float) else False, v))
+            return {"key": key, "value": value, "text": f"{label} = {fmt_value(float(value))}"}
+    for w in card.witnesses:
+        for b in w.bounds:
+            values = [e[b.key] for e in evidences if _num(e.get(b.key))]
+            if values:
+                return {"key": b.key, "value": values[0], "text": f"{b.key} = {fmt_value(values[0])}"}
+    return None
+
+
+def _witness_entry(w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict) -> dict[str, Any]:
+    nodes = outcome.nodes if outcome else ()
+    bad = next((n for n in nodes if n.outcome != "passed"), None)
+    return {
+        "id": w.id,
+        "kind": w.kind,
+        "test": w.test,
+        "status": judged.status,
+        "why": judged.why,
+        "duration_s": round(outcome.duration, 4) if outcome else 0.0,
+        "timeout_s": w.timeout,
+        "evidence": dict(outcome.evidence) if outcome else {},
+        "bounds": [{"key": c.key, "op": c.op, "limit": c.limit, "actual": c.actual, "holds": c.holds,
+                    "node": c.nodeid} for c in judged.checks]
+                  or [{"key": b.key, "op": b.op, "limit": b.limit, "actual": None, "holds": None, "node": ""}
+                      for b in w.bounds],
+        "reason": w.reason,
+        "message": bad.message if bad else "",
+        "location": bad.location if bad else "",
+        "failure": bad.failure if bad else "",
+        "hypothesis": next((dict(n.hypothesis) for n in nodes if n.hypothesis), None),
+        "nodes": [{"nodeid": n.nodeid, "outcome": n.outcome, "duration_s": round(n.duration, 4)} for n in nodes],
+    }
+
+
+def _liar_entry(card: Card, lv: LiarVerdict, run: CardRun) -> dict[str, Any]:
+    lrun = next((r for r in run.outcomes.liars if r.name == lv.name), None)
+    outcomes = {o.witness_id: o for o in (lrun.witnesses if lrun else ())}
+    return {
+        "name": lv.name,
+        "caught": lv.caught,
+        "caught_by": list(lv.caught_by),
+        "status": lv.status,
+        "why": lv.why,
+        "duration_s": round(lrun.duration, 4) if lrun else 0.0,
+        "witnesses": [_witness_entry(w, outcomes.get(w.id), j) for w, j in zip(card.witnesses, lv.witnesses)],
+    }
+
+
+def _detail(verdict: str, entries: list[dict[str, Any]], liars: list[dict[str, Any]]) -> str:
+    """A second line under the reason: the shrunk example, or which witness caught which liar."""
+    if verdict == PROVEN:
+        return ""
+    for e in entries:
+        hyp = e.get("hypothesis") or {}
+        if e["status"] == "failed" and hyp.get("example"):
+            lines = [ln.strip() for ln in hyp["example"].splitlines() if ln.strip()]
+            text = " ".join(lines)
+            return (text if len(text) <= 160 else text[:157] + "...") + f" (seed {hyp.get('seed')})"
+    if liars and any(entry["status"] != "not_run" for entry in liars):
+        parts = []
+        for entry in liars:
+            if entry["caught"]:
+                parts.append(f"{entry['name']} caught by {', '.join(entry['caught_by'])}")
+            else:
+                parts.append(f"{entry['name']} {entry['status']}")
+        return "liars: " + "; ".join(parts)
+    return ""
+
+
+def card_entry(rep: CardReport) -> dict[str, Any]:
+    card, run, v = rep.card, rep.run, rep.verdict
+    w_out = {o.witness_id: o for o in run.outcomes.witnesses}
+    c_out = {o.witness_id: o for o in run.outcomes.controls}
+    witnesses = [_witness_entry(w, w_out.get(w.id), j) for w, j in zip(card.witnesses, v.witnesses)]
+    controls = [_witness_entry(c, c_out.get(c.id), j) for c, j in zip(card.controls, v.controls)]
+    liars = [_liar_entry(card, lv, run) for lv in v.liars]
+    return {
+        "id": card.id,
+        "title": card.title,
+        "module": card.module,
+        "regime": card.regime,
+        "version": card.version,
+        "fingerprint": card.fingerprint,
+        "card_path": card.display_path,
+        "tags": list(card.tags),
+        "requires": list(card.requires),
+        "refs": list(card.refs),
+        "theorem": card.theorem,
+        "proof": card.proof,
+        "notes": card.notes,
+        "verdict": v.verdict,
+        "reason": v.reason,
+        "duration_s": round(run.duration, 3),
+        "headline": headline(card, run.outcomes.witnesses),
+        "counts": {
+            "witnesses_passed": sum(w["status"] == "passed" for w in witnesses),
+            "witnesses_total": len(witnesses),
+            "controls_held": sum(c["status"] == "passed" for c in controls),
+            "controls_total": len(controls),
+            "liars_caught": sum(entry["caught"] for entry in liars),
+            "liars_total": len(liars),
+        },
+        "detail": _detail(v.verdict, witnesses + controls, liars),
+        "bound_files": [{"path": b.path, "role": b.role, "sha256": b.sha256} for b in rep.bound_files],
+        "witnesses": witnesses,
+        "controls": controls,
+        "liars": liars,
+    }
+
+
+def build(header: dict[str, Any], reports: Iterable[CardReport], *, finished: str | None = None,
+          wall_s: float | None = None) -> dict[str, Any]:
+    """The verdicts document: ``{"header": {...}, "cards": [...]}`` in card order.
+
+    ``header`` comes from :func:`harness.provenance.header`; this adds the
+    schema name and version, the finish time, per-verdict and per-regime
+    counts and the gate result (PASS only when every card is PROVEN).
+    """
+    cards = [card_entry(r) for r in reports]
+    counts = {k: sum(c["verdict"] == k for c in cards) for k in VERDICTS}
+    by_regime = {r: {k: sum(c["verdict"] == k and c["regime"] == r for c in cards) for k in VERDICTS}
+                 for r in REGIMES}
+    gate = "PASS" if cards and all(c["verdict"] == PROVEN for c in cards) else "FAIL"
+    not_proven = [{"id": c["id"], "verdict": c["verdict"], "reason": c["reason"]}
+                  for c in cards if c["verdict"] != PROVEN]
+    head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **header,
+            "finished": finished,
+            "duration_s": round(wall_s if wall_s is not None else sum(c["duration_s"] for c in cards), 3),
+            "summary": {"total": len(cards), "counts": counts, "by_regime": by_regime,
+                        "gate": gate, "not_proven": not_proven}}
+    return {"header": head, "cards": cards}

@@ -1,0 +1,101 @@
+"""Render the verdicts document, cards and problems to a rich console. Computes nothing."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+STYLE = {"PROVEN": "bold green", "FAILED": "bold red", "VACUOUS": "bold magenta",
+         "UNVERIFIED": "bold yellow", "ERROR": "bold white on red", "STALE": "bold cyan"}
+
+
+def verdict_text(verdict: str) -> str:
+    return f"[{STYLE.get(verdict, 'bold')}]{verdict}[/]"
+
+
+def _frac(a: int, b: int) -> str:
+    return f"{a}/{b}" if b else "–"
+
+
+def render_run(console: Console, doc: dict[str, Any]) -> None:
+    """The results table, then one or two lines per card that is not PROVEN, then the gate."""
+    head = doc["header"]
+    table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
+    for name, kw in (("id", {"no_wrap": True}), ("title", {"overflow": "fold", "ratio": 1}),
+                     ("regime", {"justify": "center"}), ("verdict", {"no_wrap": True}),
+                     ("witnesses", {"justify": "right"}), ("controls", {"justify": "right"}),
+                     ("liars", {"justify": "right"}), ("headline", {"no_wrap": True}),
+                     ("time", {"justify": "right", "no_wrap": True})):
+        table.add_column(name, **kw)
+    for c in doc["cards"]:
+        n = c["counts"]
+        table.add_row(escape(c["id"]), escape(c["title"]), c["regime"], verdict_text(c["verdict"]),
+                      _frac(n["witnesses_passed"], n["witnesses_total"]),
+                      _frac(n["controls_held"], n["controls_total"]),
+                      _frac(n["liars_caught"], n["liars_total"]),
+                      escape(c["headline"]["text"]) if c["headline"] else "–",
+                      f"{c['duration_s']:.2f} s")
+    console.print(table)
+    for c in doc["cards"]:
+        if c["verdict"] == "PROVEN":
+            continue
+        console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}",
+                      soft_wrap=True)
+        if c["detail"]:
+            console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
+    s = head["summary"]
+    counts = ", ".join(f"{n} {k}" for k, n in s["counts"].items() if n)
+    gate = "[bold green]PASS[/]" if s["gate"] == "PASS" else "[bold red]FAIL[/]"
+    console.print(f"gate {gate}: {counts} of {s['total']} card(s) in {head['duration_s']:.1f} s "
+                  f"(profile {head['profile']}, seed {head['seed']})")
+
+
+def render_problems(console: Console, problems: Iterable[Any], heading: str) -> None:
+    problems = list(problems)
+    console.print(f"[bold red]{escape(heading)}[/]")
+    for p in problems:
+        console.print(f"  {escape(str(p))}", soft_wrap=True, highlight=False)
+
+
+def render_list(console: Console, cards: Iterable[Any]) -> None:
+    table = Table(header_style="bold", pad_edge=False)
+    for col in ("id", "regime", "title", "witnesses", "controls", "liars", "tags", "file"):
+        table.add_column(col, overflow="fold")
+    for c in cards:
+        table.add_row(escape(c.id), c.regime, escape(c.title), str(len(c.witnesses)), str(len(c.controls)),
+                      str(len(c.liars)), escape(", ".join(c.tags)), escape(c.display_path))
+    console.print(table)
+
+
+def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_note: str) -> None:
+    """``show ID``: the card's fields, then its last verdict (or why there is none)."""
+    console.print(f"[bold]{escape(card.id)}[/] — {escape(card.title)}  "
+                  f"[dim](regime {card.regime}, version {card.version}, {escape(card.display_path)})[/]")
+    console.print(f"[bold]module[/] {escape(card.module)}")
+    console.print(f"[bold]theorem[/] {escape(card.theorem)}", soft_wrap=True)
+    console.print(f"[bold]proof[/] {escape(card.proof)}", soft_wrap=True)
+    console.print(f"[bold]refs[/] {escape(', '.join(card.refs)) or '–'}")
+    console.print(f"[bold]covers[/] {escape(', '.join(card.covers))}")
+    if card.requires:
+        console.print(f"[bold]requires[/] {escape(', '.join(card.requires))}")
+    for w in card.all_witnesses:
+        bounds = ", ".join(str(b) for b in w.bounds)
+        extra = f"  [{escape(bounds)}]" if bounds else ""
+        console.print(f"  {w.kind} [bold]{escape(w.id)}[/] {escape(w.test)}{extra}", soft_wrap=True)
+        if w.reason:
+            console.print(f"      reason: {escape(w.reason)}", soft_wrap=True)
+    console.print(f"[bold]liars[/] {escape(', '.join(card.liars)) or '–'}")
+    if card.notes:
+        console.print(f"[bold]notes[/] {escape(card.notes)}", soft_wrap=True)
+    if card.tags:
+        console.print(f"[bold]tags[/] {escape(', '.join(card.tags))}")
+    if last is None:
+        console.print(f"[bold]last verdict[/] {escape(last_note)}")
+        return
+    console.print(f"[bold]last verdict[/] {verdict_text(last['verdict'])} on {escape(last['run_started'])}"
+                  f"{escape(last_note)}: {escape(last['reason'])}", soft_wrap=True)
+    for entry in last.get("liars", []):
+        who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
+        console.print(f"  liar {escape(entry['name'])}: {escape(who)}")

@@ -1,0 +1,320 @@
+"""Plan and execute witness runs: one fresh pytest process per (card, liar).
+
+Process model
+-------------
+For each card the harness starts one ``python -m pytest`` subprocess for the
+honest run (all its witnesses and controls), then, if every witness and
+control held, one more fresh subprocess per listed liar (witnesses only,
+with the liar patched in before collection). One process per card keeps
+the start-up cost (about half a second) per card, not per node, and a
+crash takes down only that card.
+
+Timeout attribution
+-------------------
+The plugin streams a ``start`` line before each node and a ``result`` line
+after it to a JSONL file. The harness polls that file while the process
+runs: a node whose ``start`` is older than its timeout (+0.5 s grace) gets
+ERROR "timeout" and the process group is killed; the stack it hung in was
+written by ``faulthandler`` in the child. A process that exits while a node
+is started but has no result crashed in that node (``os._exit``, a signal,
+an abort). Nodes after it are "not run"; the card is ERROR either way, so
+they are not retried. Before the first node and between nodes (collection,
+module fixtures) the process gets ``startup_timeout`` seconds of silence.
+
+Each process runs with the project root as cwd and first on PYTHONPATH,
+``PYTHONHASHSEED=0``, in its own session (so a kill reaches its children).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.cards import Card, Witness
+from harness.verdict import PASSED, CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
+
+HARNESS_PARENT = Path(__file__).resolve().parents[1]
+GRACE_S = 0.5
+POLL_S = 0.03
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How witnesses run. Times in seconds."""
+
+    root: Path
+    profile: str = "ci"
+    seed: int | None = 0  # passed to Hypothesis as --hypothesis-seed; None lets the profile decide
+    default_timeout: float = 60.0
+    startup_timeout: float = 60.0
+    liars: bool = True
+    oracle_dir: Path | None = None
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pytest process: a card's nodes, honest (liar None) or under one liar."""
+
+    card: Card
+    witnesses: tuple[Witness, ...]
+    liar: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.card.id}" + (f" under liar {self.liar}" if self.liar else "")
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(dict.fromkeys(w.test for w in self.witnesses))
+
+
+@dataclass
+class JobResult:
+    """What one process produced: node results plus anything that went wrong around them."""
+
+    results: dict[str, NodeResult] = field(default_factory=dict)
+    collect_errors: list[dict] = field(default_factory=list)
+    liar_error: str = ""
+    stopped: str = ""  # why nodes that never started did not run
+    exit_code: int | None = None
+    output_tail: str = ""
+    duration: float = 0.0
+
+
+@dataclass(frozen=True)
+class CardRun:
+    """Everything the runs of one card produced, ready for :func:`harness.verdict.evaluate`."""
+
+    card: Card
+    outcomes: CardOutcomes
+    duration: float  # seconds, all processes of this card
+
+
+# ---------------------------------------------------------------- one process
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _env(cfg: RunConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(cfg.root), str(HARNESS_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONHASHSEED"] = "0"
+    env["PYTHONFAULTHANDLER"] = "1"
+    env["KVPROOF_PROFILE"] = cfg.profile
+    env.setdefault("COLUMNS", "120")
+    if cfg.oracle_dir is not None:
+        env["KVPROOF_ORACLE_DIR"] = str(cfg.oracle_dir)
+    return env
+
+
+def _command(cfg: RunConfig, plan: Path, nodes: list[str]) -> list[str]:
+    cmd = [cfg.python, "-m", "harness._pytest_main", "-p", "harness.plugin", "--kvproof-plan", str(plan),
+           "--rootdir", str(cfg.root), "--confcutdir", str(cfg.root), "-p", "no:cacheprovider",
+           "-q", "--no-header", "-rN"]
+    if cfg.seed is not None:
+        cmd.append(f"--hypothesis-seed={cfg.seed}")
+    return cmd + nodes
+
+
+def execute(job: Job, cfg: RunConfig, workdir: Path) -> JobResult:
+    """Run ``job`` in a fresh pytest process and collect what it streamed."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    events, stacks, log, plan = (workdir / n for n in ("events.jsonl", "stacks.txt", "pytest.log", "plan.json"))
+    timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
+    plan.write_text(json.dumps({
+        "out": str(events), "stacks": str(stacks), "root": str(cfg.root), "liar": job.liar,
+        "profile": cfg.profile, "seed": cfg.seed, "timeouts": timeouts,
+        "default_timeout": cfg.default_timeout}))
+    events.touch()
+    out = JobResult()
+    t0 = time.monotonic()
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg),
+                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        running: tuple[str, float, float] | None = None  # nodeid, seen at, timeout
+        idle_since = time.monotonic()
+        timed_out: tuple[str, float] | None = None
+        pos = 0
+        buffer = ""
+        try:
+            while True:
+                code = proc.poll()
+                with open(events, encoding="utf-8") as fh:
+                    fh.seek(pos)
+                    chunk = fh.read()
+                    pos = fh.tell()
+                buffer += chunk
+                *lines, buffer = buffer.split("\n")
+                now = time.monotonic()
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    ev = json.loads(line)
+                    kind = ev["event"]
+                    if kind == "start":
+                        running = (ev["nodeid"], now, float(ev.get("timeout") or cfg.default_timeout))
+                    elif kind == "result":
+                        running, idle_since = None, now
+                        ev.pop("event")
+                        out.results[ev["nodeid"]] = NodeResult(**ev)
+                    elif kind == "collect_error":
+                        out.collect_errors.append(ev)
+                    elif kind == "liar" and not ev.get("ok"):
+                        out.liar_error = ev.get("error", "could not be applied")
+                if code is not None:
+                    break
+                if running is not None and now - running[1] > running[2] + GRACE_S:
+                    timed_out = (running[0], running[2])
+                elif running is None and now - idle_since > cfg.startup_timeout:
+                    timed_out = ("", cfg.startup_timeout)
+                if timed_out:
+                    _kill(proc)
+                    break
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+    out.exit_code = proc.returncode
+    out.duration = time.monotonic() - t0
+    out.output_tail = _tail(log)
+    if timed_out is not None:
+        nodeid, seconds = timed_out
+        stack = _tail(stacks, 40)
+        if nodeid:
+            out.results[nodeid] = NodeResult(
+                nodeid, "error", seconds, message=f"timeout: still running after {seconds:g} s",
+                failure=("stack when the timeout fired:\n" + stack) if stack else "")
+            out.stopped = f"the process was stopped after {nodeid} timed out"
+        else:
+            out.stopped = f"pytest was silent for {seconds:g} s outside any test (collection or fixture teardown hung)"
+    elif running is not None:
+        nodeid = running[0]
+        out.results[nodeid] = NodeResult(
+            nodeid, "error", time.monotonic() - running[1],
+            message=f"the interpreter died while this test ran ({_exit_text(out.exit_code)})",
+            failure=out.output_tail)
+        out.stopped = f"the interpreter died in {nodeid}"
+    return out
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+# ---------------------------------------------------------------- results -> outcomes
+
+
+def _matches(witness_test: str, nodeid: str) -> bool:
+    return nodeid == witness_test or nodeid.startswith(witness_test + "[") or nodeid.startswith(witness_test + "::")
+
+
+def _covers(collector: str, file: str) -> bool:
+    """Does a collection error of ``collector`` (a module or folder node id) hide ``file``?"""
+    return bool(collector) and (file == collector or file.startswith(collector.rstrip("/") + "/"))
+
+
+def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[WitnessOutcome, ...]:
+    """Map node results of one process onto the witnesses that named them."""
+    out = []
+    for w in witnesses:
+        nodes = tuple(r for nid, r in res.results.items() if _matches(w.test, nid))
+        if nodes:
+            out.append(WitnessOutcome(w.id, nodes))
+            continue
+        err = next((e for e in res.collect_errors if _covers(e["nodeid"], w.file)), None)
+        if err is not None:
+            last = [ln for ln in err["text"].strip().splitlines() if ln.strip()][-1:] or ["?"]
+            node = NodeResult(w.test, "error", message=f"collection error: {last[0].strip()}", failure=err["text"])
+            out.append(WitnessOutcome(w.id, (node,)))
+        elif res.liar_error:
+            out.append(WitnessOutcome(w.id, (), f"not run: liar could not be applied: {res.liar_error}"))
+        elif res.stopped:
+            out.append(WitnessOutcome(w.id, (), f"not run: {res.stopped}"))
+        else:
+            tail = [ln for ln in res.output_tail.splitlines() if ln.strip()][-1:] or [""]
+            node = NodeResult(w.test, "error", message=f"pytest did not run this node ({_exit_text(res.exit_code)}): "
+                                                       f"{tail[0].strip()}", failure=res.output_tail)
+            out.append(WitnessOutcome(w.id, (node,)))
+    return tuple(out)
+
+
+def run_card(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = (), *,
+             workdir: Path | None = None, on_job: Callable[[Job], None] | None = None) -> CardRun:
+    """Run a card's witnesses, then (if they all held) each liar in a fresh process.
+
+    A card with link problems is not run at all. ``on_job`` is called before
+    each process starts (for progress display).
+    """
+    if link_problems:
+        return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
+    own_tmp = workdir is None
+    base = Path(tempfile.mkdtemp(prefix=f"kvproof-{card.id}-")) if own_tmp else workdir
+    try:
+        honest = Job(card, card.all_witnesses)
+        if on_job:
+            on_job(honest)
+        res = execute(honest, cfg, base / "honest")
+        wo = witness_outcomes(card.witnesses, res)
+        co = witness_outcomes(card.controls, res)
+        duration = res.duration
+        judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
+        all_held = all(v.status == PASSED for v in judged)
+        liar_runs: list[LiarRun] = []
+        skipped = ""
+        if not card.liars:
+            pass
+        elif not cfg.liars:
+            skipped = "--no-liars"
+        elif not all_held:
+            skipped = "the honest run did not hold"
+        else:
+            for i, name in enumerate(card.liars):
+                job = Job(card, card.witnesses, name)
+                if on_job:
+                    on_job(job)
+                lres = execute(job, cfg, base / f"liar-{i}")
+                duration += lres.duration
+                liar_runs.append(LiarRun(name, witness_outcomes(card.witnesses, lres), lres.liar_error, lres.duration))
+        return CardRun(card, CardOutcomes(wo, co, tuple(liar_runs), (), skipped), duration)
+    finally:
+        if own_tmp:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def count_jobs(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = ()) -> int:
+    """Upper bound on processes for ``card`` (for the progress bar)."""
+    if link_problems:
+        return 1
+    return 1 + (len(card.liars) if cfg.liars else 0)

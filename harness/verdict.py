@@ -1,0 +1,297 @@
+"""Outcomes -> verdicts. Pure: no I/O, no clock, no globals.
+
+:func:`evaluate` turns a card and what happened when its witnesses ran into
+one of PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR with a one-line reason.
+Precedence, first match wins:
+
+1. ERROR      the card's refs, tests or liars do not resolve (nothing ran)
+2. FAILED     a witness failed an assertion (incl. Hypothesis falsifying), a
+              bound did not hold, or a control showed no difference
+3. ERROR      a witness raised a non-assertion exception, failed to collect,
+              timed out, crashed the interpreter, never ran, or recorded no
+              value for one of its bounds
+4. UNVERIFIED a witness or control skipped (missing oracle, optional dep)
+5. UNVERIFIED the card lists liars but they were not run (--no-liars)
+6. ERROR      a liar could not be applied (its module or target is broken)
+7. UNVERIFIED a listed liar has no run at all
+8. VACUOUS    a liar survived: every witness passed under it
+9. UNVERIFIED a liar's run was inconclusive (witnesses skipped under it)
+10. PROVEN    otherwise
+
+FAILED outranks ERROR: a refutation stands even if another witness is broken.
+Under a liar, a witness that fails *or errors* catches it (the witnesses
+would not pass that wrong implementation); only skips are inconclusive.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from harness.cards import Bound, Card, Witness
+
+PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR = "PROVEN", "FAILED", "VACUOUS", "UNVERIFIED", "ERROR"
+VERDICTS = (PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR)
+
+# node / witness statuses
+PASSED, FAIL, ERR, SKIPPED, NOT_RUN = "passed", "failed", "error", "skipped", "not_run"
+_WORST = (FAIL, ERR, NOT_RUN, SKIPPED, PASSED)  # aggregation order for parametrized witnesses
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One pytest node's outcome, as streamed by the plugin (or synthesised by run.py)."""
+
+    nodeid: str
+    outcome: str  # passed | failed | error | skipped
+    duration: float = 0.0  # seconds, setup + call + teardown
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""  # one line: "AssertionError: ..." or the skip reason
+    failure: str = ""  # full text: traceback, Hypothesis falsifying example
+    location: str = ""  # "file.py:LINE" of the failure, when known
+    hypothesis: Mapping[str, Any] | None = None  # {seed, profile, example, reproduce}
+
+
+@dataclass(frozen=True)
+class WitnessOutcome:
+    """Every node run for one witness (several when it is parametrized)."""
+
+    witness_id: str
+    nodes: tuple[NodeResult, ...] = ()
+    not_run_reason: str = ""  # why there are no nodes (e.g. the process died earlier)
+
+    @property
+    def status(self) -> str:
+        if not self.nodes:
+            return NOT_RUN
+        found = {n.outcome for n in self.nodes}
+        return next(s for s in _WORST if s in found)
+
+    @property
+    def duration(self) -> float:
+        return sum(n.duration for n in self.nodes)
+
+    @property
+    def evidence(self) -> Mapping[str, Any]:
+        """The evidence of a single node; for parametrized witnesses, keyed by node id."""
+        if len(self.nodes) == 1:
+            return self.nodes[0].evidence
+        return {n.nodeid: n.evidence for n in self.nodes}
+
+    def first(self, status: str) -> NodeResult | None:
+        return next((n for n in self.nodes if n.outcome == status), None)
+
+
+@dataclass(frozen=True)
+class LiarRun:
+    """The card's witnesses run in a fresh process with one liar patched in."""
+
+    name: str
+    witnesses: tuple[WitnessOutcome, ...] = ()
+    apply_error: str = ""  # the liar could not be applied
+    duration: float = 0.0
+
+
+@dataclass(frozen=True)
+class CardOutcomes:
+    """What happened when a card ran. Missing witness outcomes count as not run."""
+
+    witnesses: tuple[WitnessOutcome, ...] = ()
+    controls: tuple[WitnessOutcome, ...] = ()
+    liars: tuple[LiarRun, ...] = ()
+    link_problems: tuple[str, ...] = ()  # non-empty: ERROR without running
+    liars_skipped: str = ""  # why liars were not run ("--no-liars", "honest run FAILED")
+
+
+# ---------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """One bound evaluated on one node's evidence. ``holds`` None: could not evaluate."""
+
+    key: str
+    op: str
+    limit: Any
+    actual: Any
+    holds: bool | None
+    nodeid: str = ""
+
+    def describe(self) -> str:
+        if self.holds is None:
+            return f"`{self.key}` {self.actual}"  # actual carries the reason text
+        return f"{self.key} = {_fmt(self.actual)} (bound {self.op} {_fmt(self.limit)})"
+
+
+@dataclass(frozen=True)
+class WitnessVerdict:
+    """A witness or control after its bounds were applied."""
+
+    witness_id: str
+    kind: str  # witness | control
+    status: str  # passed | failed | error | skipped | not_run
+    why: str = ""  # one line when not passed
+    checks: tuple[BoundCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class LiarVerdict:
+    name: str
+    status: str  # caught | survived | not_run | error | inconclusive
+    caught_by: tuple[str, ...] = ()  # witness ids that failed or errored under the liar
+    why: str = ""
+    witnesses: tuple[WitnessVerdict, ...] = ()
+
+    @property
+    def caught(self) -> bool:
+        return self.status == "caught"
+
+
+@dataclass(frozen=True)
+class CardVerdict:
+    card_id: str
+    verdict: str
+    reason: str
+    witnesses: tuple[WitnessVerdict, ...] = ()
+    controls: tuple[WitnessVerdict, ...] = ()
+    liars: tuple[LiarVerdict, ...] = ()
+
+
+# ---------------------------------------------------------------- bounds
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3e}"
+    return repr(value)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "") -> BoundCheck:
+    """Evaluate one bound; NaN never satisfies an ordering bound."""
+    if bound.key not in evidence:
+        return BoundCheck(bound.key, bound.op, bound.limit,
+                          f"was not recorded; the witness must call evidence.record({bound.key!r}, value)",
+                          None, nodeid)
+    actual = evidence[bound.key]
+    if bound.op in ("eq", "ne"):
+        holds = (actual == bound.limit) == (bound.op == "eq")
+        return BoundCheck(bound.key, bound.op, bound.limit, actual, holds, nodeid)
+    if not _is_number(actual):
+        return BoundCheck(bound.key, bound.op, bound.limit,
+                          f"= {actual!r} is not a number (bound {bound.op} {bound.limit!r})", None, nodeid)
+    if isinstance(actual, float) and math.isnan(actual):
+        return BoundCheck(bound.key, bound.op, bound.limit, actual, False, nodeid)
+    holds = {"le": actual <= bound.limit, "lt": actual < bound.limit,
+             "ge": actual >= bound.limit, "gt": actual > bound.limit}[bound.op]
+    return BoundCheck(bound.key, bound.op, bound.limit, actual, bool(holds), nodeid)
+
+
+def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVerdict:
+    """Node outcomes + the witness's bounds -> one status and why."""
+    kind = witness.kind
+    if outcome is None or not outcome.nodes:
+        why = (outcome.not_run_reason if outcome else "") or "did not run"
+        return WitnessVerdict(witness.id, kind, NOT_RUN, why)
+    status = outcome.status
+    checks = tuple(check_bound(b, n.evidence, n.nodeid) for n in outcome.nodes for b in witness.bounds)
+    if status != PASSED:  # the node's own outcome decides; checks are kept for display
+        node = outcome.first(status)
+        assert node is not None
+        why = node.message or status
+        if node.location:
+            why += f" ({node.location})"
+        return WitnessVerdict(witness.id, kind, status, why, checks)
+    missing = [c for c in checks if c.holds is None]
+    broken = [c for c in checks if c.holds is False]
+    if broken:
+        return WitnessVerdict(witness.id, kind, FAIL, broken[0].describe(), checks)
+    if missing:
+        return WitnessVerdict(witness.id, kind, ERR, missing[0].describe(), checks)
+    return WitnessVerdict(witness.id, kind, PASSED, "", checks)
+
+
+def _by_id(outcomes: tuple[WitnessOutcome, ...]) -> dict[str, WitnessOutcome]:
+    return {o.witness_id: o for o in outcomes}
+
+
+def judge_liar(card: Card, run: LiarRun | None, name: str) -> LiarVerdict:
+    if run is None:
+        return LiarVerdict(name, NOT_RUN, why="not run")
+    if run.apply_error:
+        return LiarVerdict(name, ERR, why=f"could not be applied: {run.apply_error}")
+    got = _by_id(run.witnesses)
+    judged = tuple(judge_witness(w, got.get(w.id)) for w in card.witnesses)
+    caught_by = tuple(v.witness_id for v in judged if v.status in (FAIL, ERR))
+    if caught_by:
+        return LiarVerdict(name, "caught", caught_by, "", judged)
+    if any(v.status in (SKIPPED, NOT_RUN) for v in judged):
+        return LiarVerdict(name, "inconclusive", (), "witnesses skipped or did not run under it", judged)
+    return LiarVerdict(name, "survived", (), f"all {len(judged)} witness(es) passed under it", judged)
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _more(items: list, shown: int = 1) -> str:
+    rest = len(items) - shown
+    return f" (+{rest} more)" if rest > 0 else ""
+
+
+def evaluate(card: Card, outcomes: CardOutcomes) -> CardVerdict:
+    """Decide the card's verdict; see the module docstring for the precedence."""
+    if outcomes.link_problems:
+        probs = list(outcomes.link_problems)
+        return CardVerdict(card.id, ERROR, f"not run: {probs[0]}{_more(probs)}")
+    got_w, got_c = _by_id(outcomes.witnesses), _by_id(outcomes.controls)
+    wv = tuple(judge_witness(w, got_w.get(w.id)) for w in card.witnesses)
+    cv = tuple(judge_witness(c, got_c.get(c.id)) for c in card.controls)
+    lv = tuple(judge_liar(card, next((r for r in outcomes.liars if r.name == n), None), n) for n in card.liars)
+    if outcomes.liars_skipped:
+        lv = tuple(LiarVerdict(v.name, NOT_RUN, why=f"not run: {outcomes.liars_skipped}") if v.status == NOT_RUN else v
+                   for v in lv)
+
+    def result(verdict: str, reason: str) -> CardVerdict:
+        return CardVerdict(card.id, verdict, reason, wv, cv, lv)
+
+    failed = [v for v in wv + cv if v.status == FAIL]
+    if failed:
+        v = failed[0]
+        if v.kind == "control":
+            lead = f"control {v.witness_id} showed no difference"
+        else:
+            lead = f"witness {v.witness_id} failed"
+        return result(FAILED, f"{lead}: {v.why}{_more(failed)}")
+    errors = [v for v in wv + cv if v.status in (ERR, NOT_RUN)]
+    if errors:
+        v = errors[0]
+        return result(ERROR, f"{v.kind} {v.witness_id}: {v.why}{_more(errors)}")
+    skipped = [v for v in wv + cv if v.status == SKIPPED]
+    if skipped:
+        v = skipped[0]
+        return result(UNVERIFIED, f"{v.kind} {v.witness_id} skipped: {v.why}{_more(skipped)}")
+    if card.liars and outcomes.liars_skipped and any(v.status == NOT_RUN for v in lv):
+        return result(UNVERIFIED, f"witnesses hold, but liars were not run ({outcomes.liars_skipped})")
+    for status, verdict in ((ERR, ERROR), (NOT_RUN, UNVERIFIED)):
+        bad = [v for v in lv if v.status == status]
+        if bad:
+            return result(verdict, f"liar {bad[0].name} {bad[0].why}{_more(bad)}")
+    survived = [v for v in lv if v.status == "survived"]
+    if survived:
+        names = ", ".join(v.name for v in survived)
+        return result(VACUOUS, f"liar {names} survived: {survived[0].why}")
+    inconclusive = [v for v in lv if v.status == "inconclusive"]
+    if inconclusive:
+        return result(UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
+    parts = [f"{len(wv)} witness(es) passed"]
+    if cv:
+        parts.append(f"{len(cv)} control(s) showed their difference")
+    if lv:
+        parts.append(f"{len(lv)}/{len(lv)} liar(s) caught")
+    return result(PROVEN, ", ".join(parts))
