@@ -24,7 +24,7 @@ oracle: setup
 	$(BIN)/python run_obligations.py oracle export --if-missing
 
 verify: oracle
-	$(BIN)/python -m impl generate "The capital of France is" -n 12
+	$(BIN)/python run_obligations.py run
 
 test: oracle
 	$(BIN)/python -m pytest -q

@@ -57,8 +57,8 @@ def causal_attention(
 ) -> np.ndarray:
     """Attention for T new queries whose K/V are already in rows [start, start+T).
 
-    q: (T, Hkv, G, D); returns (T, Hkv * G * D) float32. ``cache`` provides
-    ``pos`` and ``keys_values(layer, lo, hi)``.
+    q: (T, Hkv, G, D); returns (T, Hkv * G * D) float32. ``cache`` is any
+    ``impl.kv.KVStore``: it provides ``pos`` and ``view(layer, hi)``.
     """
     t = q.shape[0]
     out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
@@ -66,6 +66,6 @@ def causal_attention(
     for i in range(t):
         hi = start + i + 1
         lo = window_lo(pos, hi, window)
-        k, v = cache.keys_values(layer, 0, hi)
-        out[i] = attend_one(q[i], k, v, scale, lo).reshape(-1)
+        k, v, base = cache.view(layer, hi)  # rows [base, hi)
+        out[i] = attend_one(q[i], k, v, scale, max(lo - base, 0)).reshape(-1)
     return out

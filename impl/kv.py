@@ -19,8 +19,44 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Protocol
+
 from impl.errors import CacheError
 from impl.rope import RopeTable, apply_rope
+
+
+class KVStore(Protocol):
+    """What the forward pass and attention need from any KV cache design.
+
+    Rows are cache entries in the order they were appended; ``pos[i]`` is
+    row i's absolute RoPE position. Contiguous (``KVCache``), paged and ring
+    caches implement this; ``Session`` works over any of them.
+    """
+
+    def __len__(self) -> int: ...
+
+    @property
+    def pos(self) -> np.ndarray:
+        """(n_rows,) int64 absolute positions, ascending."""
+
+    def reserve(self, t: int) -> np.ndarray:
+        """Open t rows at the end; return their positions (t,) int64."""
+
+    def rollback(self, n: int) -> None:
+        """Forget rows past n (undo a reserve whose forward failed)."""
+
+    def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """Store rows [start, start+T) of one layer; each input (T, kv_dim) float32."""
+
+    def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """K, V of rows [base, hi) in row order as (hi - base, kv_dim) float32, and base.
+
+        base is 0 when every row is held; a cache that drops old rows (a
+        ring) returns the first row it still has.
+        """
+
+    def clone(self) -> "KVStore":
+        """An independent copy (a paged cache may share blocks copy-on-write)."""
 
 
 class KVCache:
@@ -74,9 +110,9 @@ class KVCache:
         """Bytes of K, k_raw, V and pos held for the entries in use."""
         return self._n * (3 * self.n_layers * self.kv_dim * 4 + 8)
 
-    def keys_values(self, layer: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """K and V rows [lo, hi) of ``layer``: two (hi - lo, kv_dim) views."""
-        return self._k[layer][lo:hi], self._v[layer][lo:hi]
+    def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """K and V rows [0, hi) of ``layer``: two (hi, kv_dim) views, and base 0."""
+        return self._k[layer][:hi], self._v[layer][:hi], 0
 
     # ---- write side (used by the forward pass) ---------------------------
     def reserve(self, t: int) -> np.ndarray:
