@@ -40,6 +40,20 @@ class Linear:
         self.blocks = [np.ascontiguousarray(wt[:, s : s + cols]) for s in range(0, self.n_out, cols)]
         self.offsets = [s for s in range(0, self.n_out, cols)]
 
+    @classmethod
+    def from_blocks(cls, blocks: list[np.ndarray]) -> "Linear":
+        """Rebuild from ``blocks`` as returned by ``.blocks`` (e.g. memory-mapped)."""
+        self = cls.__new__(cls)
+        self.blocks = list(blocks)
+        self.n_in = blocks[0].shape[0]
+        self.offsets, s = [], 0
+        for b in blocks:
+            assert b.ndim == 2 and b.shape[0] == self.n_in and b.dtype == np.float32
+            self.offsets.append(s)
+            s += b.shape[1]
+        self.n_out = s
+        return self
+
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.blocks)

@@ -21,7 +21,8 @@ from impl.model.gguf_load import read_gguf
 from impl.model.llama import Llama
 from impl.model.session import Session
 from impl.model.tokenizer import BPETokenizer
-from impl.model.weights import resolve_weights
+from impl.model import f32cache
+from impl.model.weights import check_default, resolve_weights, sha256_file
 
 __all__ = ["Model", "ModelConfig", "Session", "load_model"]
 
@@ -89,6 +90,10 @@ _lock = threading.Lock()
 def load_model(path: str | os.PathLike | None = None) -> Model:
     """Load (once per process) the GGUF at ``path``, ``KVPROOF_GGUF`` or the default.
 
+    The first load of a file dequantises it (seconds) and writes a float32
+    cache (impl.model.f32cache, ``.cache/weights/``); later loads
+    memory-map that cache after checking its sha256 (well under a second).
+
     Raises impl.errors.WeightsMissing / WeightsCorrupt with a message that
     says how to fix it.
     """
@@ -96,9 +101,16 @@ def load_model(path: str | os.PathLike | None = None) -> Model:
     key = (str(wf.path.resolve()), wf.path.stat().st_mtime_ns)
     with _lock:
         if key not in _cache:
-            if wf.is_default:
-                resolve_weights(wf.path, verify=True)  # sha256 once per process
-            g = read_gguf(wf.path)
-            _cache[key] = Model(Llama(g.config, g.tensors), BPETokenizer(g.tokens, g.token_types, g.merges),
-                                wf.path, wf.is_default)
+            sha = sha256_file(wf.path)  # once per process: keys the f32 cache, verifies the default file
+            check_default(wf, sha)
+            hit = f32cache.load(sha)
+            if hit is not None:
+                config, state, tok_json = hit
+                llama, tok = Llama.from_state(config, state), BPETokenizer.from_json(tok_json)
+            else:
+                g = read_gguf(wf.path)
+                llama, tok = Llama(g.config, g.tensors), BPETokenizer(g.tokens, g.token_types, g.merges)
+                f32cache.store(sha, g.config, llama.state(), tok.to_json())
+            _cache[key] = Model(llama, tok, wf.path, wf.is_default)
+            _cache[key].weights_sha256 = sha
         return _cache[key]

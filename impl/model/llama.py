@@ -65,11 +65,55 @@ class Llama:
                     w_down=Linear(t("ffn_down")),
                 )
             )
-        tables: dict[float, RopeTable] = {}
-        self.ropes = [
-            tables.setdefault(c.theta(i), RopeTable(c.theta(i), c.head_dim, c.max_pos))
+        self._init_ropes()
+
+    LINEARS = ("wqkv", "wo", "w_gate_up", "w_down")
+    VECTORS = ("attn_norm", "ffn_norm")
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Every array the forward reads, in its final layout (for the float32 cache)."""
+        st = {"embed": self.embed, "norm": self.norm}
+        for bi, b in enumerate(self.head.blocks):
+            st[f"head.{bi}"] = b
+        for i, L in enumerate(self.layers):
+            for name in self.VECTORS:
+                st[f"blk.{i}.{name}"] = getattr(L, name)
+            for name in self.LINEARS:
+                for bi, b in enumerate(getattr(L, name).blocks):
+                    st[f"blk.{i}.{name}.{bi}"] = b
+        return st
+
+    @classmethod
+    def from_state(cls, config: ModelConfig, st: dict[str, np.ndarray]) -> "Llama":
+        """Inverse of ``state``: no dequantisation, no copies (arrays may be memory-mapped)."""
+        self = cls.__new__(cls)
+        self.config = c = config
+
+        def blocks(prefix: str) -> list[np.ndarray]:
+            out, bi = [], 0
+            while f"{prefix}.{bi}" in st:
+                out.append(st[f"{prefix}.{bi}"])
+                bi += 1
+            return out
+
+        self.embed, self.norm = st["embed"], st["norm"]
+        self.head = Linear.from_blocks(blocks("head"))
+        self.layers = [
+            Layer(
+                attn_norm=st[f"blk.{i}.attn_norm"], ffn_norm=st[f"blk.{i}.ffn_norm"],
+                **{name: Linear.from_blocks(blocks(f"blk.{i}.{name}")) for name in cls.LINEARS},
+            )
             for i in range(c.n_layers)
         ]
+        self._init_ropes()
+        return self
+
+    def _init_ropes(self) -> None:
+        c = self.config
+        tables: dict[float, RopeTable] = {}  # one table per distinct base, shared by its layers
+        for theta in sorted({c.theta(i) for i in range(c.n_layers)}):
+            tables[theta] = RopeTable(theta, c.head_dim, c.max_pos)
+        self.ropes = [tables[c.theta(i)] for i in range(c.n_layers)]
         self.scale = 1.0 / np.sqrt(c.head_dim)
 
     @property

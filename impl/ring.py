@@ -1,0 +1,516 @@
+"""The ring KV cache: memory sized to the session, windows as rings, int8 storage.
+
+Each layer holds its keys and values in ``slots`` rows addressed by
+``slot = pos % slots``. A layer starts at the caller's ``hint`` and doubles on
+demand up to its cap: a local (windowed) layer's cap is its window, after
+which it wraps as a ring; a global layer's cap is ``max_seq_len``.
+
+NOTE: the one invariant that makes growth safe. A ring only wraps once it is
+at its cap, and at its cap it never grows; while it is shorter than its cap
+every written position sits at slot == pos. So growing copies slots
+[0, slots) to the same slots of the larger buffer and cannot scramble what is
+written (``_RingLayer.grow`` asserts it). A growth that re-lays slots in ring
+order (as a deque does) is right only for a wrapped ring and scrambles this
+one (liar ``ring.grow_ignores_wrap``, card RING-T1).
+
+Layout of one layer (``_RingLayer.buf``, slots on the first axis):
+    f32   k  (slots, Hkv * Dk) float32          v  (slots, Hkv * Dv) float32
+    int8  kq (slots, Hkv, Dk) int8   ks (slots, Hkv) float32 scale
+          vq (slots, Hkv, Dv) int8   vs (slots, Hkv) float32 scale
+An int8 cache never allocates the float32 K/V buffers; reading dequantises
+the rows asked for into transient float32 arrays (what attention multiplies).
+
+``span(layer, pos)`` is the inclusive range of positions a query at ``pos``
+may attend: the window for a local layer, everything for a global one,
+clamped to what the ring holds so a layer never reads a slot as its own past.
+A global layer that has run past ``max_seq_len`` is saturated
+(``is_saturated``): it still answers, over its most recent ``max_seq_len``
+positions, and says so.
+
+``RingKVStore`` adapts a ``RingCache`` to the ``impl.kv.KVStore`` protocol a
+``Session`` runs on; ``session_cache`` builds one (``Model.session(cache="ring")``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from impl.errors import CacheError
+from impl.quant import dequantize, quantize
+
+Position = int  # absolute token position, 0-based
+Slot = int  # row index inside one layer's ring buffer
+Encoded = dict  # codec field name -> (T, ...) array: one precision's stored form of T rows
+
+PRECISIONS = ("f32", "int8")
+OVERFLOW = ("refuse", "clamp")
+
+
+class ContextFull(CacheError):
+    """The session would run a layer that needs all its history past ``max_seq_len``."""
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    """Geometry and reach of a ring cache: one flat record.
+
+    ``window``: the attention window of every local layer (None: no local
+    layers). ``global_layers``: layers that attend to everything; their cap
+    is ``max_seq_len``. Raises CacheError for a geometry it cannot hold.
+    """
+
+    num_layers: int             # decoder blocks with a KV cache
+    num_kv_heads: int           # key/value heads per layer
+    k_head_dim: int             # width of one key head
+    v_head_dim: int             # width of one value head
+    max_seq_len: int            # the most positions any layer stores (a global layer's cap)
+    window: int | None = None   # local layers' window in positions; None = every layer global
+    global_layers: tuple[int, ...] = ()  # layers that attend to everything
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_kv_heads", "k_head_dim", "v_head_dim", "max_seq_len"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise CacheError(f"{name}={val!r} is not allowed: use an int >= 1")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer))
+                                        or self.window < 1):
+            raise CacheError(f"window={self.window!r} is not allowed: use an int >= 1, or None for no local layers")
+        gl = tuple(int(i) for i in self.global_layers)
+        bad = [i for i in gl if not 0 <= i < self.num_layers]
+        if bad:
+            raise CacheError(f"global_layers={list(gl)}: layer {bad[0]} is outside 0..{self.num_layers - 1}")
+        object.__setattr__(self, "global_layers", tuple(sorted(set(gl))))
+
+    @property
+    def k_dim(self) -> int:
+        """Width of one position's key row: num_kv_heads * k_head_dim."""
+        return self.num_kv_heads * self.k_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.num_kv_heads * self.v_head_dim
+
+    def is_global(self, layer: int) -> bool:
+        return self.window is None or layer in self.global_layers
+
+    def reach(self, layer: int) -> int | None:
+        """How far back ``layer`` attends: its window, or None (everything) for a global layer."""
+        return None if self.is_global(layer) else int(self.window)
+
+    def cap(self, layer: int) -> int:
+        """The most slots ``layer`` ever holds: its window (at most max_seq_len), or max_seq_len."""
+        r = self.reach(layer)
+        return self.max_seq_len if r is None else min(r, self.max_seq_len)
+
+
+# ---- codecs: how one precision stores rows ------------------------------------------------
+
+class F32Codec:
+    """Rows stored as given: k (T, Hkv*Dk), v (T, Hkv*Dv) float32."""
+
+    name = "f32"
+
+    def __init__(self, cfg: RingConfig) -> None:
+        self.cfg = cfg
+
+    def alloc(self, slots: int) -> Encoded:
+        c = self.cfg
+        return {"k": np.zeros((slots, c.k_dim), np.float32), "v": np.zeros((slots, c.v_dim), np.float32)}
+
+    def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
+        return {"k": np.asarray(k, np.float32), "v": np.asarray(v, np.float32)}
+
+    def decode(self, enc: Encoded) -> tuple[np.ndarray, np.ndarray]:
+        return enc["k"], enc["v"]
+
+
+class Int8Codec:
+    """Per (row, KV head) symmetric int8: integers plus one float32 scale each (impl.quant)."""
+
+    name = "int8"
+
+    def __init__(self, cfg: RingConfig) -> None:
+        self.cfg = cfg
+
+    def alloc(self, slots: int) -> Encoded:
+        c = self.cfg
+        h = c.num_kv_heads
+        return {
+            "kq": np.zeros((slots, h, c.k_head_dim), np.int8), "ks": np.ones((slots, h), np.float32),
+            "vq": np.zeros((slots, h, c.v_head_dim), np.int8), "vs": np.ones((slots, h), np.float32),
+        }
+
+    def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
+        c = self.cfg
+        t = k.shape[0]
+        kq, ks = quantize(np.asarray(k, np.float32).reshape(t, c.num_kv_heads, c.k_head_dim), 8)  # (T, Hkv, Dk), (T, Hkv)
+        vq, vs = quantize(np.asarray(v, np.float32).reshape(t, c.num_kv_heads, c.v_head_dim), 8)
+        return {"kq": kq, "ks": ks, "vq": vq, "vs": vs}
+
+    def decode(self, enc: Encoded) -> tuple[np.ndarray, np.ndarray]:
+        t = enc["kq"].shape[0]
+        k = dequantize(enc["kq"], enc["ks"]).reshape(t, self.cfg.k_dim)  # (T, Hkv*Dk) float32
+        v = dequantize(enc["vq"], enc["vs"]).reshape(t, self.cfg.v_dim)
+        return k, v
+
+
+CODECS = {"f32": F32Codec, "int8": Int8Codec}
+
+
+def _rows(enc: Encoded, sel) -> Encoded:
+    return {name: a[sel] for name, a in enc.items()}
+
+
+# ---- one layer -------------------------------------------------------------------------------
+
+class _RingLayer:
+    """One layer's ring: buffers with ``slots`` rows, its cap, and its high-water mark.
+
+    ``high`` is one past the highest position written; the ring holds
+    positions [max(low, high - slots), high) (with a gap write, some of
+    them were never written and read as zeros). ``low`` only rises when a
+    rollback forgets positions whose slots had already been reused.
+    """
+
+    def __init__(self, codec, slots: int, cap: int) -> None:
+        self.codec, self.cap = codec, cap
+        self.slots = slots
+        self.buf: Encoded = codec.alloc(slots)  # name -> (slots, ...)
+        self.high = 0
+        self.low = 0
+
+    def slots_for(self, pos: Position) -> int:
+        """Slots this layer has once ``pos`` is written (one growth step, as ``ensure`` takes)."""
+        if pos < self.slots or self.slots >= self.cap:
+            return self.slots
+        return min(self.cap, max(2 * self.slots, pos + 1))
+
+    def ensure(self, pos: Position) -> None:
+        """Grow (doubling, at least to pos + 1, at most to cap) so ``pos`` is addressable."""
+        want = self.slots_for(pos)
+        if want != self.slots:
+            self.grow(want)
+
+    def grow(self, new_slots: int) -> None:
+        # NOTE: valid only because a ring below its cap has never wrapped (slot == pos).
+        assert self.high <= self.slots < new_slots <= self.cap, (self.high, self.slots, new_slots, self.cap)
+        fresh = self.codec.alloc(new_slots)
+        for name, a in self.buf.items():
+            fresh[name][: self.slots] = a
+        self.buf, self.slots = fresh, new_slots
+
+    def held(self) -> tuple[Position, Position]:
+        """Positions [lo, hi) the ring holds."""
+        return max(self.low, self.high - self.slots, 0), self.high
+
+    def forget_from(self, n: Position) -> None:
+        """Forget positions >= n; positions whose slots they reused are gone too."""
+        if self.high > n:
+            self.low = max(self.low, self.high - self.slots)
+            self.high = max(n, self.low)
+
+    def put(self, start: Position, enc: Encoded) -> None:
+        """Store encoded rows for positions [start, start + T)."""
+        t = next(iter(enc.values())).shape[0]
+        if t == 0:
+            return
+        oldest = self.high - self.slots
+        if start < oldest:
+            raise CacheError(
+                f"write at pos={start}: the ring already holds positions up to {self.high - 1} in {self.slots} "
+                f"slots, so positions below {oldest} are gone; write positions in ascending order"
+            )
+        self.ensure(start + t - 1)
+        if t > self.slots:  # only the last `slots` rows survive the wrap
+            enc, start, t = _rows(enc, slice(t - self.slots, t)), start + t - self.slots, self.slots
+        idx = np.arange(start, start + t) % self.slots  # (T,) distinct slots
+        for name, a in enc.items():
+            self.buf[name][idx] = a
+        self.high = max(self.high, start + t)
+
+    def take(self, lo: Position, hi: Position) -> Encoded:
+        """Encoded rows for positions [lo, hi) in position order (views when they do not wrap)."""
+        h_lo, h_hi = self.held()
+        if lo < h_lo or hi > h_hi or lo > hi:
+            raise CacheError(f"read of positions {lo}..{hi - 1}: the ring holds {h_lo}..{h_hi - 1} only")
+        s = lo % self.slots
+        if s + (hi - lo) <= self.slots:
+            return _rows(self.buf, slice(s, s + hi - lo))
+        return _rows(self.buf, np.arange(lo, hi) % self.slots)
+
+    def arrays(self) -> list[np.ndarray]:
+        return list(self.buf.values())
+
+    def clone(self) -> "_RingLayer":
+        c = _RingLayer.__new__(_RingLayer)
+        c.codec, c.cap, c.slots, c.high, c.low = self.codec, self.cap, self.slots, self.high, self.low
+        c.buf = {name: a.copy() for name, a in self.buf.items()}
+        return c
+
+
+# ---- the cache -------------------------------------------------------------------------------
+
+class RingCache:
+    """Decode-time K/V for one session: per-layer rings sized by ``hint``, f32 or int8.
+
+    ``hint``: positions the session is expected to reach; it sizes the first
+    allocation (at most each layer's cap). Exceeding it grows, never fails.
+    ``precision``: "f32" (stores what it is given) or "int8" (per (slot, KV
+    head) symmetric int8, see impl.quant). Fixed at construction because it
+    decides the allocation. Raises CacheError for a bad hint or precision.
+    """
+
+    def __init__(self, config: RingConfig, hint: int = 64, precision: str = "f32") -> None:
+        if precision not in CODECS:
+            raise CacheError(f"precision={precision!r} is not allowed: use one of {', '.join(PRECISIONS)}")
+        if isinstance(hint, bool) or not isinstance(hint, (int, np.integer)) or hint < 1:
+            raise CacheError(f"hint={hint!r} is not allowed: use an int >= 1 (the positions you expect)")
+        self.config, self.precision = config, precision
+        self.codec = CODECS[precision](config)
+        self.layers = [_RingLayer(self.codec, min(int(hint), config.cap(i)), config.cap(i))
+                       for i in range(config.num_layers)]
+        self._pos = 0
+
+    # ---- positions ----------------------------------------------------------------------
+    @property
+    def pos(self) -> Position:
+        """The next position the decode path writes (positions advanced so far)."""
+        return self._pos
+
+    def advance(self, n: int = 1) -> None:
+        """Move on ``n`` positions; call once per decoded token after every layer wrote it."""
+        self._pos += n
+
+    # ---- writes and reads ----------------------------------------------------------------
+    def write_kv(self, layer: int, pos: Position, k: np.ndarray, v: np.ndarray) -> None:
+        """Store one position's key (k_dim,) and value (v_dim,) float32 in ``layer``."""
+        self.write_rows(layer, pos, np.asarray(k, np.float32).reshape(1, -1), np.asarray(v, np.float32).reshape(1, -1))
+
+    def write_rows(self, layer: int, start: Position, k: np.ndarray, v: np.ndarray) -> None:
+        """Store positions [start, start + T): k (T, k_dim), v (T, v_dim) float32."""
+        c = self.config
+        if k.shape[1:] != (c.k_dim,) or v.shape[1:] != (c.v_dim,) or k.shape[0] != v.shape[0]:
+            raise CacheError(f"write of k{k.shape}, v{v.shape}: expected (T, {c.k_dim}) and (T, {c.v_dim})")
+        self.layers[layer].put(start, self.codec.encode(k, v))
+
+    def put_encoded(self, layer: int, start: Position, enc: Encoded) -> None:
+        """Store rows already in this cache's stored form (no second quantisation)."""
+        self.layers[layer].put(start, enc)
+
+    def read(self, layer: int, lo: Position, hi: Position) -> tuple[np.ndarray, np.ndarray]:
+        """K (hi - lo, k_dim) and V (hi - lo, v_dim) float32 of positions [lo, hi), oldest first.
+
+        int8 rows come back dequantised (integers times their own slot's
+        scale). Raises CacheError if the ring no longer (or not yet) holds them.
+        """
+        return self.codec.decode(self.layers[layer].take(lo, hi))
+
+    def span(self, layer: int, pos: Position) -> tuple[Position, Position]:
+        """Inclusive (lo, hi=pos): the positions ``layer`` may attend at ``pos`` once pos is written.
+
+        The window for a local layer, 0.. for a global one, then clamped so
+        that hi - lo < the layer's slots: past its cap a ring never hands out
+        a slot that now holds a later position (itself) as the past.
+        """
+        reach = self.config.reach(layer)
+        lo = 0 if reach is None else max(0, pos + 1 - reach)
+        lo = max(lo, pos + 1 - self.layers[layer].slots_for(pos))
+        return lo, pos
+
+    def forget_from(self, n: Position) -> None:
+        """Forget positions >= n in every layer (undo writes of a failed forward)."""
+        for L in self.layers:
+            L.forget_from(n)
+        self._pos = min(self._pos, n)
+
+    # ---- state -----------------------------------------------------------------------------
+    def slots(self, layer: int) -> int:
+        """Current ring capacity of ``layer`` in positions."""
+        return self.layers[layer].slots
+
+    def is_saturated(self) -> bool:
+        """True once a layer that needs more history than its cap (a global layer) ran past the cap."""
+        c = self.config
+        for i, L in enumerate(self.layers):
+            reach = c.reach(i)
+            if (reach is None or reach > L.cap) and max(self._pos, L.high) > L.cap:
+                return True
+        return False
+
+    def arrays(self) -> list[np.ndarray]:
+        """Every buffer the cache holds (what ``bytes`` counts)."""
+        return [a for L in self.layers for a in L.arrays()]
+
+    def bytes(self) -> int:
+        """Bytes of every K/V (and scale) buffer held, at their current sizes."""
+        return sum(a.nbytes for a in self.arrays())
+
+    def clone(self) -> "RingCache":
+        """An independent deep copy."""
+        c = RingCache.__new__(RingCache)
+        c.config, c.precision, c.codec, c._pos = self.config, self.precision, self.codec, self._pos
+        c.layers = [L.clone() for L in self.layers]
+        return c
+
+
+# ---- the KVStore adapter -----------------------------------------------------------------------
+
+class RingKVStore:
+    """A ``RingCache`` behind the ``impl.kv.KVStore`` protocol (rows == positions).
+
+    The ring never evicts or renumbers, so it keeps no pre-RoPE keys:
+    ``write`` ignores ``k_raw``. ``pos`` is computed (0..n-1), not held.
+
+    NOTE: a multi-row chunk that would wrap a ring cannot be written in
+    place: ``Llama.forward`` writes all T rows of a layer before its T
+    queries attend, and row s would overwrite row s - cap that query s - 1
+    still needs. Such a chunk is staged (in the cache's own precision, so a
+    staged row reads back the same bits as a committed one) and committed
+    to the ring once the chunk's last query of that layer has been served.
+    Decode steps and chunks that end within the cap are written in place.
+
+    ``overflow``: "refuse" raises ContextFull from ``reserve`` instead of
+    letting a global layer run past ``max_seq_len``; "clamp" runs on over
+    the most recent ``max_seq_len`` positions with ``is_saturated()`` true.
+    """
+
+    def __init__(self, ring: RingCache, overflow: str = "refuse") -> None:
+        if overflow not in OVERFLOW:
+            raise CacheError(f"overflow={overflow!r} is not allowed: use one of {', '.join(OVERFLOW)}")
+        self.ring, self.overflow = ring, overflow
+        self._n = 0
+        self._staged: dict[int, tuple[Position, Encoded]] = {}  # layer -> (start, rows [start, n))
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def pos(self) -> np.ndarray:
+        """(n,) int64: row i is position i."""
+        return np.arange(self._n, dtype=np.int64)
+
+    def _limit(self) -> int | None:
+        """Positions the session may reach without saturating, or None if it can run on."""
+        c = self.ring.config
+        caps = [c.cap(i) for i in range(c.num_layers) if c.reach(i) is None or c.reach(i) > c.cap(i)]
+        return min(caps) if caps else None
+
+    def reserve(self, t: int) -> np.ndarray:
+        self.flush()
+        limit = self._limit()
+        if self.overflow == "refuse" and limit is not None and self._n + t > limit:
+            raise ContextFull(
+                f"reserve(t={t}) at length {self._n}: the ring's max_seq_len={limit} would be exceeded and a "
+                "global layer would lose history; start a new session, raise max_seq_len, or pass "
+                'overflow="clamp" to run on over the most recent positions (is_saturated() then reports it)'
+            )
+        start, self._n = self._n, self._n + t
+        return np.arange(start, self._n, dtype=np.int64)
+
+    def rollback(self, n: int) -> None:
+        """Forget rows >= n. Exact for a failed forward (its rows never displaced a row a later query
+        needs); rolling back further leaves the ring short of history, and a later ``view`` that needs
+        what is gone raises CacheError rather than reading a reused slot."""
+        self.ring.forget_from(n)
+        for layer, (start, enc) in list(self._staged.items()):
+            if n <= start:
+                del self._staged[layer]
+            else:
+                self._staged[layer] = (start, _rows(enc, slice(0, n - start)))
+        self._n = min(self._n, n)
+
+    def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        t = k.shape[0]
+        if t == 1 or start + t <= self.ring.layers[layer].cap:
+            self.ring.write_rows(layer, start, k, v)  # nothing a query of this chunk needs is overwritten
+        else:
+            self._staged[layer] = (start, self.ring.codec.encode(k, v))
+
+    def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+        lo, _ = self.ring.span(layer, hi - 1)
+        staged = self._staged.get(layer)
+        if staged is None:
+            k, v = self.ring.read(layer, lo, hi)
+            return k, v, lo
+        s0, enc = staged
+        parts = []
+        if lo < s0:
+            parts.append(self.ring.read(layer, lo, s0))
+        parts.append(self.ring.codec.decode(_rows(enc, slice(max(lo, s0) - s0, hi - s0))))
+        k = np.concatenate([p[0] for p in parts])  # fresh arrays: the ring may change below them
+        v = np.concatenate([p[1] for p in parts])
+        if hi == s0 + next(iter(enc.values())).shape[0]:
+            self._flush_layer(layer)  # the chunk's last query of this layer has its rows
+        return k, v, lo
+
+    def _flush_layer(self, layer: int) -> None:
+        start, enc = self._staged.pop(layer)
+        self.ring.put_encoded(layer, start, enc)
+
+    def flush(self) -> None:
+        """Commit staged rows to the rings and bring the ring's ``pos`` to the session length."""
+        for layer in list(self._staged):
+            self._flush_layer(layer)
+        if self.ring.pos < self._n:
+            self.ring.advance(self._n - self.ring.pos)
+
+    def clone(self) -> "RingKVStore":
+        self.flush()
+        c = RingKVStore(self.ring.clone(), self.overflow)
+        c._n = self._n
+        return c
+
+    # ---- the ring's own questions, after committing ------------------------------------------
+    def is_saturated(self) -> bool:
+        self.flush()
+        return self.ring.is_saturated()
+
+    def bytes(self) -> int:
+        """Bytes held: the rings' buffers (nothing is staged after a flush)."""
+        self.flush()
+        return self.ring.bytes()
+
+
+def session_cache(config, ropes=None, window=None, hint: int = 64, precision: str = "f32",
+                  max_seq_len: int | None = None, overflow: str = "refuse") -> RingKVStore:
+    """The ring store for a ``Session`` of a model with ``config`` (an impl.model ModelConfig).
+
+    ``window`` (the session's): one W, or one per layer with None marking a
+    global layer; every windowed layer must share the same W (the ring's
+    one window). ``max_seq_len`` defaults to the model's RoPE table length.
+    ``ropes`` is unused: the ring never renumbers, so it never re-rotates.
+    Raises CacheError for a window list with two different windows.
+    """
+    from impl.model.session import normalize_window
+
+    ws = normalize_window(window, config.n_layers)
+    local = sorted({w for w in ws if w is not None})
+    if len(local) > 1:
+        raise CacheError(f"window={list(ws)}: the ring takes one window for its local layers, got {local}; "
+                         "use one W (None for global layers)")
+    cfg = RingConfig(num_layers=config.n_layers, num_kv_heads=config.n_kv_heads, k_head_dim=config.head_dim,
+                     v_head_dim=config.head_dim, max_seq_len=int(max_seq_len or config.max_pos),
+                     window=local[0] if local else None,
+                     global_layers=tuple(i for i, w in enumerate(ws) if w is None))
+    return RingKVStore(RingCache(cfg, hint=hint, precision=precision), overflow=overflow)
+
+
+def smollm2_windows(window: int = 1024, n_layers: int = 30, every: int = 6) -> list[int | None]:
+    """Per-layer windows for SmolLM2 run as a hybrid: W on most layers, every ``every``-th layer global.
+
+    SmolLM2 has no native sliding layers; this is the configuration the RING
+    cards use (layers 5, 11, 17, 23, 29 global for the defaults).
+    """
+    return [None if (i + 1) % every == 0 else window for i in range(n_layers)]
+
+
+def reserved_bytes(config: RingConfig, precision: str = "f32") -> int:
+    """What reserving every local window and the full context for global layers would cost."""
+    per_row = sum(a.nbytes for a in CODECS[precision](config).alloc(1).values())
+    return sum(config.cap(i) for i in range(config.num_layers)) * per_row
+
+
+__all__: Sequence[str] = ["RingConfig", "RingCache", "RingKVStore", "ContextFull", "session_cache",
+                          "smollm2_windows", "reserved_bytes"]
