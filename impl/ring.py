@@ -368,8 +368,12 @@ class RingKVStore:
     queries attend, and row s would overwrite row s - cap that query s - 1
     still needs. Such a chunk is staged (in the cache's own precision, so a
     staged row reads back the same bits as a committed one) and committed
-    to the ring once the chunk's last query of that layer has been served.
-    Decode steps and chunks that end within the cap are written in place.
+    to the ring by the next ``reserve`` (or ``bytes``, ``clone``,
+    ``is_saturated``), i.e. once the forward that wrote it has finished: a
+    failed forward's ``rollback`` then drops it without having displaced a
+    row the retry needs. Decode steps and chunks that end within the cap
+    are written in place (a step at the cap reuses the slot of pos - cap,
+    which no query at pos or later reads).
 
     ``overflow``: "refuse" raises ContextFull from ``reserve`` instead of
     letting a global layer run past ``max_seq_len``; "clamp" runs on over
@@ -439,10 +443,8 @@ class RingKVStore:
         if lo < s0:
             parts.append(self.ring.read(layer, lo, s0))
         parts.append(self.ring.codec.decode(_rows(enc, slice(max(lo, s0) - s0, hi - s0))))
-        k = np.concatenate([p[0] for p in parts])  # fresh arrays: the ring may change below them
+        k = np.concatenate([p[0] for p in parts])  # fresh arrays: a flush may reuse the slots below them
         v = np.concatenate([p[1] for p in parts])
-        if hi == s0 + next(iter(enc.values())).shape[0]:
-            self._flush_layer(layer)  # the chunk's last query of this layer has its rows
         return k, v, lo
 
     def _flush_layer(self, layer: int) -> None:
