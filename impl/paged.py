@@ -229,6 +229,9 @@ class PagedSequence:
         ``hi`` of that layer's queries from the result until the sequence
         changes. When the table is a run of consecutive ids the result is a
         view of the pool's storage (no copy).
+
+        NOTE: read-only, like KVCache.view: the arrays may alias the pool's
+        storage, and a later write may change or a later view replace them.
         """
         self._check_live("view", f"layer={layer}, hi={hi}")
         g = self._gathered

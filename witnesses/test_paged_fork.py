@@ -1,0 +1,134 @@
+"""PKV-FORK: forks share blocks, copy on write, and each equals a fresh contiguous replay of its history."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from impl.model.session import Session
+from impl.paged import BlockPool, PagedSequence, session_cache
+from witnesses.synthetic import cache_delta, tiny_llama, token_ids
+from witnesses.test_paged_equiv import BLOCK_SIZES, KV_DIM, NL, contiguous, delta, feed, round_inputs
+
+PREFILL, DIVERGE = 5, 2  # the seed gate: fork after a 5-token prefill, then 2 different tokens each
+
+
+def diverged_forks(bs: int, seed: int):
+    """Prefill 5 rows, fork, append 2 different rows to each fork. Returns everything the gates check."""
+    rng = np.random.default_rng(seed)
+    prefill, ra, rb = round_inputs(PREFILL, rng), round_inputs(DIVERGE, rng), round_inputs(DIVERGE, rng)
+    pool = BlockPool(16, bs, NL, KV_DIM)
+    a = PagedSequence(pool)
+    feed(a, prefill)
+    b = a.fork()
+    counts_after_fork = [pool.refcount(x) for x in a.blocks]
+    out_a, out_b = feed(a, ra), feed(b, rb)
+    return dict(pool=pool, a=a, b=b, prefill=prefill, ra=ra, rb=rb, out_a=out_a, out_b=out_b,
+                counts_after_fork=counts_after_fork)
+
+
+def test_forks_diverge_copy_on_write_and_equal_fresh_contiguous_replays(evidence):
+    worst, cow_fired, counts = 0.0, {}, {}
+    for bs in BLOCK_SIZES:
+        f = diverged_forks(bs, 1000 + bs)
+        pool, a, b = f["pool"], f["a"], f["b"]
+        assert f["counts_after_fork"] == [2] * len(f["counts_after_fork"]), (
+            f"block_size={bs}: counts after fork {f['counts_after_fork']}, want every shared block at 2")
+        shared = PREFILL // bs  # index of the partly filled block the prefill ends in (if any)
+        partial = PREFILL % bs != 0
+        if partial:  # both forks wrote into it: each must now hold its own copy
+            assert a.blocks[shared] != b.blocks[shared], f"block_size={bs}: no copy-on-write"
+            assert pool.refcount(a.blocks[shared]) == 1 and pool.refcount(b.blocks[shared]) == 1
+        assert a.blocks[:shared] == b.blocks[:shared], f"block_size={bs}: full prefix blocks were copied"
+        assert all(pool.refcount(x) == 2 for x in a.blocks[:shared])
+        assert all(pool.refcount(x) == 1 for x in set(a.blocks[shared:]) | set(b.blocks[shared:]))
+        cow_fired[str(bs)] = partial
+        counts[str(bs)] = {x: pool.refcount(x) for x in sorted(set(a.blocks) | set(b.blocks))}
+        for seq, mine, out in ((a, "ra", "out_a"), (b, "rb", "out_b")):
+            ref = contiguous()  # a fresh contiguous replay of this fork's own history
+            feed(ref, f["prefill"])
+            want = feed(ref, f[mine])
+            d = max(delta(f[out], want), cache_delta(seq, ref))
+            worst = max(worst, d)
+            assert d == 0.0, f"block_size={bs}: fork with {mine} differs from its replay by {d}"
+        a.release()
+        b.release()
+        assert pool.num_free == pool.num_blocks, f"block_size={bs}: blocks left after releasing both forks"
+    evidence.record("max_abs_delta", worst)
+    evidence.record("cow_fired", cow_fired)
+    evidence.record("counts_after_divergence", counts)
+
+
+def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
+    """Session.fork() on a paged cache, random forks and divergent tokens, random block sizes."""
+    worst = {"delta": 0.0, "cases": 0}
+
+    @given(n_pre=st.integers(1, 12), n_a=st.integers(1, 6), n_b=st.integers(1, 6), forks=st.integers(1, 3),
+           bs=st.integers(1, 8), seed=st.integers(0, 9999))
+    def prop(n_pre, n_a, n_b, forks, bs, seed):
+        model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
+        cfg = model.config
+        pool = BlockPool(64, bs, cfg.n_layers, cfg.kv_dim)
+        ids = token_ids(n_pre + (forks + 1) * 6, seed)
+        pre = ids[:n_pre]
+        root = Session(model, cache=session_cache(cfg, model.ropes, pool=pool))
+        root.prefill(pre)
+        children = [root.fork() for _ in range(forks)]
+        sessions = [root, *children]
+        histories = []
+        for i, s in enumerate(sessions):  # each fork appends its own tokens, root last
+            own = ids[n_pre + 6 * i : n_pre + 6 * i + (n_a if i % 2 else n_b)]
+            got = s.prefill(own)
+            ref = Session(model)
+            ref.prefill(pre)
+            want = ref.prefill(own)
+            d = max(delta(got, want), cache_delta(s.cache, ref.cache))
+            worst["delta"] = max(worst["delta"], d)
+            assert d == 0.0, f"fork {i} differs from a fresh replay of its history by {d}"
+            histories.append(pre + own)
+        for s, h in zip(sessions, histories):  # and after all the others wrote: nothing leaked in
+            ref = Session(model)
+            ref.prefill(h)
+            assert cache_delta(s.cache, ref.cache) == 0.0
+        for s in sessions:
+            s.cache.release()
+        assert pool.num_free == pool.num_blocks
+        worst["cases"] += 1
+
+    prop()
+    evidence.record("max_abs_delta", worst["delta"])
+    evidence.record("examples", worst["cases"])
+
+
+# ---- real weights -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from impl.model import load_model
+
+    return load_model()
+
+
+def test_real_weights_forks_equal_contiguous_replays(smollm2, evidence):
+    """Fork a paged session after a prompt; one fork decodes greedily, the other is forced off course."""
+    cfg = smollm2.config
+    pool = BlockPool(16, 4, cfg.n_layers, cfg.kv_dim)
+    prompt = smollm2.tokenizer.encode("The best thing about living near the sea is")
+    a = smollm2.session(cache="paged", pool=pool)
+    a.prefill(prompt)
+    b = a.fork()
+    forced = smollm2.tokenizer.encode(" the")
+    toks_a = a.generate([], 4)  # a continues greedily
+    toks_b = b.generate(forced, 3)  # b is forced off a's path first
+    d, cases = 0.0, []
+    for s, history, toks in ((a, prompt, toks_a), (b, prompt + forced, toks_b)):
+        ref = smollm2.session()
+        want = ref.generate(history, len(toks))
+        cases.append(smollm2.tokenizer.decode(history[len(prompt):] + toks))
+        assert toks == want, f"fork tokens {toks} != fresh contiguous replay {want}"
+        d = max(d, delta(s.last_logits, ref.last_logits), cache_delta(s.cache, ref.cache))
+    evidence.record("max_abs_delta", d)
+    evidence.record("continuations", cases)
+    evidence.record("shared_blocks", sum(pool.refcount(x) == 2 for x in set(a.cache.blocks)))
+    assert d == 0.0
+    assert forced + toks_b != toks_a[: len(forced) + 3], "the forks did not diverge"
