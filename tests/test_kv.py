@@ -174,3 +174,16 @@ def test_failed_forward_leaves_the_cache_as_it_was(tiny):
     with pytest.raises(ValueError, match="token id=97"):
         s.prefill([1, 97])
     assert_same_cache(s.cache, snap)
+
+
+def test_session_truncate_rewinds_and_asks_for_a_token_next(tiny):
+    ids = prompt(8, seed=9)
+    s = Session(tiny)
+    s.prefill(ids)
+    s.truncate(5)
+    assert len(s) == 5 and s.last_logits is None
+    with pytest.raises(ValueError, match="give a prompt"):
+        s.generate([], 1)
+    b = Session(tiny)
+    b.prefill(ids[:5])
+    assert np.array_equal(s.prefill(ids[5:]), b.prefill(ids[5:]))

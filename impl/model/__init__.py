@@ -51,7 +51,8 @@ class Model:
         return Session(self.llama, window=window, cache=make_cache(self.llama, cache, window, **cache_options))
 
     def session_from_prefix(self, prefix: Session, suffix_ids: Sequence[int]) -> Session:
-        """Clone ``prefix`` (nothing shared) and prefill ``suffix_ids`` onto the clone."""
+        """Fork ``prefix`` (its cache cloned; a paged cache shares blocks copy-on-write)
+        and prefill ``suffix_ids`` onto the fork; ``prefix`` is left as it was."""
         s = prefix.fork()
         if len(suffix_ids):
             s.prefill(suffix_ids)

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from impl.errors import CacheError
-from impl.kv import KVCache
+from impl.kv import KVCache, KVStore
 from impl.model.llama import Llama
 
 
@@ -41,7 +41,7 @@ class Session:
     ``last_logits`` (vocab,) predicts the token after everything fed so far.
     """
 
-    def __init__(self, model: Llama, window=None, cache: KVCache | None = None) -> None:
+    def __init__(self, model: Llama, window=None, cache: KVStore | None = None) -> None:
         c = model.config
         self.model = model
         self.window = normalize_window(window, c.n_layers)
@@ -95,8 +95,20 @@ class Session:
             self.step(tok)
         return out
 
+    def truncate(self, n: int) -> None:
+        """Rewind to the first ``n`` positions (speculative decoding, retries).
+
+        ``last_logits`` is cleared: the next call must feed a token.
+        """
+        if not hasattr(self.cache, "truncate"):
+            raise CacheError(f"this session's cache ({type(self.cache).__name__}) cannot rewind; "
+                             "use a contiguous or paged cache")
+        self.cache.truncate(n)
+        self.last_logits = None
+
     def fork(self) -> "Session":
-        """An independent copy of this session (cache cloned, nothing shared)."""
+        """An independent copy of this session: the cache is cloned (a paged cache
+        shares blocks copy-on-write, which no write can observe)."""
         s = Session.__new__(Session)
         s.model, s.window = self.model, list(self.window)
         s.cache = self.cache.clone()
