@@ -1,4 +1,4 @@
-"""run_obligations.py command line: run | list | validate | show ID | new ID | oracle ...
+"""run_obligations.py command line: run | list | validate | show ID | status | history [ID] | new ID | oracle ...
 
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
 1 some selected card is not PROVEN, 2 bad usage or invalid cards,
@@ -9,11 +9,14 @@ The project root (where ``impl/``, ``witnesses/`` and ``obligations/`` live,
 and what paths in cards are relative to) is the folder of
 run_obligations.py, or ``KVPROOF_ROOT``. Cards are read from
 ``--cards DIR``, else ``KVPROOF_CARDS_DIR``, else ``<root>/obligations``.
+Every run writes a dated report folder and a ledger row under ``--reports
+DIR``, else ``KVPROOF_REPORTS_DIR``, else ``<root>/reports`` (see
+:mod:`harness.report.folder`); ``status`` exits 1 unless every card's last
+verdict is PROVEN and still bound to the same bytes.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -25,9 +28,8 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError, UsageError
 
-SUBCOMMANDS = ("run", "list", "validate", "show", "new", "oracle")
+SUBCOMMANDS = ("run", "list", "validate", "show", "status", "history", "new", "oracle")
 HARNESS_PARENT = Path(__file__).resolve().parents[1]
-LAST_VERDICTS = Path("reports") / "last-verdicts.json"
 
 
 # ---------------------------------------------------------------- context
@@ -53,6 +55,22 @@ def cards_dir(args: argparse.Namespace, root: Path) -> Path:
         source = "--cards" if getattr(args, "cards", None) else "KVPROOF_CARDS_DIR"
         raise UsageError(f"{source}={raw!r} is not a folder; give a folder of card YAML files")
     return path.resolve()
+
+
+def reports_dir(args: argparse.Namespace, root: Path) -> Path:
+    raw = getattr(args, "reports", None) or os.environ.get("KVPROOF_REPORTS_DIR")
+    if not raw:
+        return root / "reports"
+    path = Path(raw).expanduser()
+    return (path if path.is_absolute() else Path.cwd() / path).resolve()
+
+
+def _open_ledger(args: argparse.Namespace, root: Path):
+    """The ledger for reading, or None when no run has written one yet."""
+    from harness.ledger import FILENAME, Ledger
+
+    path = reports_dir(args, root) / FILENAME
+    return Ledger(path, create=False) if path.is_file() else None
 
 
 def _console(stderr: bool = False):
@@ -140,8 +158,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--json={args.json!r}: cannot write it: {exc}") from None
         console.print(f"wrote {path}")
-    _remember(root, doc)
+    _publish(args, root, doc, console)
     return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+
+
+def _publish(args: argparse.Namespace, root: Path, doc: dict[str, Any], console) -> None:
+    """Write the dated report folder and the ledger row; a report that cannot be written is a warning."""
+    from harness.ledger import LedgerError
+    from harness.report import folder as report_folder
+
+    reports = reports_dir(args, root)
+    try:
+        final = report_folder.publish(reports, doc, root)
+    except (OSError, LedgerError) as exc:
+        _console(stderr=True).print(f"[yellow]warning[/]: no report written to {reports}: {exc}", soft_wrap=True)
+        return
+    console.print(f"report {_shown_dir(final, root)}index.html", soft_wrap=True)
 
 
 def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
@@ -153,24 +185,6 @@ def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]
     except ImportError:
         return ()
     return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
-
-
-def _remember(root: Path, doc: dict[str, Any]) -> None:
-    """Keep each card's last verdict for `show` (the ledger of issue 8 will supersede this)."""
-    from harness.report import jsonfile
-
-    path = root / LAST_VERDICTS
-    try:
-        last = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
-        last = {}
-    for card in doc["cards"]:
-        last[card["id"]] = {"run_started": doc["header"]["started"], "profile": doc["header"]["profile"],
-                            "seed": doc["header"]["seed"], **card}
-    try:
-        jsonfile.write(last, path)
-    except OSError:
-        pass  # a read-only checkout still runs; only `show` loses its memory
 
 
 # ---------------------------------------------------------------- list / validate / show
@@ -222,7 +236,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     root = project_root()
     folder = cards_dir(args, root)
-    result, _, _ = _load(root, folder)
+    result, sites, _ = _load(root, folder)
     card = next((c for c in result.cards if c.id == args.id), None)
     if card is None:
         ids = [c.id for c in result.cards]
@@ -230,19 +244,89 @@ def cmd_show(args: argparse.Namespace) -> int:
                          f"`run_obligations.py list` shows the ids")
     console = _console()
     last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
-    path = root / LAST_VERDICTS
-    if path.is_file():
-        try:
-            last = json.loads(path.read_text(encoding="utf-8")).get(card.id)
-        except (OSError, ValueError):
-            last = None
-        if last is not None:
-            note = "" if last.get("fingerprint") == card.fingerprint else \
-                " (the card file has changed since; that verdict may not apply)"
+    ledger = _open_ledger(args, root)
+    if ledger is not None:
+        with ledger:
+            row = _status_rows(ledger, [card], root, sites, None)[0]
+            if row.last is not None:
+                last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id)}
+                note = "" if not row.changed else f" (STALE: {', '.join(row.changed)}; that verdict may not apply)"
     terminal.render_card(console, card, last, note)
     problems = result.link_problems(card.id)
     if problems:
         terminal.render_problems(console, problems, "problems:")
+    return 0
+
+
+# ---------------------------------------------------------------- status / history
+
+
+def _status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None):
+    from dataclasses import asdict
+
+    from harness.binding import bound_files
+    from harness.status import card_status
+
+    rows = []
+    for card in cards:
+        last = ledger.last(card.id) if ledger is not None else None
+        recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
+        current = [asdict(b) for b in bound_files(card, root, sites, _oracle_files(card, oracle_dir))] \
+            if last is not None else []
+        rows.append(card_status(card.id, card.title, last, recorded, current))
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from harness.cards import select
+    from harness.report import terminal
+    from harness.status import status_exit_code
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    result, sites, _ = _load(root, folder)
+    cards = select(result.cards, args.ids, ())
+    oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
+    ledger = _open_ledger(args, root)
+    try:
+        rows = _status_rows(ledger, cards, root, sites, oracle_dir)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    console = _console()
+    terminal.render_status(console, rows)
+    if ledger is None:
+        console.print(f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
+                      "run the obligations once (`run_obligations.py run`)")
+    if result.load_problems:
+        terminal.render_problems(_console(stderr=True), result.load_problems,
+                                 f"{len(result.load_problems)} problem(s) kept some cards from loading:")
+    return status_exit_code(rows)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from harness.report import terminal
+    from harness.report.view import history_marks
+
+    root = project_root()
+    ledger = _open_ledger(args, root)
+    console = _console()
+    if ledger is None:
+        console.print(f"no runs recorded in {_shown_dir(reports_dir(args, root), root)} yet")
+        return 0
+    with ledger:
+        if not args.ids:
+            terminal.render_runs(console, ledger.runs(args.limit))
+            return 0
+        known = {cid for (cid,) in ledger.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
+        for card_id in args.ids:
+            if card_id not in known:
+                from harness.cards import did_you_mean
+
+                raise UsageError(f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
+                                 "`run_obligations.py history` lists the runs")
+            past = ledger.history(card_id)
+            terminal.render_history(console, card_id, list(zip(past, history_marks(past, None)))[-args.limit:])
     return 0
 
 
@@ -324,10 +408,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
                     "UNVERIFIED / ERROR per card. `run` is the default command.")
-    sub = parser.add_subparsers(dest="command", metavar="{run,list,validate,show,new,oracle}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,list,validate,show,status,history,new,oracle}")
 
     def cards_opt(p: argparse.ArgumentParser) -> None:
         p.add_argument("--cards", metavar="DIR", help="folder of cards (default: obligations/, or KVPROOF_CARDS_DIR)")
+
+    def reports_opt(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--reports", metavar="DIR",
+                       help="folder of dated reports and ledger.sqlite (default: reports/, or KVPROOF_REPORTS_DIR)")
 
     run = sub.add_parser("run", help="run cards and print verdicts (default)")
     run.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs (KV-T*); default: all")
@@ -343,6 +431,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=60.0, metavar="S",
                      help="default per-witness timeout in seconds (a card's `timeout:` overrides it)")
     cards_opt(run)
+    reports_opt(run)
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list cards")
@@ -354,7 +443,19 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a card and its last verdict")
     show.add_argument("id", metavar="ID")
     cards_opt(show)
+    reports_opt(show)
     show.set_defaults(func=cmd_show)
+    status = sub.add_parser("status", help="each card's last verdict, STALE when its bound files changed since")
+    status.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs; default: all")
+    status.add_argument("--oracle-dir", metavar="DIR", help="oracle export folder the cards are bound to")
+    cards_opt(status)
+    reports_opt(status)
+    status.set_defaults(func=cmd_status)
+    hist = sub.add_parser("history", help="past runs, or past verdicts of the given cards")
+    hist.add_argument("ids", nargs="*", metavar="ID", help="card ids; default: list the runs")
+    hist.add_argument("--limit", type=int, default=20, metavar="N", help="newest N entries (default 20)")
+    reports_opt(hist)
+    hist.set_defaults(func=cmd_history)
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
     new.add_argument("id", metavar="ID")
     cards_opt(new)

@@ -44,21 +44,50 @@ def fmt_value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def headline(card: Card, outcomes: Iterable[WitnessOutcome]) -> dict[str, Any] | None:
-    """The measure shown beside a verdict: the largest max_abs_delta (or max_rel_delta)
-    any witness recorded, else the first numeric bound key; None when nothing was measured."""
-    outcomes = list(outcomes)
-    evidences = [n.evidence for o in outcomes for n in o.nodes]
-    for key, label in HEADLINE_KEYS:
-        values = [e[key] for e in evidences if _num(e.get(key))]
-        if values:
-            value = max(values, key=lambda v: (math.isnan(v) if isinstance(v, float) else False, v))
-            return {"key": key, "value": value, "text": f"{label} = {fmt_value(float(value))}"}
-    for w in card.witnesses:
-        for b in w.bounds:
-            values = [e[b.key] for e in evidences if _num(e.get(b.key))]
-            if values:
-                return {"key": b.key, "value": values[0], "text": f"{b.key} = {fmt_value(values[0])}"}
+OP_TEXT = {"le": "≤", "lt": "<", "ge": "≥", "gt": ">", "eq": "=", "ne": "≠"}
+
+
+def _worst(op: str, checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The check furthest on the wrong side of its bound: max for le/lt, min for ge/gt, else the first broken."""
+    if op in ("le", "lt"):
+        return max(checks, key=lambda c: (math.isnan(c["actual"]), c["actual"]))
+    if op in ("ge", "gt"):
+        return min(checks, key=lambda c: (not math.isnan(c["actual"]), c["actual"]))
+    return next((c for c in checks if c["holds"] is False), checks[0])
+
+
+def fmt_limit(value: Any) -> str:
+    """A bound's limit as a card author would write it: 0, 3, 1.5e-04, 0.25."""
+    if isinstance(value, float) and value != 0 and math.isfinite(value) and not 1e-3 <= abs(value) < 1e4:
+        return f"{value:.1e}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def headline(witnesses: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measure shown beside a verdict, taken from bounded evidence of the witnesses (not controls).
+
+    The first bound in card order on a delta key (max_abs_delta, max_rel_delta)
+    that was recorded as a number, else the first recorded numeric bound;
+    for a parametrized witness its worst node. Unbounded evidence never
+    becomes the headline (ORACLE-PARITY records hidden-state absolute deltas
+    for information; its claim is bounded on the logits). None when nothing
+    bounded was measured.
+    """
+    witnesses = list(witnesses)
+    labels = dict(HEADLINE_KEYS)
+    for wanted in (lambda key: key in labels, lambda key: True):
+        for w in witnesses:
+            by_bound: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for c in w["bounds"]:
+                if c["holds"] is not None and _num(c["actual"]) and wanted(c["key"]):
+                    by_bound.setdefault((c["key"], c["op"]), []).append(c)
+            for (key, op), checks in by_bound.items():
+                worst = _worst(op, checks)
+                value, limit = worst["actual"], worst["limit"]
+                shown = fmt_value(float(value)) if key in labels else fmt_value(value)
+                text = f"{labels.get(key, key)} = {shown} ({OP_TEXT[op]} {fmt_limit(limit)})"
+                return {"key": key, "value": value, "text": text, "witness": w["id"], "op": op, "limit": limit,
+                        "holds": worst["holds"]}
     return None
 
 
@@ -146,7 +175,7 @@ def card_entry(rep: CardReport) -> dict[str, Any]:
         "verdict": v.verdict,
         "reason": v.reason,
         "duration_s": round(run.duration, 3),
-        "headline": headline(card, run.outcomes.witnesses),
+        "headline": headline(witnesses),
         "counts": {
             "witnesses_passed": sum(w["status"] == "passed" for w in witnesses),
             "witnesses_total": len(witnesses),

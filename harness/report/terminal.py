@@ -99,3 +99,52 @@ def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_n
     for entry in last.get("liars", []):
         who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
         console.print(f"  liar {escape(entry['name'])}: {escape(who)}")
+
+
+def _when(iso: str) -> str:
+    return iso.replace("T", " ").replace("Z", " UTC")
+
+
+def render_status(console: Console, rows: Iterable[Any]) -> None:
+    """``status``: each card's last verdict and its date, STALE with the files that changed."""
+    table = Table(header_style="bold", pad_edge=False)
+    for name, kw in (("id", {"no_wrap": True}), ("state", {"no_wrap": True}), ("last run", {"no_wrap": True}),
+                     ("headline", {"no_wrap": True}), ("why", {"overflow": "fold", "ratio": 1})):
+        table.add_column(name, **kw)
+    for r in rows:
+        if r.last is None:
+            table.add_row(escape(r.card_id), "[dim]never run[/]", "–", "–", escape(r.title))
+            continue
+        state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == "STALE" else "")
+        why = ("changed since: " + ", ".join(r.changed)) if r.changed else \
+            ("" if r.state == "PROVEN" else r.last.reason)
+        table.add_row(escape(r.card_id), state, _when(r.last.started), escape(r.last.headline or "–"), escape(why))
+    console.print(table)
+
+
+def render_runs(console: Console, runs: Iterable[dict[str, Any]]) -> None:
+    """``history``: the recorded runs, newest first."""
+    table = Table(header_style="bold", pad_edge=False)
+    for col in ("run", "started", "gate", "cards", "commit", "profile", "seed", "report"):
+        table.add_column(col, no_wrap=True)
+    for r in runs:
+        gate = "[bold green]PASS[/]" if r["gate"] == "PASS" else "[bold red]FAIL[/]"
+        commit = (r["git_commit"] or "–")[:12] + (" dirty" if r["git_dirty"] else "")
+        table.add_row(str(r["run_id"]), _when(r["started"]), gate, str(r["cards"]), commit, str(r["profile"]),
+                      str(r["seed"]), escape(r["report_dir"] or "–"))
+    console.print(table)
+
+
+def render_history(console: Console, card_id: str, rows: Iterable[tuple[Any, dict[str, Any]]]) -> None:
+    """``history ID``: one line per past verdict (oldest first) with its transition."""
+    table = Table(title=f"history of {escape(card_id)}", header_style="bold", pad_edge=False)
+    for name, kw in (("started", {"no_wrap": True}), ("verdict", {"no_wrap": True}), ("change", {}),
+                     ("headline", {"no_wrap": True}), ("commit", {"no_wrap": True}), ("report", {"no_wrap": True})):
+        table.add_column(name, **kw)
+    for past, mark in rows:
+        change = mark["change"]
+        text = "" if change is None or change["kind"] == "first" else change["text"]
+        commit = (past.git_commit or "–")[:12] + (" dirty" if past.git_dirty else "")
+        table.add_row(_when(past.started), verdict_text(past.verdict), escape(text), escape(past.headline or "–"),
+                      commit, escape(past.report_dir or "–"))
+    console.print(table)

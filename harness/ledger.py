@@ -1,0 +1,323 @@
+"""SQLite history of runs and verdicts: ``reports/ledger.sqlite``.
+
+Tables (schema version in ``PRAGMA user_version``, see ``MIGRATIONS``):
+
+- ``runs``: one row per run; the header of the verdicts document (when,
+  commit and dirty flag, host, profile, seed, gate) and the report folder.
+- ``verdicts``: one row per (run, card): verdict, reason, headline, the
+  card's whole entry of the verdicts document as JSON, and ``bound_digest``,
+  the sha256 over the sorted ``path role sha256`` lines of every file the
+  verdict is bound to. "The last PROVEN verdict whose bound files all have
+  the same sha256 as now" is then one indexed query (:meth:`Ledger.last_matching`).
+- ``bound_files``: the (path, role, sha256) of every bound file of every
+  verdict, so ``status`` can name the files that changed.
+- ``evidence``: every value a witness or control recorded, one row per
+  (witness, node, key), the value as JSON.
+
+Writes: :meth:`Ledger.record` writes one run in one transaction. A run that
+is interrupted before it (Ctrl-C, kill) leaves no trace; one killed inside
+it is rolled back by SQLite's journal. Readers never see half a run.
+
+Raises :class:`LedgerError` (also an ``OSError``) when the file cannot be
+opened or was written by a newer kvproof.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from harness.errors import HarnessError
+
+SCHEMA_VERSION = 1
+FILENAME = "ledger.sqlite"
+
+
+class LedgerError(HarnessError, OSError):
+    """The ledger cannot be opened, read or migrated."""
+
+
+def _script(conn: sqlite3.Connection, sql: str) -> None:
+    """Run ``;``-separated DDL inside the caller's transaction.
+
+    NOTE: ``executescript`` would COMMIT first, breaking the one-transaction rule.
+    """
+    for statement in sql.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    _script(conn, """
+        CREATE TABLE runs (
+            run_id      INTEGER PRIMARY KEY,
+            started     TEXT NOT NULL,      -- UTC ISO 8601 with Z
+            finished    TEXT,
+            duration_s  REAL,
+            git_commit  TEXT,
+            git_dirty   INTEGER,            -- 0/1, NULL unknown
+            host        TEXT,
+            profile     TEXT,
+            seed        INTEGER,
+            liars       INTEGER,
+            command     TEXT,
+            gate        TEXT NOT NULL,      -- PASS | FAIL
+            report_dir  TEXT,               -- folder name under reports/, NULL when none was written
+            header_json TEXT NOT NULL       -- the whole header of the verdicts document
+        );
+        CREATE TABLE verdicts (
+            run_id       INTEGER NOT NULL REFERENCES runs(run_id),
+            card_id      TEXT NOT NULL,
+            verdict      TEXT NOT NULL,
+            reason       TEXT NOT NULL,
+            headline     TEXT,
+            duration_s   REAL,
+            fingerprint  TEXT,              -- sha256 of the card file
+            bound_digest TEXT NOT NULL,     -- see bound_digest()
+            entry_json   TEXT NOT NULL,     -- the card's entry of the verdicts document
+            PRIMARY KEY (run_id, card_id)
+        );
+        CREATE INDEX verdicts_by_card ON verdicts (card_id, run_id);
+        CREATE INDEX runs_by_start ON runs (started, run_id);
+        CREATE INDEX verdicts_by_digest ON verdicts (card_id, bound_digest, verdict);
+        CREATE TABLE bound_files (
+            run_id  INTEGER NOT NULL,
+            card_id TEXT NOT NULL,
+            path    TEXT NOT NULL,
+            role    TEXT NOT NULL,
+            sha256  TEXT,                   -- NULL: the file was missing
+            PRIMARY KEY (run_id, card_id, path)
+        );
+        CREATE TABLE evidence (
+            run_id     INTEGER NOT NULL,
+            card_id    TEXT NOT NULL,
+            witness_id TEXT NOT NULL,
+            kind       TEXT NOT NULL,       -- witness | control
+            nodeid     TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            value_json TEXT NOT NULL
+        );
+        CREATE INDEX evidence_by_card ON evidence (card_id, witness_id, key);
+    """)
+
+
+# Index i migrates a ledger from version i to i + 1. Append, never edit.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1,)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def bound_digest(files: Iterable[Mapping[str, Any]]) -> str:
+    """sha256 hex over the sorted ``path\\trole\\tsha256`` lines of bound files (missing file: ``-``).
+
+    Equal digests mean the same set of files with the same bytes.
+    """
+    lines = sorted(f"{f['path']}\t{f['role']}\t{f.get('sha256') or '-'}" for f in files)
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class PastVerdict:
+    """One card verdict as recorded, with the run it came from."""
+
+    run_id: int
+    started: str
+    card_id: str
+    verdict: str
+    reason: str
+    headline: str | None
+    bound_digest: str
+    git_commit: str | None
+    git_dirty: bool | None
+    profile: str | None
+    seed: int | None
+    report_dir: str | None
+
+    def entry(self, ledger: "Ledger") -> dict[str, Any]:
+        return ledger.entry(self.run_id, self.card_id)
+
+
+_PAST = """SELECT v.run_id, r.started, v.card_id, v.verdict, v.reason, v.headline, v.bound_digest,
+                  r.git_commit, r.git_dirty, r.profile, r.seed, r.report_dir
+           FROM verdicts v JOIN runs r ON r.run_id = v.run_id"""
+
+
+def _past(row: tuple) -> PastVerdict:
+    values = list(row)
+    values[8] = None if values[8] is None else bool(values[8])
+    return PastVerdict(*values)
+
+
+class Ledger:
+    """An open ledger. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}; run the obligations once to start one")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly one run
+            self.conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}; move the file aside to start a new one") from None
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @property
+    def version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.version
+        if version > SCHEMA_VERSION:
+            raise LedgerError(f"ledger {self.path} has schema version {version}, newer than this kvproof "
+                              f"understands ({SCHEMA_VERSION}); update kvproof or use another --reports folder")
+        if version == SCHEMA_VERSION:
+            return
+        with self.transaction():
+            for step in MIGRATIONS[version:]:
+                step(self.conn)
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (KeyboardInterrupt included)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ writing
+
+    def record(self, doc: Mapping[str, Any], report_dir: str | None = None,
+               before_commit: Callable[[], None] | None = None) -> int:
+        """Write one run (the verdicts document) in one transaction; returns its run_id.
+
+        ``before_commit`` runs inside the transaction after every row is
+        written (the CLI moves the report folder into place there): if it
+        raises, nothing is recorded.
+        """
+        head = doc["header"]
+        git = head.get("git") or {}
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO runs (started, finished, duration_s, git_commit, git_dirty, host, profile, seed, "
+                "liars, command, gate, report_dir, header_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (head["started"], head.get("finished"), head.get("duration_s"), git.get("commit"),
+                 None if git.get("dirty") is None else int(git["dirty"]), (head.get("host") or {}).get("name"),
+                 head.get("profile"), head.get("seed"), int(bool(head.get("liars", True))), head.get("command"),
+                 head["summary"]["gate"], report_dir, _dumps(head)))
+            run_id = int(cur.lastrowid)
+            for card in doc["cards"]:
+                cid = card["id"]
+                c.execute("INSERT INTO verdicts VALUES (?,?,?,?,?,?,?,?,?)",
+                          (run_id, cid, card["verdict"], card["reason"],
+                           (card.get("headline") or {}).get("text"), card.get("duration_s"), card.get("fingerprint"),
+                           bound_digest(card["bound_files"]), _dumps(card)))
+                c.executemany("INSERT OR IGNORE INTO bound_files VALUES (?,?,?,?,?)",
+                              [(run_id, cid, b["path"], b["role"], b["sha256"]) for b in card["bound_files"]])
+                c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
+            if before_commit is not None:
+                before_commit()
+        return run_id
+
+    # ------------------------------------------------------------ reading
+
+    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first: run_id, started, git_commit, git_dirty, profile, seed, gate, report_dir, cards."""
+        sql = ("SELECT r.run_id, r.started, r.git_commit, r.git_dirty, r.profile, r.seed, r.gate, r.report_dir, "
+               "r.duration_s, (SELECT COUNT(*) FROM verdicts v WHERE v.run_id = r.run_id) "
+               "FROM runs r ORDER BY r.started DESC, r.run_id DESC" + (" LIMIT ?" if limit else ""))
+        keys = ("run_id", "started", "git_commit", "git_dirty", "profile", "seed", "gate", "report_dir",
+                "duration_s", "cards")
+        return [dict(zip(keys, row)) for row in self.conn.execute(sql, (limit,) if limit else ())]
+
+    def history(self, card_id: str, limit: int | None = None) -> list[PastVerdict]:
+        """Past verdicts of one card, oldest first by start time (the newest ``limit`` when given)."""
+        sql = f"{_PAST} WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC" + (" LIMIT ?" if limit else "")
+        rows = self.conn.execute(sql, (card_id, limit) if limit else (card_id,)).fetchall()
+        return [_past(r) for r in reversed(rows)]
+
+    def histories(self, card_ids: Iterable[str], limit: int | None = None) -> dict[str, list[PastVerdict]]:
+        return {cid: self.history(cid, limit) for cid in card_ids}
+
+    def last(self, card_id: str) -> PastVerdict | None:
+        """The card's most recent verdict, or None when it never ran."""
+        row = self.conn.execute(f"{_PAST} WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT 1",
+                                (card_id,)).fetchone()
+        return _past(row) if row else None
+
+    def last_matching(self, card_id: str, digest: str, verdict: str = "PROVEN") -> PastVerdict | None:
+        """The newest ``verdict`` of the card whose bound files had exactly the digest ``digest``.
+
+        This is the replay query of ``--changed``: one indexed lookup.
+        """
+        row = self.conn.execute(
+            f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? "
+            "ORDER BY r.started DESC, v.run_id DESC LIMIT 1", (card_id, digest, verdict)).fetchone()
+        return _past(row) if row else None
+
+    def bound_files(self, run_id: int, card_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT path, role, sha256 FROM bound_files WHERE run_id = ? AND card_id = ? "
+                                 "ORDER BY rowid", (run_id, card_id))
+        return [{"path": p, "role": r, "sha256": s} for p, r, s in rows]
+
+    def entry(self, run_id: int, card_id: str) -> dict[str, Any]:
+        """The card's whole entry of that run's verdicts document."""
+        row = self.conn.execute("SELECT entry_json FROM verdicts WHERE run_id = ? AND card_id = ?",
+                                (run_id, card_id)).fetchone()
+        if row is None:
+            raise LedgerError(f"no verdict for card_id={card_id!r} in run_id={run_id}")
+        return json.loads(row[0])
+
+    def run_count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+
+def _dumps(value: Any) -> str:
+    from harness.report.jsonfile import _clean
+
+    return json.dumps(_clean(value), ensure_ascii=False, allow_nan=False, sort_keys=False)
+
+
+def _evidence_rows(run_id: int, card: Mapping[str, Any]) -> Iterator[tuple]:
+    for w in list(card.get("witnesses", [])) + list(card.get("controls", [])):
+        evidence = w.get("evidence") or {}
+        nodes = [n["nodeid"] for n in w.get("nodes", [])]
+        # a parametrized witness keeps its evidence keyed by node id (see WitnessOutcome.evidence)
+        per_node = evidence if len(nodes) > 1 else {nodes[0] if nodes else w["test"]: evidence}
+        for nodeid, values in per_node.items():
+            if not isinstance(values, Mapping):
+                continue
+            for key, value in values.items():
+                yield (run_id, card["id"], w["id"], w["kind"], nodeid, key, _dumps(value))
+
+
+def changed_files(recorded: Iterable[Mapping[str, Any]], current: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Human-readable differences between two bound-file lists: ``impl/kv.py changed``, ``... added``."""
+    old = {f["path"]: f for f in recorded}
+    new = {f["path"]: f for f in current}
+    out = []
+    for path, f in new.items():
+        if path not in old:
+            out.append(f"{path} newly bound")
+        elif old[path].get("sha256") != f.get("sha256"):
+            out.append(f"{path} {'missing' if f.get('sha256') is None else 'changed'}")
+    out += [f"{path} no longer bound" for path in old if path not in new]
+    return out

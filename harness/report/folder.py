@@ -1,0 +1,153 @@
+"""Publish one run: the dated report folder, the ledger row, the ``latest`` link.
+
+``reports/<UTC date-time>/`` (e.g. ``2025-11-29T13-38-22Z``) holds
+``index.html``, ``verdicts.json``, ``verdicts.md`` and ``junit.xml``.
+
+Order of work, so that an interrupt (Ctrl-C, SIGTERM, a kill) never leaves
+half a run anywhere:
+
+1. every file is written into ``reports/.partial-<name>-<pid>/``;
+2. one ledger transaction inserts the run; inside it, just before COMMIT,
+   the folder is renamed to its final name (``os.rename``: atomic);
+3. ``reports/latest`` is pointed at it (a new symlink renamed over the old).
+
+Interrupted in 1 or 2 before the rename: the ledger rolls back and the
+partial folder is removed (or, after a SIGKILL, left hidden under its
+``.partial-`` name and removed by the next run). Interrupted between the
+rename and COMMIT: the folder is moved out of the way again, so the ledger
+and the folders agree. A folder under its final name is always complete.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.ledger import FILENAME, Ledger, PastVerdict
+from harness.report import html, jsonfile, junit, markdown
+from harness.report.view import HISTORY_LIMIT, build_view
+
+PARTIAL = ".partial-"
+LATEST = "latest"
+FILES = ("verdicts.json", "verdicts.md", "junit.xml", "index.html")
+
+
+def folder_name(started: str) -> str:
+    """``2025-11-29T13:38:22Z`` -> ``2025-11-29T13-38-22Z`` (no colons: portable, sorts by time)."""
+    return re.sub(r"[^0-9A-Za-z.-]", "-", started.replace(":", "-"))
+
+
+def _free_name(reports: Path, base: str) -> str:
+    name, n = base, 1
+    while (reports / name).exists():
+        n += 1
+        name = f"{base}.{n}"
+    return name
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_partials(reports: Path) -> list[Path]:
+    """Remove ``.partial-*`` folders left by runs that were killed (their process is gone)."""
+    removed = []
+    for path in reports.glob(PARTIAL + "*"):
+        m = re.search(r"-(\d+)$", path.name)
+        if path.is_dir() and m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def write_files(folder: Path, doc: Mapping[str, Any], view: Mapping[str, Any]) -> None:
+    """The four report files, rendered from the same document and view."""
+    folder.mkdir(parents=True)
+    (folder / "verdicts.json").write_text(jsonfile.dumps(dict(doc)), encoding="utf-8")
+    (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
+    (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8")
+    (folder / "index.html").write_text(html.render(view), encoding="utf-8")
+
+
+def point_latest(reports: Path, name: str) -> str:
+    """``reports/latest`` -> ``name`` (symlink swapped atomically), else ``reports/latest.html`` redirecting.
+
+    Folder names sort by start time; a run never moves ``latest`` back to an
+    older one (two runs may overlap and finish in either order).
+
+    Returns what was written (``latest`` or ``latest.html``).
+    """
+    link = reports / LATEST
+    tmp = reports / f".{LATEST}-{os.getpid()}"
+    try:
+        if link.is_symlink() and os.readlink(link) > name:
+            return LATEST  # a run that started later has already published: latest stays the newest
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(name, tmp, target_is_directory=True)
+        os.replace(tmp, link)
+        return LATEST
+    except (OSError, NotImplementedError):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        page = reports / f"{LATEST}.html"
+        page.write_text(html.redirect_page(f"{name}/index.html"), encoding="utf-8")
+        return page.name
+
+
+def publish(reports: Path, doc: Mapping[str, Any], root: Path, ledger: Ledger | None = None) -> Path:
+    """Write the dated report folder for ``doc`` and record the run in the ledger; returns the folder.
+
+    ``ledger`` defaults to ``reports/ledger.sqlite``. History shown in the
+    report comes from that ledger as it was before this run.
+    """
+    reports.mkdir(parents=True, exist_ok=True)
+    sweep_partials(reports)
+    own = ledger is None
+    ledger = ledger or Ledger(reports / FILENAME)
+    try:
+        ids = [c["id"] for c in doc["cards"]]
+        past: dict[str, Sequence[PastVerdict]] = ledger.histories(ids, limit=HISTORY_LIMIT - 1)
+        base = folder_name(doc["header"]["started"])
+        for _attempt in range(5):
+            name = _free_name(reports, base)
+            final = reports / name
+            tmp = reports / f"{PARTIAL}{name}-{os.getpid()}"
+            moved = False
+
+            def move_into_place() -> None:
+                nonlocal moved
+                os.rename(tmp, final)  # NOTE: fails if another run took the name meanwhile; we retry
+                moved = True
+
+            retry = False
+            try:
+                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name))
+                ledger.record(doc, report_dir=name, before_commit=move_into_place)
+            except BaseException as exc:
+                if moved:  # COMMIT did not happen: take the folder back out of sight
+                    os.rename(final, tmp)
+                retry = isinstance(exc, OSError) and not moved and final.exists()  # lost the race for the name
+                if not retry:
+                    raise
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+            if retry:
+                continue
+            point_latest(reports, name)
+            return final
+        raise OSError(f"could not find a free report folder name near {base} in {reports}")
+    finally:
+        if own:
+            ledger.close()

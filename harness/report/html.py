@@ -1,0 +1,35 @@
+"""Render the report view as one self-contained HTML page (``index.html``).
+
+jinja2 with autoescaping on and undefined names as errors; the template
+(``templates/report.html.j2``) has its CSS inline, loads nothing from the
+network and needs no script: the "not PROVEN only" filter is a checkbox
+and a CSS rule. Computes nothing; see :mod:`harness.report.view`.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Mapping
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@functools.lru_cache(maxsize=1)
+def _env():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True)
+
+
+def render(view: Mapping[str, Any]) -> str:
+    return _env().get_template("report.html.j2").render(view=view, **view)
+
+
+def redirect_page(target: str) -> str:
+    """A page that sends the browser to ``target`` (``reports/latest.html`` where symlinks fail)."""
+    return _env().from_string(
+        '<!doctype html><meta charset="utf-8"><title>kvproof: latest report</title>'
+        '<meta http-equiv="refresh" content="0; url={{ t }}">'
+        '<p>The latest report is <a href="{{ t }}">{{ t }}</a>.</p>\n').render(t=target)

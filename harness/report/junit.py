@@ -1,0 +1,79 @@
+"""Render the report view as JUnit XML (``junit.xml``) for CI test reports.
+
+One ``<testsuite name="kvproof">`` with the run's environment as
+``<properties>`` and one ``<testcase>`` per card (classname ``kvproof.<module>``,
+name the card id). The verdict maps onto JUnit's outcomes so that only
+PROVEN reads as a pass, as in the release gate:
+
+- FAILED -> ``<failure type="FAILED">`` (the claim is refuted by evidence)
+- ERROR -> ``<error type="ERROR">`` (the card or witness is broken)
+- VACUOUS, UNVERIFIED -> ``<failure type="VACUOUS|UNVERIFIED">`` (not proven;
+  ``<skipped>`` would let a CI page show green for a claim nobody checked)
+
+The witness lines go to ``<system-out>``. Computes nothing.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any, Mapping
+
+_CONTROL = str.maketrans({chr(i): " " for i in range(32) if chr(i) not in "\t\n\r"})
+
+
+def _text(value: Any) -> str:
+    """XML 1.0 cannot hold most control characters: replace them."""
+    return str(value).translate(_CONTROL)
+
+
+def _lines(card: Mapping[str, Any]) -> str:
+    out = [f"{card['id']}: {card['title']}", f"verdict {card['verdict']}: {card['reason']}"]
+    if card["headline"]:
+        out.append(f"headline {card['headline']['text']}")
+    for w in card["witnesses"] + card["controls"]:
+        checks = "; ".join(c["text"] for c in w["checks"])
+        out.append(f"  {w['kind']} {w['id']} {w['status']} {w['duration_s']:.3f} s {w['test']}"
+                   + (f" [{checks}]" if checks else "") + (f" — {w['why']}" if w["why"] else ""))
+    for entry in card["liars"]:
+        who = "caught by " + ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
+        out.append(f"  liar {entry['name']} {who}")
+    if card["change"]:
+        out.append(f"history: {card['change']['text']}")
+    return "\n".join(out)
+
+
+def _body(card: Mapping[str, Any]) -> str:
+    parts = [card["reason"]]
+    if card["detail"]:
+        parts.append(card["detail"])
+    for w in card["failing"]:
+        parts.append(f"--- {w['kind']} {w['id']} ({w['test']}): {w['status']}: {w['why']}")
+        if w["failure_excerpt"]:
+            parts.append(w["failure_excerpt"])
+        if w["replay"]:
+            parts.append(f"replay: {w['replay']}")
+    return "\n".join(parts)
+
+
+def render(view: Mapping[str, Any]) -> str:
+    head, cards = view["header"], view["cards"]
+    failures = sum(c["verdict"] in ("FAILED", "VACUOUS", "UNVERIFIED") for c in cards)
+    errors = sum(c["verdict"] == "ERROR" for c in cards)
+    total_time = sum(c["duration_s"] for c in cards)
+    common = {"tests": str(len(cards)), "failures": str(failures), "errors": str(errors), "skipped": "0",
+              "time": f"{total_time:.3f}"}
+    root = ET.Element("testsuites", {"name": "kvproof", **common})
+    suite = ET.SubElement(root, "testsuite", {"name": "kvproof", **common, "timestamp": head["timestamp"],
+                                              "hostname": _text(head["host"])})
+    props = ET.SubElement(suite, "properties")
+    for name, value in view["properties"]:
+        ET.SubElement(props, "property", {"name": name, "value": _text(value)})
+    for c in cards:
+        case = ET.SubElement(suite, "testcase", {"classname": f"kvproof.{c['module']}", "name": _text(c["id"]),
+                                                 "file": _text(c["card_path"]), "time": f"{c['duration_s']:.3f}"})
+        if c["verdict"] != "PROVEN":
+            tag = "error" if c["verdict"] == "ERROR" else "failure"
+            el = ET.SubElement(case, tag, {"type": c["verdict"], "message": _text(f"{c['verdict']}: {c['reason']}")})
+            el.text = _text(_body(c))
+        ET.SubElement(case, "system-out").text = _text(_lines(c))
+    ET.indent(root, space="  ")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

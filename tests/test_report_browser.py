@@ -1,0 +1,161 @@
+"""The HTML report in a real browser: headless Chromium driven over the DevTools pipe (no extra packages).
+
+Renders the fixture run (every verdict, a title holding ``<script>``, a seeded
+history), opens it, and checks: no console errors or exceptions, the summary
+counts read right, the filter hides PROVEN cards, the hostile title shows as
+text, nothing loads from the network. Screenshots (desktop and phone width)
+are saved to ``KVPROOF_ARTIFACTS`` (default: the test's tmp folder) and their
+paths printed. Skipped when no Chromium is installed (Debian: ``chromium``).
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.report import html
+
+from test_report import seeded_view  # noqa: F401  (a fixture; tests/ is on sys.path, no package)
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)")
+
+
+class DevTools:
+    """Chromium with ``--remote-debugging-pipe``: JSON messages ending in NUL on fds 3 (in) and 4 (out)."""
+
+    def __init__(self, profile: Path, quiet: bool = True) -> None:
+        to_chrome_r, self._to_chrome = os.pipe()
+        self._from_chrome, from_chrome_w = os.pipe()
+
+        def wire() -> None:  # NOTE: move both ends above 4 first, or one dup2 may clobber the other
+            high_r, high_w = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+             "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}", "about:blank"],
+            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._buf = b""
+        self._id = 0
+        self.events: list[dict] = []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def _read(self) -> dict:
+        while b"\0" not in self._buf:
+            chunk = os.read(self._from_chrome, 1 << 16)
+            if not chunk:
+                raise RuntimeError("chromium closed the DevTools pipe")
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def call(self, method: str, session: bool = False, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = self.session
+        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        while True:
+            reply = self._read()
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def page(self, method: str, **params):
+        return self.call(method, session=True, **params)
+
+    def wait_for(self, event: str) -> dict:
+        for i, e in enumerate(self.events):
+            if e.get("method") == event:
+                return self.events.pop(i)
+        while True:
+            e = self._read()
+            if e.get("method") == event:
+                return e
+            self.events.append(e)
+
+    def js(self, expression: str):
+        result = self.page("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def screenshot(self, path: Path, width: int) -> Path:
+        self.page("Emulation.setDeviceMetricsOverride", width=width, height=800, deviceScaleFactor=1, mobile=width < 600)
+        height = self.js("document.documentElement.scrollHeight")
+        self.page("Emulation.setDeviceMetricsOverride", width=width, height=min(height, 12000), deviceScaleFactor=1,
+                  mobile=width < 600)
+        data = self.page("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_chrome)
+        os.close(self._from_chrome)
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    tools = DevTools(tmp_path / "profile")
+    yield tools
+    tools.close()
+
+
+def test_report_opens_in_chromium_with_working_counts_and_filter(browser, seeded_view, tmp_path):  # noqa: F811
+    page = tmp_path / "index.html"
+    page.write_text(html.render(seeded_view), encoding="utf-8")
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        browser.page(f"{domain}.enable")
+    browser.page("Page.navigate", url=page.as_uri())
+    browser.wait_for("Page.loadEventFired")
+
+    counts = browser.js("Object.fromEntries([...document.querySelectorAll('[data-count]')]"
+                        ".map(e => [e.dataset.count, +e.querySelector('b').textContent]))")
+    assert counts == {"PROVEN": 1, "FAILED": 3, "VACUOUS": 1, "UNVERIFIED": 1, "ERROR": 5}
+    assert browser.js("document.querySelector('h2').textContent") == "1 of 11 card(s) PROVEN"
+    assert "<script>alert(1)</script>" in browser.js("document.getElementById('card-FX-RAISES').textContent")
+
+    shown = "[...document.querySelectorAll('main section.card')].filter(e => getComputedStyle(e).display != 'none')" \
+            ".map(e => e.dataset.verdict)"
+    assert len(browser.js(shown)) == 11
+    art = Path(os.environ.get("KVPROOF_ARTIFACTS", tmp_path))
+    art.mkdir(parents=True, exist_ok=True)
+    desktop = browser.screenshot(art / "report-desktop.png", 1200)
+    phone = browser.screenshot(art / "report-phone.png", 400)
+    browser.page("Emulation.setDeviceMetricsOverride", width=1200, height=900, deviceScaleFactor=1, mobile=False)
+    browser.js("document.querySelector('label.filter').click()")
+    after = browser.js(shown)
+    assert "PROVEN" not in after and len(after) == 10
+    assert browser.js("getComputedStyle(document.querySelector('tr[data-verdict=PROVEN]')).display") == "none"
+    filtered = browser.screenshot(art / "report-filtered.png", 1200)
+    print(f"screenshots: {desktop} {phone} {filtered}")
+
+    errors = [e for e in browser.events
+              if e.get("method") == "Runtime.exceptionThrown"
+              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    assert errors == []
+    requested = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    assert all(u.startswith("file://") for u in requested), requested
