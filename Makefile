@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kvproof-installed
 
-.PHONY: setup oracle verify test bench generate clean
+.PHONY: setup oracle browser verify test bench generate clean
 .DEFAULT_GOAL := verify
 
 setup: $(STAMP)
@@ -26,7 +26,15 @@ oracle: setup
 verify: oracle
 	$(BIN)/python run_obligations.py run
 
-test: oracle
+# Headless Chromium for the HTML report's browser test (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (Debian) for the report's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: chromium is not installed and cannot be here (needs root + apt-get); the browser test will skip"; fi; }
+
+test: oracle browser
 	$(BIN)/python -m pytest -q
 
 generate: setup

@@ -56,3 +56,10 @@ def test_the_tokenizer_survives_its_json_round_trip(smollm2):
     again = BPETokenizer.from_json(smollm2.tokenizer.to_json())
     for text in ["The capital of France is", "x = 12345\n<|im_end|>", "naïve café"]:
         assert again.encode(text) == smollm2.tokenizer.encode(text)
+
+
+def test_an_edit_to_the_loading_code_invalidates_the_entry(tiny, cache_dir, monkeypatch):
+    f32cache.store(SHA, tiny.config, tiny.state(), "{}")
+    assert f32cache.load(SHA) is not None
+    monkeypatch.setattr(f32cache, "code_fingerprint", lambda: "0" * 64)
+    assert f32cache.load(SHA) is None

@@ -7,7 +7,8 @@ manifest. Loading memory-maps the file (processes share its pages) after
 checking its sha256 against the manifest.
 
 Layout of ``<cache dir>/<gguf sha256[:16]>/``:
-    manifest.json   format, the GGUF's sha256, the config, and per array
+    manifest.json   format, the GGUF's sha256, the producing code's sha256,
+                    the config, and per array
                     its name, byte offset and shape; the data file's sha256
     weights.f32     the arrays back to back, each at a 4096-byte offset
     tokenizer.json  the BPE tokenizer (tokenizers.Tokenizer.to_str())
@@ -32,6 +33,10 @@ from impl.model.config import ModelConfig
 
 FORMAT = 1
 ALIGN = 4096
+# NOTE: an entry is keyed by the GGUF's sha256 AND by the source of the code
+# that turns a GGUF into these arrays: an edit to the loader (say, the q/k
+# un-permutation) must rebuild the cache, never be masked by it.
+PRODUCERS = ("gguf_load.py", "llama.py", "config.py", "tokenizer.py", "f32cache.py", "../linear.py")
 ENV_DIR = "KVPROOF_WEIGHTS_CACHE"  # a folder, or "off" to disable the cache
 
 
@@ -51,6 +56,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def code_fingerprint() -> str:
+    """sha256 over the source files that produce the cached arrays."""
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for rel in PRODUCERS:
+        h.update(rel.encode() + b"\0" + (here / rel).read_bytes())
+    return h.hexdigest()
+
+
 def _config_from(d: dict) -> ModelConfig:
     if isinstance(d.get("rope_theta"), list):
         d = {**d, "rope_theta": tuple(d["rope_theta"])}
@@ -65,7 +79,8 @@ def load(gguf_sha256: str):
     entry = root / gguf_sha256[:16]
     try:
         man = json.loads((entry / "manifest.json").read_text())
-        if man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256:
+        if man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256 \
+                or man.get("code_sha256") != code_fingerprint():
             return None
         data = entry / "weights.f32"
         if data.stat().st_size != man["data_bytes"] or _sha256(data) != man["data_sha256"]:
@@ -106,7 +121,8 @@ def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], t
             f.flush()
             os.fsync(f.fileno())
         (tmp / "tokenizer.json").write_text(tokenizer_json)
-        man = {"format": FORMAT, "gguf_sha256": gguf_sha256, "config": dataclasses.asdict(config),
+        man = {"format": FORMAT, "gguf_sha256": gguf_sha256, "code_sha256": code_fingerprint(),
+               "config": dataclasses.asdict(config),
                "data_bytes": off, "data_sha256": h.hexdigest(), "arrays": arrays}
         (tmp / "manifest.json").write_text(json.dumps(man))
         if entry.exists():
