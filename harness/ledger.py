@@ -14,6 +14,15 @@ Tables (schema version in ``PRAGMA user_version``, see ``MIGRATIONS``):
 - ``evidence``: every value a witness or control recorded, one row per
   (witness, node, key), the value as JSON.
 
+Replays (``run --changed``): a card whose bound files are byte-identical to
+those of its last PROVEN verdict is not run again; the run records a
+``verdicts`` row with ``replay_of`` = the run_id of the run that produced
+the evidence (always an original run, never another replay), the same
+entry and bound files, and no ``evidence`` rows (the evidence lives in the
+original run). :meth:`Ledger.last_matching` only ever returns original
+verdicts, so a chain of replays can never stand in for evidence: every
+replay points straight at the run that proved it.
+
 Writes: :meth:`Ledger.record` writes one run in one transaction. A run that
 is interrupted before it (Ctrl-C, kill) leaves no trace; one killed inside
 it is rolled back by SQLite's journal. Readers never see half a run.
@@ -33,7 +42,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from harness.errors import HarnessError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILENAME = "ledger.sqlite"
 
 
@@ -105,8 +114,13 @@ def _v1(conn: sqlite3.Connection) -> None:
     """)
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    # replay_of: NULL for a verdict computed in this run; else the run_id whose evidence it replays
+    conn.execute("ALTER TABLE verdicts ADD COLUMN replay_of INTEGER REFERENCES runs(run_id)")
+
+
 # Index i migrates a ledger from version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -135,14 +149,21 @@ class PastVerdict:
     profile: str | None
     seed: int | None
     report_dir: str | None
+    replay_of: int | None = None  # the original run_id when this verdict was replayed (``--changed``)
+    replayed_started: str | None = None  # that original run's start time
+
+    @property
+    def evidence_run_id(self) -> int:
+        """The run whose witnesses actually produced this verdict."""
+        return self.replay_of if self.replay_of is not None else self.run_id
 
     def entry(self, ledger: "Ledger") -> dict[str, Any]:
         return ledger.entry(self.run_id, self.card_id)
 
 
 _PAST = """SELECT v.run_id, r.started, v.card_id, v.verdict, v.reason, v.headline, v.bound_digest,
-                  r.git_commit, r.git_dirty, r.profile, r.seed, r.report_dir
-           FROM verdicts v JOIN runs r ON r.run_id = v.run_id"""
+                  r.git_commit, r.git_dirty, r.profile, r.seed, r.report_dir, v.replay_of, o.started
+           FROM verdicts v JOIN runs r ON r.run_id = v.run_id LEFT JOIN runs o ON o.run_id = v.replay_of"""
 
 
 def _past(row: tuple) -> PastVerdict:
@@ -226,13 +247,16 @@ class Ledger:
             run_id = int(cur.lastrowid)
             for card in doc["cards"]:
                 cid = card["id"]
-                c.execute("INSERT INTO verdicts VALUES (?,?,?,?,?,?,?,?,?)",
+                replay_of = (card.get("replayed_from") or {}).get("run_id")
+                c.execute("INSERT INTO verdicts (run_id, card_id, verdict, reason, headline, duration_s, fingerprint, "
+                          "bound_digest, entry_json, replay_of) VALUES (?,?,?,?,?,?,?,?,?,?)",
                           (run_id, cid, card["verdict"], card["reason"],
                            (card.get("headline") or {}).get("text"), card.get("duration_s"), card.get("fingerprint"),
-                           bound_digest(card["bound_files"]), _dumps(card)))
+                           bound_digest(card["bound_files"]), _dumps(card), replay_of))
                 c.executemany("INSERT OR IGNORE INTO bound_files VALUES (?,?,?,?,?)",
                               [(run_id, cid, b["path"], b["role"], b["sha256"]) for b in card["bound_files"]])
-                c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
+                if replay_of is None:  # a replay's evidence is the original run's rows
+                    c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
             if before_commit is not None:
                 before_commit()
         return run_id
@@ -263,14 +287,18 @@ class Ledger:
                                 (card_id,)).fetchone()
         return _past(row) if row else None
 
-    def last_matching(self, card_id: str, digest: str, verdict: str = "PROVEN") -> PastVerdict | None:
-        """The newest ``verdict`` of the card whose bound files had exactly the digest ``digest``.
+    def last_matching(self, card_id: str, digest: str, verdict: str = "PROVEN",
+                      profile: str | None = None) -> PastVerdict | None:
+        """The newest original ``verdict`` of the card whose bound files had exactly the digest ``digest``.
 
-        This is the replay query of ``--changed``: one indexed lookup.
+        Replays are never returned (their ``replay_of`` names the original,
+        which is); with ``profile`` only runs of that Hypothesis profile
+        count. This is the replay query of ``--changed``: one indexed lookup.
         """
-        row = self.conn.execute(
-            f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? "
-            "ORDER BY r.started DESC, v.run_id DESC LIMIT 1", (card_id, digest, verdict)).fetchone()
+        sql = (f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? AND v.replay_of IS NULL"
+               + (" AND r.profile = ?" if profile is not None else "") + " ORDER BY r.started DESC, v.run_id DESC LIMIT 1")
+        args = (card_id, digest, verdict) + ((profile,) if profile is not None else ())
+        row = self.conn.execute(sql, args).fetchone()
         return _past(row) if row else None
 
     def bound_files(self, run_id: int, card_id: str) -> list[dict[str, Any]]:
