@@ -1,5 +1,9 @@
 """run_obligations.py command line: run | list | validate | show ID | status | history [ID] | new ID | oracle ...
 
+``run --changed`` replays a card's last PROVEN verdict when every file it is
+bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
+runs N witness processes at a time (:mod:`harness.schedule`).
+
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
 1 some selected card is not PROVEN, 2 bad usage or invalid cards,
 130 interrupted. Mistakes a user can make end in a message, never a
@@ -107,13 +111,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.binding import bound_files
     from harness.cards import find_card_files, select
     from harness.report import data, jsonfile, terminal
-    from harness.run import RunConfig, count_jobs, run_card
+    from harness.run import RunConfig, count_jobs
+    from harness.schedule import default_jobs, run_cards
 
     root = project_root()
     folder = cards_dir(args, root)
     console = _console()
     if not find_card_files(folder):
         raise UsageError(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise UsageError(f"-j/--jobs={args.jobs}: give at least 1 (default: {default_jobs()}, the number of cores)")
     result, sites, _ = _load(root, folder)
     if result.load_problems:
         raise CardInvalid(result.load_problems)
@@ -127,30 +135,40 @@ def cmd_run(args: argparse.Namespace) -> int:
                     liars=not args.no_liars, oracle_dir=oracle_dir)
     header = provenance.header(root, profile=args.profile, seed=seed, argv=args.argv, cards_dir=folder,
                                liars=cfg.liars, default_timeout=cfg.default_timeout)
-    console.print(f"kvproof: {len(selected)} card(s) from {_shown_dir(folder, root)}, profile {args.profile}, "
-                  f"seed {seed} (replay with --profile {args.profile} --seed {seed})")
-    reports = []
+    header["jobs"] = jobs
+    header["changed"] = bool(args.changed)
     t0 = time.monotonic()
     links = {c.id: tuple(str(p) for p in result.link_problems(c.id)) for c in selected}
+    bound = {c.id: bound_files(c, root, sites, _oracle_files(c, oracle_dir)) for c in selected}
+    replays, expected = _from_ledger(args, root, selected, links, bound)
+    to_run = [c for c in selected if c.id not in replays]
+    threads = "" if jobs == 1 else " (1 BLAS thread each)"
+    console.print(f"kvproof: {len(selected)} card(s) from {_shown_dir(folder, root)}, profile {args.profile}, "
+                  f"seed {seed} (replay with --profile {args.profile} --seed {seed}), -j {jobs}{threads}")
+    if args.changed:
+        console.print(f"--changed: {len(replays)} card(s) replayed (bound files unchanged since their last PROVEN "
+                      f"verdict), {len(to_run)} to run" + (f": {', '.join(c.id for c in to_run)}" if to_run else ""),
+                      soft_wrap=True)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("starting", total=sum(count_jobs(c, cfg, links[c.id]) for c in selected))
-        planned = 0
+        task = progress.add_task("starting", total=sum(count_jobs(c, cfg, links[c.id]) for c in to_run))
 
-        def on_job(job) -> None:
-            progress.update(task, description=f"running {job.label}")
+        def on_start(job, running) -> None:
+            progress.update(task, description="running " + ", ".join(j.label for j in running))
 
-        for card in selected:
-            run = run_card(card, cfg, links[card.id], on_job=on_job)
-            judged = verdict.evaluate(card, run.outcomes)
-            bound = bound_files(card, root, sites, _oracle_files(card, oracle_dir))
-            reports.append(data.CardReport(card, run, judged, bound))
-            planned += count_jobs(card, cfg, links[card.id])
-            progress.update(task, completed=planned)  # liars that did not need to run
+        def on_done(job, settled: int) -> None:
+            progress.update(task, completed=settled)  # liars that did not need to run count as done
+
+        runs = run_cards(to_run, cfg, links, jobs=jobs, expected=expected, on_start=on_start, on_done=on_done)
+    by_id = {r.card.id: r for r in runs}
+    reports = [replays[c.id] if c.id in replays else
+               data.CardReport(c, by_id[c.id], verdict.evaluate(c, by_id[c.id].outcomes), bound[c.id])
+               for c in selected]
     doc = data.build(header, reports, finished=provenance.utc_now(), wall_s=time.monotonic() - t0)
     terminal.render_run(console, doc)
+    terminal.render_timing(console, doc["timing"])
     if args.json:
         path = Path(args.json).expanduser()
         try:
@@ -160,6 +178,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"wrote {path}")
     _publish(args, root, doc, console)
     return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+
+
+def _from_ledger(args: argparse.Namespace, root: Path, cards, links, bound):
+    """What the ledger knows before a run: replays (``--changed``) and each card's expected process times.
+
+    A card is replayed when its last original PROVEN verdict of this profile
+    was bound to exactly the files it is bound to now (same paths, roles and
+    sha256); a card with link problems is always run (it errors at once).
+    """
+    from dataclasses import asdict
+
+    from harness.ledger import LedgerError, bound_digest
+    from harness.report.data import Replayed
+    from harness.schedule import expected_from_entry
+
+    replays, expected = {}, {}
+    try:
+        ledger = _open_ledger(args, root)
+    except LedgerError as exc:
+        _console(stderr=True).print(f"[yellow]warning[/]: ledger not read ({exc}); every card runs", soft_wrap=True)
+        return replays, expected
+    if ledger is None:
+        return replays, expected
+    with ledger:
+        for card in cards:
+            if args.changed and not links[card.id]:
+                digest = bound_digest(asdict(b) for b in bound[card.id])
+                past = ledger.last_matching(card.id, digest, profile=args.profile)
+                if past is not None:
+                    replays[card.id] = Replayed(ledger.entry(past.run_id, card.id), past.run_id, past.started,
+                                                past.report_dir)
+                    continue
+            last = ledger.last(card.id)
+            if last is not None:
+                expected[card.id] = expected_from_entry(ledger.entry(last.evidence_run_id, card.id))
+    return replays, expected
 
 
 def _publish(args: argparse.Namespace, root: Path, doc: dict[str, Any], console) -> None:
@@ -430,6 +484,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
     run.add_argument("--timeout", type=float, default=60.0, metavar="S",
                      help="default per-witness timeout in seconds (a card's `timeout:` overrides it)")
+    run.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                     help="witness processes at a time (default: the number of cores); with N > 1 each gets "
+                          "one BLAS thread")
+    run.add_argument("--changed", action="store_true",
+                     help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
+                          "liars, covered files, oracle manifest) are byte-identical to then; run the rest")
     cards_opt(run)
     reports_opt(run)
     run.set_defaults(func=cmd_run)

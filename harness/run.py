@@ -23,6 +23,15 @@ module fixtures) the process gets ``startup_timeout`` seconds of silence.
 
 Each process runs with the project root as cwd and first on PYTHONPATH,
 ``PYTHONHASHSEED=0``, in its own session (so a kill reaches its children).
+When several processes run at once (``-j N``, see :mod:`harness.schedule`)
+each gets ``OPENBLAS_NUM_THREADS=1`` (and OMP/MKL): OpenBLAS' threads
+busy-wait, and two processes with two threads each on two cores ran 10-100x
+slower than one thread each.
+
+A card's run is three steps, so a scheduler can interleave cards:
+:func:`honest_job` -> :func:`execute` -> :func:`after_honest` (which liars
+to run) -> :func:`execute` per liar -> :func:`assemble`. :func:`run_card`
+does them in order for one card.
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +54,11 @@ from harness.verdict import PASSED, CardOutcomes, LiarRun, NodeResult, WitnessOu
 HARNESS_PARENT = Path(__file__).resolve().parents[1]
 GRACE_S = 0.5
 POLL_S = 0.03
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class Cancelled(Exception):
+    """:func:`execute` was cancelled (Ctrl-C in the scheduler); its process group was killed."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,7 @@ class RunConfig:
     liars: bool = True
     oracle_dir: Path | None = None
     python: str = sys.executable
+    blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,9 @@ def _env(cfg: RunConfig) -> dict[str, str]:
     env.setdefault("COLUMNS", "120")
     if cfg.oracle_dir is not None:
         env["KVPROOF_ORACLE_DIR"] = str(cfg.oracle_dir)
+    if cfg.blas_threads is not None:
+        for name in BLAS_THREAD_VARS:
+            env[name] = str(cfg.blas_threads)
     return env
 
 
@@ -143,8 +162,13 @@ def _command(cfg: RunConfig, plan: Path, nodes: list[str]) -> list[str]:
     return cmd + nodes
 
 
-def execute(job: Job, cfg: RunConfig, workdir: Path) -> JobResult:
-    """Run ``job`` in a fresh pytest process and collect what it streamed."""
+def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | None = None) -> JobResult:
+    """Run ``job`` in a fresh pytest process and collect what it streamed.
+
+    Blocks until the process ends. When ``cancel`` is set (from another
+    thread) the process group is killed within ``POLL_S`` and
+    :class:`Cancelled` is raised.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     events, stacks, log, plan = (workdir / n for n in ("events.jsonl", "stacks.txt", "pytest.log", "plan.json"))
     timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
@@ -191,6 +215,9 @@ def execute(job: Job, cfg: RunConfig, workdir: Path) -> JobResult:
                         out.liar_error = ev.get("error", "could not be applied")
                 if code is not None:
                     break
+                if cancel is not None and cancel.is_set():
+                    _kill(proc)
+                    raise Cancelled(job.label)
                 if running is not None and now - running[1] > running[2] + GRACE_S:
                     timed_out = (running[0], running[2])
                 elif running is None and now - idle_since > cfg.startup_timeout:
@@ -270,44 +297,79 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class HonestPart:
+    """What a card's honest run decided: its witness and control outcomes and which liars to run next."""
+
+    witnesses: tuple[WitnessOutcome, ...]
+    controls: tuple[WitnessOutcome, ...]
+    duration: float
+    liars: tuple[str, ...]  # to run now, in card order
+    liars_skipped: str = ""  # why the listed liars are not run
+
+
+def honest_job(card: Card) -> Job:
+    return Job(card, card.all_witnesses)
+
+
+def liar_job(card: Card, name: str) -> Job:
+    return Job(card, card.witnesses, name)
+
+
+def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
+    """Judge the honest run's witnesses; liars run only when every witness and control held."""
+    wo = witness_outcomes(card.witnesses, res)
+    co = witness_outcomes(card.controls, res)
+    judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
+    all_held = all(v.status == PASSED for v in judged)
+    if not card.liars:
+        return HonestPart(wo, co, res.duration, ())
+    if not cfg.liars:
+        return HonestPart(wo, co, res.duration, (), "--no-liars")
+    if not all_held:
+        return HonestPart(wo, co, res.duration, (), "the honest run did not hold")
+    return HonestPart(wo, co, res.duration, tuple(card.liars))
+
+
+def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
+    return LiarRun(name, witness_outcomes(card.witnesses, res), res.liar_error, res.duration)
+
+
+def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> CardRun:
+    """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
+    duration = honest.duration + sum(r.duration for r in liar_runs)
+    return CardRun(card, CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
+                   duration)
+
+
+def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:
+    """A card with link problems is ERROR without starting a process."""
+    return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
+
+
 def run_card(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = (), *,
              workdir: Path | None = None, on_job: Callable[[Job], None] | None = None) -> CardRun:
-    """Run a card's witnesses, then (if they all held) each liar in a fresh process.
+    """Run a card's witnesses, then (if they all held) each liar in a fresh process, one after another.
 
     A card with link problems is not run at all. ``on_job`` is called before
     each process starts (for progress display).
     """
     if link_problems:
-        return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
+        return not_run(card, link_problems)
     own_tmp = workdir is None
     base = Path(tempfile.mkdtemp(prefix=f"kvproof-{card.id}-")) if own_tmp else workdir
     try:
-        honest = Job(card, card.all_witnesses)
+        job = honest_job(card)
         if on_job:
-            on_job(honest)
-        res = execute(honest, cfg, base / "honest")
-        wo = witness_outcomes(card.witnesses, res)
-        co = witness_outcomes(card.controls, res)
-        duration = res.duration
-        judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
-        all_held = all(v.status == PASSED for v in judged)
-        liar_runs: list[LiarRun] = []
-        skipped = ""
-        if not card.liars:
-            pass
-        elif not cfg.liars:
-            skipped = "--no-liars"
-        elif not all_held:
-            skipped = "the honest run did not hold"
-        else:
-            for i, name in enumerate(card.liars):
-                job = Job(card, card.witnesses, name)
-                if on_job:
-                    on_job(job)
-                lres = execute(job, cfg, base / f"liar-{i}")
-                duration += lres.duration
-                liar_runs.append(LiarRun(name, witness_outcomes(card.witnesses, lres), lres.liar_error, lres.duration))
-        return CardRun(card, CardOutcomes(wo, co, tuple(liar_runs), (), skipped), duration)
+            on_job(job)
+        honest = after_honest(card, cfg, execute(job, cfg, base / "honest"))
+        liar_runs = []
+        for i, name in enumerate(honest.liars):
+            job = liar_job(card, name)
+            if on_job:
+                on_job(job)
+            liar_runs.append(liar_run(card, name, execute(job, cfg, base / f"liar-{i}")))
+        return assemble(card, honest, tuple(liar_runs))
     finally:
         if own_tmp:
             shutil.rmtree(base, ignore_errors=True)

@@ -100,7 +100,8 @@ def test_cards_record_version_fingerprint_and_bound_files(good_run):
     assert acc["version"] == 2 and len(acc["fingerprint"]) == 64
     roles = {b["path"]: b["role"] for b in acc["bound_files"]}
     assert roles == {"obligations/fx-acc.yaml": "card", "witnesses/test_arith.py": "witness",
-                     "witnesses/liars/arith.py": "liar", "fakeimpl/arith.py": "covers"}
+                     "witnesses/liars/arith.py": "liar", "witnesses/conftest.py": "support",
+                     "fakeimpl/arith.py": "covers"}
     assert all(len(b["sha256"]) == 64 for b in acc["bound_files"])
     assert len(acc["witnesses"][0]["nodes"]) == 2  # parametrized: both nodes ran
 

@@ -34,6 +34,20 @@ class CardReport:
     bound_files: tuple[BoundFile, ...]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A card not run again (``--changed``): its entry from the original run whose bound files had these bytes.
+
+    ``run_id``, ``started`` and ``report_dir`` name that original run (never
+    another replay: see :meth:`harness.ledger.Ledger.last_matching`).
+    """
+
+    entry: dict[str, Any]
+    run_id: int
+    started: str
+    report_dir: str | None
+
+
 def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -185,6 +199,7 @@ def card_entry(rep: CardReport) -> dict[str, Any]:
             "liars_total": len(liars),
         },
         "detail": _detail(v.verdict, witnesses + controls, liars),
+        "replayed_from": None,
         "bound_files": [{"path": b.path, "role": b.role, "sha256": b.sha256} for b in rep.bound_files],
         "witnesses": witnesses,
         "controls": controls,
@@ -192,15 +207,57 @@ def card_entry(rep: CardReport) -> dict[str, Any]:
     }
 
 
-def build(header: dict[str, Any], reports: Iterable[CardReport], *, finished: str | None = None,
+def replayed_entry(rep: Replayed) -> dict[str, Any]:
+    """The original entry, marked as replayed; ``duration_s`` 0 (this run spent nothing on it)."""
+    entry = dict(rep.entry)
+    entry["replayed_from"] = {"run_id": rep.run_id, "started": rep.started, "report_dir": rep.report_dir,
+                              "duration_s": entry.get("duration_s", 0.0)}
+    entry["duration_s"] = 0.0
+    return entry
+
+
+def timing(cards: list[dict[str, Any]], wall_s: float | None, jobs: int | None) -> dict[str, Any]:
+    """Where the time went, per card, slowest first: the honest process, its start-up, the liar processes.
+
+    ``startup_s`` is the honest process's time outside any witness node
+    (interpreter start, imports, collection); a model load inside a fixture
+    counts toward the first witness that asked for it.
+    """
+    rows = []
+    for c in cards:
+        if c.get("replayed_from") or not c["duration_s"]:
+            continue  # replayed, or not run (link problems)
+        liars = [entry for entry in c["liars"] if entry["status"] != "not_run" or entry["duration_s"]]
+        liars_s = sum(entry["duration_s"] for entry in liars)
+        honest_s = max(c["duration_s"] - liars_s, 0.0)
+        nodes = c["witnesses"] + c["controls"]
+        slow = max(nodes, key=lambda w: w["duration_s"], default=None)
+        slow_liar = max(liars, key=lambda entry: entry["duration_s"], default=None)
+        rows.append({
+            "id": c["id"], "total_s": round(c["duration_s"], 3), "honest_s": round(honest_s, 3),
+            "startup_s": round(max(honest_s - sum(w["duration_s"] for w in nodes), 0.0), 3),
+            "liars_s": round(liars_s, 3), "liar_runs": len(liars),
+            "slowest_witness": {"id": slow["id"], "duration_s": slow["duration_s"]} if slow else None,
+            "slowest_liar": {"name": slow_liar["name"], "duration_s": slow_liar["duration_s"]} if slow_liar else None,
+        })
+    rows.sort(key=lambda r: -r["total_s"])
+    return {"wall_s": None if wall_s is None else round(wall_s, 3), "jobs": jobs,
+            "process_s": round(sum(r["total_s"] for r in rows), 3),
+            "processes": sum(1 + r["liar_runs"] for r in rows if r["total_s"] > 0),
+            "replayed": sum(1 for c in cards if c.get("replayed_from")), "cards": rows}
+
+
+def build(header: dict[str, Any], reports: Iterable[CardReport | Replayed], *, finished: str | None = None,
           wall_s: float | None = None) -> dict[str, Any]:
-    """The verdicts document: ``{"header": {...}, "cards": [...]}`` in card order.
+    """The verdicts document: ``{"header": {...}, "cards": [...], "timing": {...}}`` in card order.
 
     ``header`` comes from :func:`harness.provenance.header`; this adds the
     schema name and version, the finish time, per-verdict and per-regime
-    counts and the gate result (PASS only when every card is PROVEN).
+    counts, how many verdicts were replayed and the gate result (PASS only
+    when every card is PROVEN, replayed or not). ``timing`` is
+    :func:`timing` (``header["jobs"]`` is the number of worker processes).
     """
-    cards = [card_entry(r) for r in reports]
+    cards = [replayed_entry(r) if isinstance(r, Replayed) else card_entry(r) for r in reports]
     counts = {k: sum(c["verdict"] == k for c in cards) for k in VERDICTS}
     by_regime = {r: {k: sum(c["verdict"] == k and c["regime"] == r for c in cards) for k in VERDICTS}
                  for r in REGIMES}
@@ -211,5 +268,6 @@ def build(header: dict[str, Any], reports: Iterable[CardReport], *, finished: st
             "finished": finished,
             "duration_s": round(wall_s if wall_s is not None else sum(c["duration_s"] for c in cards), 3),
             "summary": {"total": len(cards), "counts": counts, "by_regime": by_regime,
-                        "gate": gate, "not_proven": not_proven}}
-    return {"header": head, "cards": cards}
+                        "gate": gate, "not_proven": not_proven,
+                        "replayed": sum(1 for c in cards if c.get("replayed_from"))}}
+    return {"header": head, "cards": cards, "timing": timing(cards, wall_s, header.get("jobs"))}

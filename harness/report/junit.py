@@ -10,7 +10,9 @@ PROVEN reads as a pass, as in the release gate:
 - VACUOUS, UNVERIFIED -> ``<failure type="VACUOUS|UNVERIFIED">`` (not proven;
   ``<skipped>`` would let a CI page show green for a claim nobody checked)
 
-The witness lines go to ``<system-out>``. Computes nothing.
+The witness lines go to ``<system-out>``. A verdict replayed by ``--changed``
+says "replayed from <date>" there and carries a ``kvproof.replayed_from``
+property; its ``time`` is 0 (this run spent nothing on it). Computes nothing.
 """
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ def _text(value: Any) -> str:
 
 def _lines(card: Mapping[str, Any]) -> str:
     out = [f"{card['id']}: {card['title']}", f"verdict {card['verdict']}: {card['reason']}"]
+    if card["replayed"]:
+        src = card["replayed_from"]
+        out.append(f"{card['replayed']} (run {src['run_id']}, report {src.get('report_dir') or '–'}): "
+                   "not run again, its bound files are unchanged")
     if card["headline"]:
         out.append(f"headline {card['headline']['text']}")
     for w in card["witnesses"] + card["controls"]:
@@ -70,6 +76,9 @@ def render(view: Mapping[str, Any]) -> str:
     for c in cards:
         case = ET.SubElement(suite, "testcase", {"classname": f"kvproof.{c['module']}", "name": _text(c["id"]),
                                                  "file": _text(c["card_path"]), "time": f"{c['duration_s']:.3f}"})
+        if c["replayed"]:
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", {"name": "kvproof.replayed_from", "value": _text(c["replayed_from"]["started"])})
         if c["verdict"] != "PROVEN":
             tag = "error" if c["verdict"] == "ERROR" else "failure"
             el = ET.SubElement(case, tag, {"type": c["verdict"], "message": _text(f"{c['verdict']}: {c['reason']}")})

@@ -1,6 +1,7 @@
 """Render the report view as Markdown (``verdicts.md``): a ledger table to paste into a pull request.
 
-One row per card (verdict, date, headline measure, counts, time), then the
+One row per card (verdict, date, headline measure, counts, time; a verdict
+replayed by ``--changed`` shows "replayed from <date>" as its date), then the
 transitions since the last run, then every card that is not PROVEN with its
 reason. Computes nothing; see :mod:`harness.report.view`.
 """
@@ -40,17 +41,19 @@ def render(view: Mapping[str, Any]) -> str:
     out = [f"# kvproof verdicts — gate {summary['gate']}", "",
            f"{head['date']} · commit `{head['commit_short']}`{dirty} · {head['host']} · "
            f"profile {head['profile']}, seed {head['seed']} · liars {head['liars']} · "
-           f"{counts} of {summary['total']} card(s) in {head['duration']}", "",
+           f"{counts} of {summary['total']} card(s)"
+           + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "") + f" in {head['duration']}", "",
            "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |",
            "|---|---|:-:|---|---|---|--:|--:|--:|--:|"]
     for c in view["cards"]:
         n = c["counts"]
         verdict = c["verdict"] if c["verdict"] == "PROVEN" else f"**{c['verdict']}**"
         out.append("| " + " | ".join([
-            _cell(c["id"]), _cell(c["title"]), c["regime"], verdict, _cell(c["date"]),
+            _cell(c["id"]), _cell(c["title"]), c["regime"], verdict, _cell(c["replayed"] or c["date"]),
             _cell(c["headline"]["text"] if c["headline"] else "–"),
             _frac(n["witnesses_passed"], n["witnesses_total"]), _frac(n["controls_held"], n["controls_total"]),
-            _frac(n["liars_caught"], n["liars_total"]), f"{c['duration_s']:.2f} s"]) + " |")
+            _frac(n["liars_caught"], n["liars_total"]),
+            "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s"]) + " |")
     if summary["changes"]:
         out += ["", "## Changes since the last run", ""]
         out += [f"- **{_inline(ch['id'])}** {ch['text']}" for ch in summary["changes"]]

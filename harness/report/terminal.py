@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.report.view import replayed_text
+
 STYLE = {"PROVEN": "bold green", "FAILED": "bold red", "VACUOUS": "bold magenta",
          "UNVERIFIED": "bold yellow", "ERROR": "bold white on red", "STALE": "bold cyan"}
 
@@ -27,7 +29,7 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
                      ("regime", {"justify": "center"}), ("verdict", {"no_wrap": True}),
                      ("witnesses", {"justify": "right"}), ("controls", {"justify": "right"}),
                      ("liars", {"justify": "right"}), ("headline", {"no_wrap": True}),
-                     ("time", {"justify": "right", "no_wrap": True})):
+                     ("time", {"justify": "right", "overflow": "fold"})):
         table.add_column(name, **kw)
     for c in doc["cards"]:
         n = c["counts"]
@@ -36,7 +38,8 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
                       _frac(n["controls_held"], n["controls_total"]),
                       _frac(n["liars_caught"], n["liars_total"]),
                       escape(c["headline"]["text"]) if c["headline"] else "–",
-                      f"{c['duration_s']:.2f} s")
+                      f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
+                      else f"{c['duration_s']:.2f} s")
     console.print(table)
     for c in doc["cards"]:
         if c["verdict"] == "PROVEN":
@@ -48,8 +51,32 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
     s = head["summary"]
     counts = ", ".join(f"{n} {k}" for k, n in s["counts"].items() if n)
     gate = "[bold green]PASS[/]" if s["gate"] == "PASS" else "[bold red]FAIL[/]"
-    console.print(f"gate {gate}: {counts} of {s['total']} card(s) in {head['duration_s']:.1f} s "
+    replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
+    console.print(f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration_s']:.1f} s "
                   f"(profile {head['profile']}, seed {head['seed']})")
+
+
+def render_timing(console: Console, timing: dict[str, Any]) -> None:
+    """Where the time went: one row per card that ran, slowest first (honest run, its start-up, liar runs)."""
+    if not timing["cards"]:
+        return
+    table = Table(title=None, header_style="bold", pad_edge=False, box=None)
+    table.add_column("card", no_wrap=True)
+    for name, width in (("total", 7), ("honest", 7), ("start-up", 8), ("liars", 12)):
+        table.add_column(name, no_wrap=True, justify="right", min_width=width)
+    table.add_column("slowest witness", overflow="fold", ratio=1)
+    table.add_column("slowest liar", overflow="fold", ratio=1)
+    for r in timing["cards"]:
+        w, lv = r["slowest_witness"], r["slowest_liar"]
+        table.add_row(escape(r["id"]), f"{r['total_s']:.1f} s", f"{r['honest_s']:.1f} s", f"{r['startup_s']:.1f} s",
+                      f"{r['liars_s']:.1f} s ({r['liar_runs']})" if r["liar_runs"] else "–",
+                      f"{escape(w['id'])} {w['duration_s']:.1f} s" if w else "–",
+                      f"{escape(lv['name'])} {lv['duration_s']:.1f} s" if lv else "–")
+    jobs = f" with -j {timing['jobs']}" if timing.get("jobs") else ""
+    wall = f" in {timing['wall_s']:.1f} s wall{jobs}" if timing.get("wall_s") is not None else ""
+    console.print(f"time per card, slowest first: {timing['process_s']:.1f} s in {timing['processes']} "
+                  f"witness process(es){wall}")
+    console.print(table)
 
 
 def render_problems(console: Console, problems: Iterable[Any], heading: str) -> None:
@@ -94,7 +121,8 @@ def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_n
     if last is None:
         console.print(f"[bold]last verdict[/] {escape(last_note)}")
         return
-    console.print(f"[bold]last verdict[/] {verdict_text(last['verdict'])} on {escape(last['run_started'])}"
+    replayed = f" ({replayed_text(last['replayed_from']['started'])})" if last.get("replayed_from") else ""
+    console.print(f"[bold]last verdict[/] {verdict_text(last['verdict'])} on {escape(last['run_started'])}{replayed}"
                   f"{escape(last_note)}: {escape(last['reason'])}", soft_wrap=True)
     for entry in last.get("liars", []):
         who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
@@ -118,7 +146,8 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
         state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == "STALE" else "")
         why = ("changed since: " + ", ".join(r.changed)) if r.changed else \
             ("" if r.state == "PROVEN" else r.last.reason)
-        table.add_row(escape(r.card_id), state, _when(r.last.started), escape(r.last.headline or "–"), escape(why))
+        when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
+        table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why))
     console.print(table)
 
 

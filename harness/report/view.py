@@ -54,18 +54,20 @@ def history_marks(past: Sequence[PastVerdict], current: Mapping[str, Any] | None
                   limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
     """Oldest-first marks for a card's strip: past verdicts then ``current`` (this run), each with its transition.
 
-    ``current`` is ``{"started", "verdict", "digest", "report_dir"}`` or None
-    (history shown without a run, e.g. ``history ID``).
+    ``current`` is ``{"started", "verdict", "digest", "report_dir"}`` (and
+    ``replayed_from``, the original start time, for a replayed verdict) or
+    None (history shown without a run, e.g. ``history ID``).
     """
     seq = [{"started": p.started, "verdict": p.verdict, "digest": p.bound_digest, "report_dir": p.report_dir,
-            "commit": p.git_commit, "current": False} for p in past]
+            "commit": p.git_commit, "current": False, "replayed_from": p.replayed_started} for p in past]
     if current is not None:
-        seq.append({**current, "commit": None, "current": True})
+        seq.append({"replayed_from": None, **current, "commit": None, "current": True})
     marks, prev = [], None
     for item in seq:
         change = transition(prev, item)
         marks.append({**item, "date": display_date(item["started"]), "change": change,
                       "title": f"{display_date(item['started'])} {item['verdict']}"
+                               + (f" {replayed_text(item['replayed_from'])}" if item["replayed_from"] else "")
                                + (f" — {change['text']}" if change and change["kind"] != "first" else "")})
         prev = item
     return marks[-limit:]
@@ -80,6 +82,11 @@ def display_date(iso: str | None) -> str:
         return "–"
     m = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?Z", iso)
     return f"{m.group(1)} {m.group(2)} UTC" if m else iso
+
+
+def replayed_text(started: str | None) -> str:
+    """``replayed from 2026-11-29 13:43:41 UTC``: how every format marks a verdict taken from an earlier run."""
+    return f"replayed from {display_date(started)}" if started else ""
 
 
 def ref_source(root: Path, ref: str, max_lines: int = SOURCE_LINES) -> dict[str, Any]:
@@ -206,7 +213,11 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
               report_dir: str | None) -> dict[str, Any]:
     out = copy.deepcopy(dict(card))
     replay = replay_command(head, card["id"])
-    out["date"] = display_date(head.get("started"))  # the verdict's date (a replayed verdict keeps its own)
+    replayed = card.get("replayed_from") or None
+    # the verdict's date: a replayed verdict keeps the date of the run that produced its evidence
+    out["date"] = display_date(replayed["started"] if replayed else head.get("started"))
+    out["replayed"] = replayed_text(replayed["started"]) if replayed else ""
+    out["replayed_from"] = replayed
     out["anchor"] = "card-" + re.sub(r"[^A-Za-z0-9_-]+", "-", card["id"])
     out["regime_name"] = REGIME_NAMES.get(card["regime"], card["regime"])
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
@@ -215,7 +226,8 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     out["failing"] = [w for w in out["witnesses"] + out["controls"] if w["status"] != "passed"] \
         if card["verdict"] != PROVEN else []
     marks = history_marks(past, {"started": head.get("started"), "verdict": card["verdict"],
-                                 "digest": bound_digest(card["bound_files"]), "report_dir": report_dir})
+                                 "digest": bound_digest(card["bound_files"]), "report_dir": report_dir,
+                                 "replayed_from": replayed["started"] if replayed else None})
     out["history"] = marks
     change = marks[-1]["change"] if marks else None
     out["change"] = change if change and change["kind"] != "first" else None
@@ -248,6 +260,7 @@ def build_view(doc: Mapping[str, Any], past: Mapping[str, Sequence[PastVerdict]]
         "summary": {"total": summary["total"], "gate": summary["gate"], "counts": _counts(cards),
                     "by_regime": [r for r in by_regime if r["total"]], "changes": changes,
                     "proven": sum(c["verdict"] == PROVEN for c in cards), "not_proven": len(not_proven),
+                    "replayed": sum(1 for c in cards if c["replayed"]),
                     "flaky": sum(1 for ch in changes if ch["flaky"])},
         "cards": cards,
         "not_proven": not_proven,
