@@ -1,6 +1,7 @@
 # kvproof: every target sets itself up from a fresh clone.
 #   make verify   set up, export the oracle if missing, run the obligations
-#   make test     set up, export the oracle if missing, run the whole test suite
+#   make test     set up, export the oracle if missing, run the whole test suite,
+#                 then the obligations gate (liars included: a VACUOUS card fails CI)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -36,6 +37,7 @@ browser:
 
 test: oracle browser
 	$(BIN)/python -m pytest -q
+	$(BIN)/python run_obligations.py run
 
 generate: setup
 	$(BIN)/python -m impl generate "$(or $(PROMPT),The capital of France is)" -n $(or $(N),12)
