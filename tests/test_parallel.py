@@ -136,8 +136,11 @@ def test_ctrl_c_kills_every_witness_process_and_records_nothing(tmp_path):
     cards.mkdir()
     for i in (1, 2, 3):
         (cards / f"s{i}.yaml").write_text(_card_yaml(f"FX-SLEEP{i}", "witnesses/test_text.py::test_sleeps"))
+    # NOTE: a shell that starts CI in the background hands SIGINT down as ignored, and
+    # Python then installs no KeyboardInterrupt handler; restore the default for the child.
     proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", str(cards), "-j", "2"], cwd=root,
-                            env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while len(_children_of(root)) < 2 and time.monotonic() < deadline:

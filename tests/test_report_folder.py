@@ -170,9 +170,13 @@ def test_ctrl_c_during_a_run_leaves_no_report_and_the_ledger_unchanged(ran):
     reports = ran / "reports"
     before, runs_before = visible(reports), rows(reports / "ledger.sqlite")
     env = {**os.environ, "KVPROOF_ROOT": str(ran), "COLUMNS": "200"}
+    # NOTE: a shell that starts CI in the background hands SIGINT down as ignored, and
+    # Python then installs no KeyboardInterrupt handler; restore the default for the child.
     proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", "cards-mixed", "FX-HANG"], cwd=ran,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)  # FX-HANG's witness waits for its 1 s timeout: the run cannot have finished
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline().startswith("kvproof:")  # the run has started (its header is out)
+    time.sleep(0.3)  # FX-HANG's witness waits for its 1 s timeout: the run cannot have finished
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
