@@ -81,7 +81,8 @@ def _console(stderr: bool = False):
     from rich.console import Console
 
     probe = Console(stderr=stderr)
-    width = None if probe.is_terminal else int(os.environ.get("COLUMNS", "120"))
+    # logs (CI) are read in wide viewers: 160 columns keeps one card per row
+    width = None if probe.is_terminal else int(os.environ.get("COLUMNS", "160"))
     return Console(stderr=stderr, width=width, highlight=False)
 
 
