@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import signal
 import sys
 import time
@@ -388,69 +387,15 @@ def cmd_history(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- new
 
 
-CARD_TEMPLATE = """\
-# yaml-language-server: $schema={schema}
-id: {id}
-title: TODO one line saying what is claimed
-module: impl                # the module under proof, e.g. impl.kv
-regime: N                   # N numerical, A algebraic/structural, C integrity, D decision soundness
-theorem: >
-  TODO: state the claim so that it could be false.
-proof: >
-  TODO: why it holds, citing the mechanism by symbol (list the symbols in refs).
-refs: []                    # e.g. [impl/kv.py::KVCache.evict]
-witnesses:
-  - id: claim
-    test: {test}
-    # bounds: {{max_abs_delta: {{le: 0}}}}   # a tolerance above zero needs `reason:`
-controls: []                # witnesses that must show a difference, e.g. bounds {{max_abs_delta: {{gt: 0}}}}
-liars: []                   # wrong variants the witnesses must catch (witnesses/liars/)
-version: 1
-"""
-
-WITNESS_TEMPLATE = '''\
-"""Witnesses for {id} ({card}).
-
-Record what you measure with evidence.record(key, value); the card puts
-bounds on those keys.
-"""
-import pytest
-
-
-def test_claim(evidence):
-    pytest.fail("{id}: witness not written yet; write {test} so it checks the theorem")
-'''
-
-
 def cmd_new(args: argparse.Namespace) -> int:
-    from harness.cards import SCHEMA_PATH, display_path, find_card_files, load_card, valid_card_id
+    from harness.cards import display_path
+    from harness.scaffold import scaffold
 
     root = project_root()
-    folder = cards_dir(args, root)
-    card_id = args.id
-    if not valid_card_id(card_id):
-        raise UsageError(f"id={card_id!r}: expected a letter then letters, digits, '.', '_' or '-' (e.g. KV-T9)")
-    for path in find_card_files(folder):
-        _, _, existing = load_card(path, root)
-        if existing == card_id:
-            raise UsageError(f"id={card_id!r} is already used by {display_path(path, root)}; pick another id")
-    slug = re.sub(r"[^a-z0-9]+", "_", card_id.lower()).strip("_")
-    card_path = folder / f"{card_id.lower()}.yaml"
-    witness_rel = f"witnesses/test_{slug}.py"
-    witness_path = root / witness_rel
-    for path in (card_path, witness_path):
-        if path.exists():
-            raise UsageError(f"{display_path(path, root)} already exists; remove it or pick another id")
-    folder.mkdir(parents=True, exist_ok=True)
-    witness_path.parent.mkdir(parents=True, exist_ok=True)
-    test = f"{witness_rel}::test_claim"
-    schema = os.path.relpath(SCHEMA_PATH, folder)
-    card_path.write_text(CARD_TEMPLATE.format(id=card_id, test=test, schema=schema), encoding="utf-8")
-    witness_path.write_text(WITNESS_TEMPLATE.format(id=card_id, test=test, card=display_path(card_path, root)),
-                            encoding="utf-8")
+    card_path, witness_rel = scaffold(root, cards_dir(args, root), args.id)
     console = _console()
     console.print(f"created {display_path(card_path, root)} and {witness_rel}")
-    console.print(f"next: fill in the card, write the witness, then `run_obligations.py run {card_id}` "
+    console.print(f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
                   f"(it is FAILED until the witness is written)")
     return 0
 

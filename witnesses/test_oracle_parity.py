@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.oracle.fixtures import oracle  # noqa: F401  (the session fixture, until conftest registers the plugin)
 from harness.oracle.store import Oracle
 
 pytestmark = [pytest.mark.oracle, pytest.mark.weights]
