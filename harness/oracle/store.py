@@ -36,6 +36,7 @@ import numpy as np
 
 from harness.errors import OracleCorrupt, OracleMissing, OracleStale
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
+from harness.procs import pid_alive
 
 FORMAT = "kvproof-oracle"
 FORMAT_VERSION = 1
@@ -94,16 +95,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class ExportWriter:
     """Build an export in a hidden folder beside ``target``; ``commit`` swaps it in.
 
@@ -129,7 +120,7 @@ class ExportWriter:
         pattern = re.compile(rf"^\.{re.escape(self.target.name)}\.(tmp|old)-(\d+)-[0-9a-f]+$")
         for p in self.target.parent.iterdir():
             m = pattern.match(p.name)
-            if m and not _pid_alive(int(m.group(2))):
+            if m and not pid_alive(int(m.group(2))):
                 shutil.rmtree(p, ignore_errors=True)
 
     def __enter__(self) -> "ExportWriter":

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 from harness.ledger import FILENAME, Ledger, PastVerdict
 from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
+from harness.procs import pid_alive
 
 PARTIAL = ".partial-"
 LATEST = "latest"
@@ -47,22 +48,12 @@ def _free_name(reports: Path, base: str) -> str:
     return name
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_partials(reports: Path) -> list[Path]:
     """Remove ``.partial-*`` folders left by runs that were killed (their process is gone)."""
     removed = []
     for path in reports.glob(PARTIAL + "*"):
         m = re.search(r"-(\d+)$", path.name)
-        if path.is_dir() and m and not _pid_alive(int(m.group(1))):
+        if path.is_dir() and m and not pid_alive(int(m.group(1))):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
