@@ -124,8 +124,10 @@ def model():
     return load_model()
 
 
-def _greedy(model, ids, window, precision):
+def _greedy(model, ids, window, precision, sessions=None):
     s = model.session(window=window, cache="ring", hint=64, precision=precision)
+    if sessions is not None:
+        sessions.append(s)
     return s.generate(ids, GREEDY)
 
 
@@ -156,9 +158,16 @@ def test_real_weights_int8_on_a_wrapped_ring(model, oracle, evidence):
     """The long prompt with a 64 window on 25 layers, so the rings wrap: int8 vs f32, 12 greedy tokens."""
     ws = smollm2_windows(64)
     ids = [int(t) for t in oracle.prompt("long").ids]
-    g32 = _greedy(model, ids, ws, "f32")
-    g8 = _greedy(model, ids, ws, "int8")
+    sessions = []
+    g32 = _greedy(model, ids, ws, "f32", sessions)
+    g8 = _greedy(model, ids, ws, "int8", sessions)
     same = sum(a == b for a, b in zip(g8, g32))
+    # the measurement means something only if the windowed rings really wrapped
+    local = [i for i, w in enumerate(ws) if w is not None]
+    for s in sessions:
+        assert len(s) == len(ids) + GREEDY > 64
+        assert all(s.cache.ring.slots(i) == 64 for i in local), "a windowed ring did not stop at its window"
+    assert len(g8) == len(g32) == GREEDY
     evidence.record("prompt_tokens", len(ids))
     evidence.record("int8_tokens_equal_f32", same)
     evidence.record("tokens_compared", GREEDY)
