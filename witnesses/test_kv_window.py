@@ -42,9 +42,9 @@ def masked_reference(q, k, v, pos, window, scale):
     t, hkv, _, d = q.shape
     out = []
     for i in range(t):
-        kh = k[: i + 1].reshape(i + 1, hkv, d).transpose(1, 2, 0)
+        kh = k[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
         vh = v[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)
-        s = np.matmul(q[i], kh) * np.float32(scale)
+        s = np.ascontiguousarray(np.matmul(kh, q[i].transpose(0, 2, 1)).transpose(0, 2, 1)) * np.float32(scale)
         if window is not None:
             hidden = pos[: i + 1] < pos[i] - window + 1  # (i+1,) True = out of window
             s = np.where(hidden, np.float32(-np.inf), s)
