@@ -37,6 +37,7 @@ import numpy as np
 from harness.errors import OracleCorrupt, OracleMissing, OracleStale
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
 from harness.procs import pid_alive
+from impl.model.weights import sha256_file
 
 FORMAT = "kvproof-oracle"
 FORMAT_VERSION = 1
@@ -241,17 +242,9 @@ def check_files(root: str | os.PathLike, manifest: dict[str, Any], hashes: bool 
             problems.append(Problem(rel, "missing"))
         elif path.stat().st_size != entry.get("bytes"):
             problems.append(Problem(rel, f"size differs: {path.stat().st_size} bytes, manifest says {entry.get('bytes')}"))
-        elif hashes and _sha256(path) != entry.get("sha256"):
+        elif hashes and sha256_file(path) != entry.get("sha256"):
             problems.append(Problem(rel, "sha256 differs"))
     return problems
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def stale_reasons(manifest: dict[str, Any], weights_sha256: str | None) -> list[str]:

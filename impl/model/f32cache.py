@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from impl.model.config import ModelConfig
+from impl.model.weights import sha256_file
 
 FORMAT = 1
 ALIGN = 4096
@@ -46,14 +47,6 @@ def cache_root() -> Path | None:
     if env:
         return None if env.lower() in ("off", "0", "no") else Path(env)
     return Path(__file__).resolve().parents[2] / ".cache" / "weights"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def code_fingerprint() -> str:
@@ -83,7 +76,7 @@ def load(gguf_sha256: str):
                 or man.get("code_sha256") != code_fingerprint():
             return None
         data = entry / "weights.f32"
-        if data.stat().st_size != man["data_bytes"] or _sha256(data) != man["data_sha256"]:
+        if data.stat().st_size != man["data_bytes"] or sha256_file(data) != man["data_sha256"]:
             return None
         mm = np.memmap(data, dtype=np.float32, mode="r")
         state = {}

@@ -37,8 +37,8 @@ def write_v_one_layer_down(self, layer, start, k_raw, k, v):
 
 # ---- KV-T2: eviction --------------------------------------------------------------------
 
-def _evict_with(self, start, n, rekey):
-    """Shared body of the eviction liars: move rows down, then let rekey() fix K."""
+def _evict_with(self, start, n, rekey, renumber=True):
+    """Shared body of the eviction liars: move rows down, let rekey() fix K, renumber pos (or not)."""
     n = min(n, len(self) - start)
     if n <= 0:
         return 0
@@ -48,7 +48,7 @@ def _evict_with(self, start, n, rekey):
         for a in (self._k_raw[layer], self._v[layer], self._k[layer]):
             a[start : start + keep] = a[end:total].copy()
         rekey(layer, start, keep, n)
-    self._pos[start : start + keep] = np.arange(start, start + keep)
+    self._pos[start : start + keep] = np.arange(start, start + keep) if renumber else self._pos[end:total].copy()
     self._n = total - n
     return n
 
@@ -83,17 +83,7 @@ def evict_no_rerotate(self, start, n):
 @liar("kv.no_renumber", target="impl.kv:KVCache.evict",
       why="drops the span but leaves survivors' pos (and K) at their old positions: a gap in pos")
 def evict_no_renumber(self, start, n):
-    n = min(n, len(self) - start)
-    if n <= 0:
-        return 0
-    end, total = start + n, len(self)
-    keep = total - end
-    for layer in range(self.n_layers):
-        for a in (self._k_raw[layer], self._v[layer], self._k[layer]):
-            a[start : start + keep] = a[end:total].copy()
-    self._pos[start : start + keep] = self._pos[end:total].copy()
-    self._n = total - n
-    return n
+    return _evict_with(self, start, n, lambda *a: None, renumber=False)
 
 
 @liar("kv.evict_layer0_only", target="impl.kv:KVCache.evict", factory=True,
