@@ -24,15 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-
-def best_of(fn, repeats: int) -> float:
-    """Fastest of ``repeats`` timings of fn() in seconds (the least disturbed run)."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+from bench.timing import best_of  # noqa: E402
 
 
 def weight_matrices(llama) -> list[np.ndarray]:

@@ -35,23 +35,11 @@ from impl.rope import RopeTable  # noqa: E402
 CFG = ModelConfig()  # SmolLM2-135M geometry; no weights needed
 LAYERS = 2  # cache layers timed (each layer's step is the same work; x n_layers for a whole step)
 
-
-def best_of(fn, repeats: int) -> float:
-    """Fastest of ``repeats`` timings of fn() in seconds (the least disturbed run)."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
 def filled(cache, n: int, rng) -> None:
     cache.reserve(n)
     for layer in range(LAYERS):
         a = rng.standard_normal((3, n, CFG.kv_dim)).astype(np.float32)
         cache.write(layer, 0, a[0], a[1], a[2])
-
 
 def decode_step(cache, n: int, q: np.ndarray, row: np.ndarray) -> None:
     """One decode step's cache work at context n, over LAYERS layers, then undo it."""
@@ -61,7 +49,6 @@ def decode_step(cache, n: int, q: np.ndarray, row: np.ndarray) -> None:
         causal_attention(q, cache, layer, n - 1, None, 0.125)
     cache.rollback(n - 1)
 
-
 def shuffle_table(seq: PagedSequence, seed: int) -> None:
     """Move a sequence's blocks to a random permutation of their ids (same rows, fragmented table)."""
     perm = list(seq.blocks)
@@ -69,7 +56,6 @@ def shuffle_table(seq: PagedSequence, seed: int) -> None:
     for a in seq.pool.storage.arrays:
         a[:, perm] = a[:, seq.blocks].copy()
     seq.blocks = perm
-
 
 def bench_attention(contexts: list[int], bs: int, repeats: int) -> None:
     print(f"decode attention, one layer-step (ms), block_size={bs}, {CFG.n_kv_heads} KV heads x "
@@ -101,7 +87,6 @@ def bench_attention(contexts: list[int], bs: int, repeats: int) -> None:
               f"{times['run'] / c:>10.2f}x {times['frag'] / c:>11.2f}x")
         del contig, caches
 
-
 def bench_fork_memory(prompt: int, forks: int, decode: int, bs: int) -> None:
     # NOTE: block counts do not depend on layers or kv_dim, so the accounting pool is 1 x 1 wide.
     pool = BlockPool(forks * (-(-(prompt + decode) // bs) + 1), bs, 1, 1)
@@ -124,7 +109,6 @@ def bench_fork_memory(prompt: int, forks: int, decode: int, bs: int) -> None:
           f"{1 - shared / copied:.0%}); copy-on-write copied "
           f"{forks - 1 if prompt % bs else 0} partly filled block(s)")
 
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--contexts", default="1024,4096")
@@ -142,7 +126,6 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
