@@ -3,8 +3,12 @@
 Loaded by ``witnesses/conftest.py`` (so plain ``pytest witnesses/`` works with
 no harness) and by the harness with ``-p harness.plugin``.
 
-- ``evidence.record("max_abs_delta", 0.0)`` stores any JSON-able value a
-  witness measured; cards put bounds on these keys.
+- ``evidence`` holds what a witness measured; cards put bounds on its keys.
+  ``evidence.record("tokens_differing", 0)`` stores one JSON-able value,
+  once; ``evidence.observe("max_abs_delta", d)`` once per Hypothesis example
+  keeps ``{"observed": n, "min": lo, "max": hi, "nan": k}`` and bounds are
+  judged on its worst value; ``evidence.count("examples")`` keeps a tally.
+  See :class:`Evidence`.
 - Hypothesis profiles ``ci`` (fast, derandomized, default) and ``release``
   (many more examples), chosen with ``--kvproof-profile`` or the
   ``KVPROOF_PROFILE`` environment variable.
@@ -16,6 +20,14 @@ no harness) and by the harness with ``-p harness.plugin``.
   It also arms :func:`faulthandler.dump_traceback_later` with the node's
   timeout, so a hang leaves the stack it hung in.
 
+Hypothesis details: when a node fails or errors with an exception that
+carries Hypothesis' falsifying-example note (a ``@given`` test, or a
+property nested in the test body as the shipped witnesses do; exception
+groups included), its ``hypothesis`` field gets the example, the
+``@reproduce_failure(...)`` line (``print_blob=True``) and the seed and
+kvproof profile in force; the report adds the ``run_obligations.py run``
+command that replays it.
+
 Failure versus error: a call-phase ``AssertionError`` (numpy's testing
 asserts, ``pytest.fail``, Hypothesis re-raising a falsified assertion, or an
 exception group made only of those) is ``failed``; any other exception,
@@ -25,12 +37,17 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import math
+import numbers
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from harness.verdict import OBSERVED_FIELDS
 
 PROFILES = ("ci", "release")
 _FLAKY = {"Flaky", "FlakyFailure", "FlakyReplay", "FlakyStrategyDefinition", "FlakyBackendFailure"}
@@ -61,29 +78,132 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> int | float | None:
+    """``value`` as a plain int or float (numpy scalars and 0-d arrays too); None for bool or a non-number."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+_VERBS = {"record": "evidence.record(key, value)", "observe": "evidence.observe(key, value)",
+          "count": "evidence.count(key, n)"}
+
+
 class Evidence:
-    """Measured values one witness records, keyed by name."""
+    """Measured values one witness records, keyed by name. Each key takes exactly one verb.
+
+    - ``record(key, value)``: one value, recorded once. Recording a key again
+      raises ValueError: a silently replaced value could hide the first one.
+    - ``observe(key, x)``: a number, once per Hypothesis example (or per case
+      of a loop). The node reports the summary ``{"observed": n, "min": lo,
+      "max": hi, "nan": k}`` (n observations, k of them NaN; lo/hi over the
+      others, null when every one was NaN), and a bound on the key is judged
+      on the value that is worst for it: max for le/lt, min for ge/gt, both
+      for eq; any NaN makes an ordering bound fail (see
+      :func:`harness.verdict.check_bound`).
+    - ``count(key, n=1)``: an int >= 0 added to a tally (examples run, rows
+      misplaced, ...); the node reports the sum as a plain int. Call it with
+      ``n=0`` to make the key exist when nothing was counted.
+
+    A key never recorded, observed or counted is absent, so a bound on it is
+    "not recorded". Using a second verb on a key raises ValueError.
+    """
 
     def __init__(self) -> None:
-        self.values: dict[str, object] = {}
+        self._recorded: dict[str, object] = {}
+        self._observed: dict[str, dict[str, Any]] = {}
+        self._counted: dict[str, int] = {}
+
+    @property
+    def values(self) -> dict[str, object]:
+        """Everything recorded so far, JSON-able, in first-use order (a fresh dict each call)."""
+        keys = {**dict.fromkeys(self._recorded), **dict.fromkeys(self._observed), **dict.fromkeys(self._counted)}
+        out: dict[str, object] = {}
+        for key in keys:
+            if key in self._recorded:
+                out[key] = self._recorded[key]
+            elif key in self._observed:
+                out[key] = dict(self._observed[key])
+            else:
+                out[key] = self._counted[key]
+        return out
 
     def __repr__(self) -> str:
         return f"Evidence({self.values!r})"
 
+    def _claim(self, verb: str, key: object) -> str:
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"evidence.{verb}(key={key!r}): key must be a non-empty str such as 'max_abs_delta'")
+        for other, used in (("record", self._recorded), ("observe", self._observed), ("count", self._counted)):
+            if other != verb and key in used:
+                raise ValueError(
+                    f"evidence.{verb}({key!r}, ...): key={key!r} was already used with evidence.{other}; "
+                    f"one key takes one verb: {_VERBS['record']} once, {_VERBS['observe']} per example "
+                    f"(the worst is kept) or {_VERBS['count']} (a tally); use another key name")
+        return key
+
     def record(self, key: str, value: object) -> None:
         """Record ``value`` (number, str, bool, None, list, dict; numpy scalars and
-        arrays are converted) under ``key``. Recording a key again replaces it.
+        arrays are converted) under ``key``, once.
 
-        Raises TypeError when the key is not a str or the value is not JSON-able.
+        Raises TypeError when the key is not a str or the value is not JSON-able,
+        ValueError when the key was already recorded (or observed or counted).
         """
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"evidence.record(key={key!r}): key must be a non-empty str such as 'max_abs_delta'")
+        self._claim("record", key)
+        if key in self._recorded:
+            raise ValueError(
+                f"evidence.record({key!r}, {value!r:.80}): key={key!r} was already recorded as "
+                f"{self._recorded[key]!r:.80}; a key is recorded once per test. For a value measured per "
+                f"example use evidence.observe(...) once per example or evidence.count(...) for a tally")
         try:
-            self.values[key] = _jsonable(value)
+            value = _jsonable(value)
         except (TypeError, ValueError):
             raise TypeError(
                 f"evidence.record({key!r}, value={value!r:.80}): value must be JSON-able "
                 "(number, str, bool, None, list, dict); convert it, e.g. float(x)") from None
+        if isinstance(value, dict) and set(value) == set(OBSERVED_FIELDS):
+            raise ValueError(f"evidence.record({key!r}, {value!r:.80}): a dict with exactly the keys "
+                             f"{', '.join(OBSERVED_FIELDS)} is how evidence.observe reports its summary; "
+                             "call evidence.observe(key, x) per value instead, or add another field")
+        self._recorded[key] = value
+
+    def observe(self, key: str, value: object) -> None:
+        """Observe one number (int or float, numpy scalars too; NaN and inf allowed, bool refused).
+
+        Call once per Hypothesis example; the node reports the summary and a
+        bound on ``key`` is judged on its worst value (see the class docstring).
+        Raises TypeError for a non-number, ValueError when the key was recorded or counted.
+        """
+        self._claim("observe", key)
+        x = _number(value)
+        if x is None:
+            raise TypeError(f"evidence.observe({key!r}, value={value!r:.80}): value must be an int or float "
+                            "(numpy scalars are converted; a bool is refused: observe int(flag), or count it "
+                            "with evidence.count(key, int(flag)))")
+        s = self._observed.setdefault(key, {"observed": 0, "min": None, "max": None, "nan": 0})
+        s["observed"] += 1
+        if isinstance(x, float) and math.isnan(x):
+            s["nan"] += 1
+            return
+        s["min"] = x if s["min"] is None else min(s["min"], x)
+        s["max"] = x if s["max"] is None else max(s["max"], x)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` (an int >= 0; numpy ints too, bool refused) to the tally ``key`` (created at 0).
+
+        Raises TypeError for a non-int, ValueError for n < 0 or when the key was recorded or observed.
+        """
+        self._claim("count", key)
+        x = _number(n)
+        if not isinstance(x, int):
+            raise TypeError(f"evidence.count({key!r}, n={n!r:.80}): n must be an int >= 0 "
+                            "(a bool is refused: write int(flag))")
+        if x < 0:
+            raise ValueError(f"evidence.count({key!r}, n={x}): n must be >= 0; a tally only grows "
+                             "(observe a signed value with evidence.observe)")
+        self._counted[key] = self._counted.get(key, 0) + x
 
 
 _EVIDENCE_KEY = pytest.StashKey[Evidence]()
@@ -91,7 +211,7 @@ _EVIDENCE_KEY = pytest.StashKey[Evidence]()
 
 @pytest.fixture
 def evidence(request: pytest.FixtureRequest) -> Evidence:
-    """Record measured values: ``evidence.record("max_abs_delta", 0.0)``."""
+    """What the witness measured: ``evidence.record(key, v)``, ``.observe(key, x)``, ``.count(key)``."""
     ev = Evidence()
     request.node.stash[_EVIDENCE_KEY] = ev
     return ev
@@ -150,6 +270,26 @@ def _notes(exc: BaseException) -> list[str]:
     return notes
 
 
+# NOTE: Hypothesis >= 6.1xx says "Failing test case: prop(...)"; older ones "Falsifying example: prop(...)"
+_EXAMPLE_NOTE = re.compile(r"^\s*(Falsifying (explicit )?example|Failing test case|Falsifying test case)\b")
+_REPRODUCE = re.compile(r"@reproduce_failure\([^\n]*?\)")
+
+
+def _hypothesis_failure(exc: BaseException) -> dict[str, str] | None:
+    """``{"example", "reproduce"}`` from the notes Hypothesis attaches to what a property raised, else None.
+
+    Works for a ``@given`` test and for a property nested in the test body (the
+    pattern witnesses use): the notes travel with the exception, and an
+    exception group (several distinct failures) carries one per failure.
+    """
+    notes = [n.strip() for n in _notes(exc)]
+    examples = [n for n in notes if _EXAMPLE_NOTE.match(n)]
+    if not examples:
+        return None
+    reproduce = [m.group(0) for n in notes for m in _REPRODUCE.finditer(n)]
+    return {"example": "\n\n".join(dict.fromkeys(examples)), "reproduce": "\n".join(dict.fromkeys(reproduce))}
+
+
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n... (clipped) ...\n" + text[-limit // 2:]
 
@@ -160,6 +300,7 @@ class _Recorder:
     def __init__(self, config: pytest.Config, plan: dict, profile: str) -> None:
         self.config = config
         self.plan = plan
+        self.profile = profile
         self.root = Path(plan.get("root") or config.rootpath)
         self.out = open(plan["out"], "a", encoding="utf-8", buffering=1)
         self.stacks = open(plan["stacks"], "w", encoding="utf-8") if plan.get("stacks") else None
@@ -184,6 +325,16 @@ class _Recorder:
             self.emit("liar", name=name, ok=False, error=str(exc))
             raise pytest.UsageError(str(exc)) from None
         self.emit("liar", name=name, ok=True, target=applied.target)
+
+    def _hypothesis_run(self) -> dict[str, Any]:
+        """The seed and kvproof profile in force: ``run --profile P --seed S`` replays the run."""
+        from hypothesis import settings
+
+        seed = self.config.getoption("hypothesis_seed", None)
+        seed = int(seed) if isinstance(seed, str) and seed.lstrip("-").isdigit() else seed
+        if seed is None:
+            seed = "derandomized" if settings.default.derandomize else None
+        return {"seed": seed, "profile": self.profile, "example": "", "reproduce": ""}
 
     def _timeout_for(self, nodeid: str) -> float:
         for test, seconds in self.timeouts.items():
@@ -217,13 +368,7 @@ class _Recorder:
         if ev is not None:
             state["evidence"] = dict(ev.values)
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and state["hypothesis"] is None:
-            from hypothesis import settings
-
-            seed = self.config.getoption("hypothesis_seed", None)
-            seed = int(seed) if isinstance(seed, str) and seed.lstrip("-").isdigit() else seed
-            state["hypothesis"] = {"seed": seed if seed is not None else (
-                "derandomized" if settings.default.derandomize else None),
-                "profile": settings.get_current_profile_name(), "example": "", "reproduce": ""}
+            state["hypothesis"] = self._hypothesis_run()
         if report.passed or state["outcome"] in ("failed", "error"):
             return
         if report.skipped:
@@ -253,10 +398,10 @@ class _Recorder:
                     shown = path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else path
                     state["location"] = f"{shown}:{entry.lineno + 1}"
                     break
-        if exc is not None and state["hypothesis"] is not None:
-            notes = _notes(exc)
-            state["hypothesis"]["example"] = "\n".join(n for n in notes if "reproduce_failure" not in n)
-            state["hypothesis"]["reproduce"] = "\n".join(n for n in notes if "reproduce_failure" in n)
+        if exc is not None:
+            found = _hypothesis_failure(exc)
+            if found is not None:  # a @given test, or a property nested in the test body
+                state["hypothesis"] = {**(state["hypothesis"] or self._hypothesis_run()), **found}
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         if self.stacks is not None:

@@ -37,6 +37,9 @@ VERDICTS = (PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR)
 PASSED, FAIL, ERR, SKIPPED, NOT_RUN = "passed", "failed", "error", "skipped", "not_run"
 _WORST = (FAIL, ERR, NOT_RUN, SKIPPED, PASSED)  # aggregation order for parametrized witnesses
 
+# the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
+OBSERVED_FIELDS = ("observed", "min", "max", "nan")
+
 
 # ---------------------------------------------------------------- inputs
 
@@ -116,14 +119,16 @@ class BoundCheck:
     key: str
     op: str
     limit: Any
-    actual: Any
+    actual: Any  # the value judged: for observed evidence, the worst one for this bound
     holds: bool | None
     nodeid: str = ""
+    detail: str = ""  # observed evidence: which value was judged, e.g. "max of 50 observed"
 
     def describe(self) -> str:
         if self.holds is None:
             return f"`{self.key}` {self.actual}"  # actual carries the reason text
-        return f"{self.key} = {_fmt(self.actual)} (bound {self.op} {_fmt(self.limit)})"
+        detail = f"; {self.detail}" if self.detail else ""
+        return f"{self.key} = {_fmt(self.actual)} (bound {self.op} {_fmt(self.limit)}{detail})"
 
 
 @dataclass(frozen=True)
@@ -173,13 +178,34 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "") -> BoundCheck:
-    """Evaluate one bound; NaN never satisfies an ordering bound."""
+def observed_summary(value: Any) -> Mapping[str, Any] | None:
+    """``value`` when it is the summary ``evidence.observe`` reports (exactly :data:`OBSERVED_FIELDS`), else None."""
+    if isinstance(value, Mapping) and set(value) == set(OBSERVED_FIELDS):
+        return value
+    return None
+
+
+def _missing(bound: Bound, reached: bool) -> str:
+    if not reached:
+        return "was not reached: the witness stopped before recording it"
+    return (f"was not recorded; the witness passed without recording it: call evidence.record({bound.key!r}, value) "
+            f"(or evidence.observe({bound.key!r}, x) per example, evidence.count({bound.key!r}, n))")
+
+
+def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", reached: bool = True) -> BoundCheck:
+    """Evaluate one bound; NaN never satisfies an ordering bound.
+
+    ``reached`` is False when the node did not pass (it failed, errored or
+    skipped), so a missing key means the witness stopped before recording it,
+    not that it forgot to. Observed evidence (:func:`observed_summary`) is
+    judged by :func:`_check_observed`.
+    """
     if bound.key not in evidence:
-        return BoundCheck(bound.key, bound.op, bound.limit,
-                          f"was not recorded; the witness must call evidence.record({bound.key!r}, value)",
-                          None, nodeid)
+        return BoundCheck(bound.key, bound.op, bound.limit, _missing(bound, reached), None, nodeid)
     actual = evidence[bound.key]
+    summary = observed_summary(actual)
+    if summary is not None:
+        return _check_observed(bound, summary, nodeid)
     if bound.op in ("eq", "ne"):
         holds = (actual == bound.limit) == (bound.op == "eq")
         return BoundCheck(bound.key, bound.op, bound.limit, actual, holds, nodeid)
@@ -188,9 +214,53 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "") -> 
                           f"= {actual!r} is not a number (bound {bound.op} {bound.limit!r})", None, nodeid)
     if isinstance(actual, float) and math.isnan(actual):
         return BoundCheck(bound.key, bound.op, bound.limit, actual, False, nodeid)
-    holds = {"le": actual <= bound.limit, "lt": actual < bound.limit,
-             "ge": actual >= bound.limit, "gt": actual > bound.limit}[bound.op]
-    return BoundCheck(bound.key, bound.op, bound.limit, actual, bool(holds), nodeid)
+    return BoundCheck(bound.key, bound.op, bound.limit, actual, _holds(bound.op, actual, bound.limit), nodeid)
+
+
+def _holds(op: str, actual: Any, limit: Any) -> bool:
+    return bool({"le": actual <= limit, "lt": actual < limit, "ge": actual >= limit, "gt": actual > limit}[op])
+
+
+def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> BoundCheck:
+    """A bound on ``{"observed": n, "min": lo, "max": hi, "nan": k}``, judged on its worst value.
+
+    le/lt: the max; ge/gt: the min; any NaN observed makes the worst value NaN
+    (the bound fails). eq: fails on NaN, else on whichever of min and max
+    differs from the limit. ne: holds when the limit is outside [min, max]
+    (or every value was NaN), fails when min == max == limit; otherwise the
+    summary cannot decide, and the check holds None (ERROR) with advice to
+    count the examples equal to the limit instead.
+    """
+    key, op, limit = bound.key, bound.op, bound.limit
+    n, lo, hi, nans = summary["observed"], summary["min"], summary["max"], summary["nan"] or 0
+
+    def check(actual: Any, holds: bool | None, detail: str) -> BoundCheck:
+        return BoundCheck(key, op, limit, actual, holds, nodeid, detail)
+
+    if not n:
+        return check("observed no value (the summary says observed=0)", None, "")
+    if op == "ne":
+        if lo is None or not _is_number(limit) or limit < lo or limit > hi:
+            nearest = math.nan if lo is None else (lo if _is_number(limit) and abs(lo - limit) <= abs(hi - limit)
+                                                   else hi)
+            return check(nearest, True, f"nearest of {n} observed")
+        if lo == hi == limit:
+            return check(lo, False, f"min = max of {n} observed")
+        return check(f"observed {n} value(s) in [{_fmt(lo)}, {_fmt(hi)}], which contains the limit {_fmt(limit)}: "
+                     f"their summary cannot tell whether one equals it (bound ne {_fmt(limit)}); count those "
+                     f"examples with evidence.count('{key}_equal', int(x == {limit!r})) and bound that with eq: 0",
+                     None, "")
+    if nans:
+        return check(math.nan, False, f"{nans} of {n} observed were NaN")
+    if op == "eq":
+        for name, value in (("min", lo), ("max", hi)):
+            if value != limit:
+                return check(value, False, f"{name} of {n} observed")
+        return check(lo, True, f"min = max of {n} observed")
+    name, value = ("max", hi) if op in ("le", "lt") else ("min", lo)
+    if not _is_number(value):
+        return check(f"= {value!r} is not a number (bound {op} {limit!r})", None, "")
+    return check(value, _holds(op, value, limit), f"{name} of {n} observed")
 
 
 def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVerdict:
@@ -200,7 +270,8 @@ def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVe
         why = (outcome.not_run_reason if outcome else "") or "did not run"
         return WitnessVerdict(witness.id, kind, NOT_RUN, why)
     status = outcome.status
-    checks = tuple(check_bound(b, n.evidence, n.nodeid) for n in outcome.nodes for b in witness.bounds)
+    checks = tuple(check_bound(b, n.evidence, n.nodeid, reached=n.outcome == PASSED)
+                   for n in outcome.nodes for b in witness.bounds)
     if status != PASSED:  # the node's own outcome decides; checks are kept for display
         node = outcome.first(status)
         assert node is not None

@@ -120,3 +120,65 @@ def test_verdict_is_deterministic_and_pure():
 ])
 def test_check_bound(op, limit, actual, holds):
     assert check_bound(Bound("k", op, limit), {"k": actual}).holds is holds
+
+
+# ---------------------------------------------------------------- observed evidence (evidence.observe)
+
+
+def observed(lo, hi, n=50, nan=0) -> dict:
+    return {"observed": n, "min": lo, "max": hi, "nan": nan}
+
+
+@pytest.mark.parametrize("op,limit,summary,actual,holds", [
+    ("le", 0, observed(0.0, 0.0), 0.0, True),
+    ("le", 0, observed(0.0, 1e-6), 1e-6, False),  # the max is judged
+    ("lt", 1, observed(-5, 1), 1, False),
+    ("ge", 4, observed(4.5, 9.0), 4.5, True),  # the min is judged
+    ("gt", 0, observed(0, 7), 0, False),
+    ("le", 1, observed(0.0, 0.5, nan=1), "nan", False),  # any NaN fails an ordering bound
+    ("ge", 0, observed(None, None, n=3, nan=3), "nan", False),
+    ("eq", 0, observed(0, 0), 0, True),
+    ("eq", 0, observed(0, 2), 2, False),  # the max differs
+    ("eq", 0, observed(-1, 0), -1, False),  # the min differs
+    ("eq", 0, observed(0, 0, nan=2), "nan", False),
+    ("ne", 0, observed(1, 5), 1, True),  # the limit is outside [min, max]
+    ("ne", 9, observed(1, 5), 5, True),
+    ("ne", 3, observed(3, 3), 3, False),  # every value equals the limit
+    ("ne", 3, observed(None, None, n=2, nan=2), "nan", True),  # NaN differs from every number
+])
+def test_observed_evidence_is_judged_on_its_worst_value(op, limit, summary, actual, holds):
+    check = check_bound(Bound("k", op, limit), {"k": summary})
+    got = "nan" if isinstance(check.actual, float) and check.actual != check.actual else check.actual
+    assert (got, check.holds) == (actual, holds), check
+
+
+def test_observed_ne_with_the_limit_inside_the_range_is_undecidable_and_says_to_count():
+    check = check_bound(Bound("k", "ne", 3), {"k": observed(1, 5)})
+    assert check.holds is None
+    assert "cannot tell" in check.actual and "evidence.count(" in check.actual
+
+
+def test_observed_bound_report_names_the_worst_value_and_how_many_were_observed():
+    verdict = evaluate(BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=observed(0.0, 2e-6, n=40))),)))
+    assert verdict.verdict == FAILED
+    assert "max_abs_delta = 2.000e-06 (bound le 0; max of 40 observed)" in verdict.reason
+    assert evaluate(BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=observed(0.0, 0.0))),))).verdict == PROVEN
+
+
+def test_observed_ne_undecidable_is_error_never_proven_or_failed():
+    card = _card(witnesses=(("w1", (("k", "ne", 3),)),))
+    verdict = evaluate(card, CardOutcomes((wo("w1", node(k=observed(1, 5))),)))
+    assert verdict.verdict == ERROR and "cannot tell" in verdict.reason
+
+
+def test_missing_key_of_a_witness_that_failed_is_not_reached_not_forgotten():
+    verdict = evaluate(BOUNDED, CardOutcomes((wo("w1", node("failed", "AssertionError: boom")),)))
+    (check,) = verdict.witnesses[0].checks
+    assert "not reached: the witness stopped before recording it" in check.actual
+    assert "evidence.record" not in check.actual
+
+
+def test_missing_key_of_a_witness_that_passed_says_to_record_it():
+    verdict = evaluate(BOUNDED, CardOutcomes((wo("w1", node()),)))
+    (check,) = verdict.witnesses[0].checks
+    assert "passed without recording it" in check.actual and "evidence.record('max_abs_delta'" in check.actual

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from harness.binding import BoundFile
 from harness.cards import Card, Witness
@@ -118,7 +119,7 @@ def _witness_entry(w: Witness, outcome: WitnessOutcome | None, judged: WitnessVe
         "timeout_s": w.timeout,
         "evidence": dict(outcome.evidence) if outcome else {},
         "bounds": [{"key": c.key, "op": c.op, "limit": c.limit, "actual": c.actual, "holds": c.holds,
-                    "node": c.nodeid} for c in judged.checks]
+                    "node": c.nodeid, "detail": c.detail} for c in judged.checks]
                   or [{"key": b.key, "op": b.op, "limit": b.limit, "actual": None, "holds": None, "node": ""}
                       for b in w.bounds],
         "reason": w.reason,
@@ -197,6 +198,7 @@ def card_entry(rep: CardReport) -> dict[str, Any]:
             "controls_total": len(controls),
             "liars_caught": sum(entry["caught"] for entry in liars),
             "liars_total": len(liars),
+            "liars_run": sum(entry["status"] != "not_run" for entry in liars),
         },
         "detail": _detail(v.verdict, witnesses + controls, liars),
         "replayed_from": None,
@@ -247,6 +249,26 @@ def timing(cards: list[dict[str, Any]], wall_s: float | None, jobs: int | None) 
             "replayed": sum(1 for c in cards if c.get("replayed_from")), "cards": rows}
 
 
+def replay_command(head: Mapping[str, Any], card_id: str) -> str:
+    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default)."""
+    cards = ""
+    root, folder = head.get("root"), head.get("cards_dir")
+    if root and folder and Path(folder) != Path(root) / "obligations":
+        try:
+            cards = f" --cards {Path(folder).relative_to(root).as_posix()}"
+        except ValueError:
+            cards = f" --cards {folder}"
+    return f"python run_obligations.py run {card_id}{cards} --profile {head.get('profile')} --seed {head.get('seed')}"
+
+
+def _add_replay(card: dict[str, Any], header: Mapping[str, Any]) -> None:
+    """``hypothesis.replay`` on each honest-run witness or control that Hypothesis falsified (not under a liar)."""
+    for w in card["witnesses"] + card["controls"]:
+        hyp = w.get("hypothesis")
+        if hyp and hyp.get("example"):
+            w["hypothesis"] = {**hyp, "replay": replay_command(header, card["id"])}
+
+
 def build(header: dict[str, Any], reports: Iterable[CardReport | Replayed], *, finished: str | None = None,
           wall_s: float | None = None) -> dict[str, Any]:
     """The verdicts document: ``{"header": {...}, "cards": [...], "timing": {...}}`` in card order.
@@ -258,6 +280,9 @@ def build(header: dict[str, Any], reports: Iterable[CardReport | Replayed], *, f
     :func:`timing` (``header["jobs"]`` is the number of worker processes).
     """
     cards = [replayed_entry(r) if isinstance(r, Replayed) else card_entry(r) for r in reports]
+    for c in cards:
+        if not c.get("replayed_from"):
+            _add_replay(c, header)
     counts = {k: sum(c["verdict"] == k for c in cards) for k in VERDICTS}
     by_regime = {r: {k: sum(c["verdict"] == k and c["regime"] == r for c in cards) for k in VERDICTS}
                  for r in REGIMES}

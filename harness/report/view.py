@@ -19,8 +19,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from harness.ledger import PastVerdict, bound_digest
 from harness.refs import RefSite, resolve_ref
-from harness.report.data import OP_TEXT, fmt_limit, fmt_value
-from harness.verdict import FAILED, PROVEN, VERDICTS
+from harness.report.data import OP_TEXT, fmt_limit, fmt_value, replay_command
+from harness.verdict import FAILED, PROVEN, VERDICTS, observed_summary
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
 SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted
@@ -109,12 +109,18 @@ def ref_source(root: Path, ref: str, max_lines: int = SOURCE_LINES) -> dict[str,
 def _check_text(c: Mapping[str, Any]) -> str:
     if c["holds"] is None:
         return f"{c['key']}: {c['actual']}" if isinstance(c["actual"], str) else f"{c['key']}: not evaluated"
-    return f"{c['key']} = {fmt_value(c['actual'])} ({OP_TEXT[c['op']]} {fmt_limit(c['limit'])})"
+    detail = f"; {c['detail']}" if c.get("detail") else ""
+    return f"{c['key']} = {fmt_value(c['actual'])} ({OP_TEXT[c['op']]} {fmt_limit(c['limit'])}{detail})"
 
 
 def display_value(value: Any, limit: int = VALUE_CHARS) -> str:
     """Recorded evidence as text: floats as 3 significant digits, also inside dicts and lists; cut at ``limit``."""
     def fmt(v: Any) -> str:
+        summary = observed_summary(v)
+        if summary is not None:  # evidence.observe
+            nan = f", {summary['nan']} NaN" if summary["nan"] else ""
+            return (f"max {fmt(summary['max'])}, min {fmt(summary['min'])} "
+                    f"({summary['observed']} observed{nan})")
         if isinstance(v, Mapping):
             return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
         if isinstance(v, (list, tuple)):
@@ -127,18 +133,6 @@ def display_value(value: Any, limit: int = VALUE_CHARS) -> str:
 
 def _node_label(nodeid: str) -> str:
     return nodeid[nodeid.index("["):] if "[" in nodeid else ""
-
-
-def replay_command(head: Mapping[str, Any], card_id: str) -> str:
-    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default)."""
-    cards = ""
-    root, folder = head.get("root"), head.get("cards_dir")
-    if root and folder and Path(folder) != Path(root) / "obligations":
-        try:
-            cards = f" --cards {Path(folder).relative_to(root).as_posix()}"
-        except ValueError:
-            cards = f" --cards {folder}"
-    return f"python run_obligations.py run {card_id}{cards} --profile {head.get('profile')} --seed {head.get('seed')}"
 
 
 def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
