@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,7 @@ class LoadResult:
 
     cards: tuple[Card, ...]
     problems: tuple[Problem, ...]
+    broken_ids: Mapping[str, str] = field(default_factory=dict)  # card file that did not load -> its id, if readable
 
     @property
     def load_problems(self) -> tuple[Problem, ...]:
@@ -214,6 +216,22 @@ def _line_for(values: Mapping[str, int], parts: tuple) -> int:
 # ---------------------------------------------------------------- schema problems
 
 
+def _numeric_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _yaml_float(text: str) -> str:
+    """``1e-3`` -> ``1.0e-3``: the spelling YAML 1.1 (PyYAML) reads as a float."""
+    mant, _, exp = text.strip().lower().partition("e")
+    if "." not in mant:
+        mant += ".0"
+    return f"{mant}e{exp}" if exp else mant
+
+
 def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Problem]:
     import jsonschema
 
@@ -246,6 +264,9 @@ def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Pr
             expected = err.validator_value
             expected = " or ".join(expected) if isinstance(expected, list) else expected
             msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
+            if isinstance(err.instance, str) and "number" in str(expected) and _numeric_text(err.instance):
+                msg += (f" (YAML reads {err.instance} as text because a float needs a dot: "
+                        f"write {_yaml_float(err.instance)})")
         elif kind == "enum":
             msg = f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; " \
                   f"allowed: {', '.join(map(str, err.validator_value))}"
@@ -295,9 +316,100 @@ def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[s
     return tuple(dict.fromkeys(files))
 
 
-def _semantic_problems(data: dict, shown: str, values: dict) -> list[Problem]:
-    """Checks the schema cannot express: tolerance reasons, unique witness ids."""
+# C0 and C1 control characters, DEL and the Unicode line/paragraph separators; \n and \t are
+# allowed in the prose fields only.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_PROSE_FIELDS = {"theorem", "proof", "notes"}
+
+
+def _walk_strings(value: Any, parts: tuple = ()) -> Iterable[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield parts, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_strings(v, parts + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk_strings(v, parts + (i,))
+
+
+def _control_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """Control characters (NUL, ESC, ...) in any text field; newlines and tabs only in prose."""
     problems = []
+    for parts, text in _walk_strings(data):
+        prose = len(parts) == 1 and parts[0] in _PROSE_FIELDS or parts[-1:] == ("notes",) or parts[-1:] == ("reason",)
+        bad = _CONTROL_RE.search(text) or (None if prose else re.search(r"[\n\r\t]", text.rstrip("\n")))
+        if bad:
+            char = bad.group(0)
+            problems.append(Problem(
+                shown, _line_for(values, parts), _field_path(parts), _short(text),
+                f"contains the control character U+{ord(char):04X}; reports would show it raw. "
+                "Remove it (write plain text" + ("" if prose else " on one line") + ")"))
+    return problems
+
+
+def path_problem(value: str, root: Path) -> str:
+    """Why ``value`` (a project-relative path) may not be used, or ``""``.
+
+    Paths in cards are relative to the project root and must stay inside it:
+    no absolute path, no ``..`` part, and no symlink leading out.
+    """
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", value):
+        return "is an absolute path; paths in cards are relative to the project root, e.g. impl/kv.py"
+    if ".." in re.split(r"[\\/]", value):
+        return "leaves the project root with `..`; paths in cards must name files inside the project"
+    try:
+        (root / value).resolve().relative_to(root.resolve())
+    except ValueError:
+        return f"resolves outside the project root {root} (through a symlink); name a file inside the project"
+    return ""
+
+
+def _path_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
+    """Every file a card names (refs, witness tests, covers) resolves inside the project root."""
+    named: list[tuple[tuple, str]] = []
+    named += [(("refs", i), r.split("::", 1)[0]) for i, r in enumerate(data.get("refs") or [])]
+    named += [(("covers", i), c) for i, c in enumerate(data.get("covers") or [])]
+    for group in ("witnesses", "controls"):
+        named += [((group, i, "test"), w["test"].split("::", 1)[0]) for i, w in enumerate(data.get(group) or [])]
+    problems = []
+    for parts, file in named:
+        why = path_problem(file, root)
+        if why:
+            problems.append(Problem(shown, _line_for(values, parts), _field_path(parts),
+                                    _short(_get(data, parts)), why))
+    return problems
+
+
+def _get(data: Any, parts: tuple) -> Any:
+    for p in parts:
+        data = data[p]
+    return data
+
+
+def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """Bound limits must be finite: ``.nan`` or ``.inf`` would make a bound that checks nothing."""
+    problems = []
+    for group in ("witnesses", "controls"):
+        for i, w in enumerate(data.get(group) or []):
+            for key, ops in (w.get("bounds") or {}).items():
+                for op, limit in ops.items():
+                    if isinstance(limit, float) and not math.isfinite(limit):
+                        fp = f"{group}[{i}].bounds.{key}.{op}"
+                        what = "NaN compares false with everything" if math.isnan(limit) else \
+                            "an infinite limit holds (or fails) for every finite value"
+                        problems.append(Problem(
+                            shown, values.get(fp, 0), fp, _short(limit),
+                            f"a bound limit must be a finite number ({what}, so the bound would check "
+                            f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}"))
+    return problems
+
+
+def _semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
+    """Checks the schema cannot express: finite bounds, paths inside the root, control
+    characters, tolerance reasons, unique witness ids."""
+    problems = _bound_problems(data, shown, values) + _path_problems(data, shown, values, root)
+    problems += _control_problems(data, shown, values)
     seen: dict[str, str] = {}
     for group in ("witnesses", "controls"):
         for i, w in enumerate(data.get(group) or []):
@@ -308,7 +420,7 @@ def _semantic_problems(data: dict, shown: str, values: dict) -> list[Problem]:
             seen.setdefault(w["id"], where)
             for key, ops in (w.get("bounds") or {}).items():
                 for op, limit in ops.items():
-                    if op in TOLERANCE_OPS and isinstance(limit, (int, float)) and limit > 0 and not w.get("reason"):
+                    if op in TOLERANCE_OPS and isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0 and not w.get("reason"):
                         fp = f"{where}.bounds.{key}.{op}"
                         problems.append(Problem(
                             shown, values.get(fp, 0), fp, _short(limit),
@@ -350,8 +462,9 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     card_id = data.get("id") if isinstance(data.get("id"), str) else None
     if problems:
         return None, problems, card_id
-    problems = _semantic_problems(data, shown, values)
+    problems = _semantic_problems(data, shown, values, root)
     if problems:
+        problems.sort(key=lambda p: p.line)
         return None, problems, card_id
     witnesses = tuple(_witness(w, "witness") for w in data["witnesses"])
     controls = tuple(_witness(w, "control") for w in data.get("controls") or [])
@@ -421,9 +534,12 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
     cards: list[Card] = []
     problems: list[Problem] = []
     first_seen: dict[str, tuple[str, int]] = {}
+    broken_ids: dict[str, str] = {}
     for path in find_card_files(cards_dir):
         card, probs, card_id = load_card(path, root)
         problems += probs
+        if card is None and card_id is not None:
+            broken_ids[display_path(path, root)] = card_id
         if card_id is not None:
             shown = display_path(path, root)
             line = card.line_of("id") if card else 0
@@ -436,7 +552,7 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
         if card is not None:
             cards.append(card)
             problems += link_problems(card, root, liars) if liars is not None else []
-    return LoadResult(tuple(cards), tuple(problems))
+    return LoadResult(tuple(cards), tuple(problems), broken_ids)
 
 
 # ---------------------------------------------------------------- selection

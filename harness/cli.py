@@ -93,14 +93,55 @@ def _shown_dir(path: Path, root: Path) -> str:
 
 
 def _load(root: Path, folder: Path):
-    from harness.cards import Problem, load_cards
+    """Cards, the liar index, and the liar index's own problems (as card-file :class:`Problem`\ s).
+
+    Raises UsageError when the folder holds no card file: ``run``, ``list``
+    and ``validate`` all refuse an empty folder alike.
+    """
+    from harness.cards import Problem, find_card_files, load_cards
     from harness.liars import scan
 
+    if not find_card_files(folder):
+        raise UsageError(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID` "
+                         "or point --cards at the folder that holds them")
     sites, liar_problems = scan(root)
     result = load_cards(folder, root, sites)
-    extra = tuple(Problem(text.split(": ", 1)[0], 0, "", "", text.split(": ", 1)[-1], kind="link")
-                  for text in liar_problems)
+    extra = tuple(Problem(p.path, p.line, p.field, p.value, p.message) for p in liar_problems)
     return result, sites, extra
+
+
+def _runnable(result, liar_problems, args: argparse.Namespace):
+    """The cards a run may use, or CardInvalid.
+
+    ``validate`` and ``run`` refuse the same things: a full run (no ids, no
+    tags) stops on any card that does not load and on any problem in the
+    liar index. A run of a selection goes ahead when none of the selected
+    ids matches a broken card and no selected card lists a liar whose
+    registration is broken; the other broken files are named as a warning.
+    """
+    from fnmatch import fnmatchcase
+
+    from harness.cards import select
+
+    broken = list(result.load_problems) + list(liar_problems)
+    if not broken:
+        return select(result.cards, args.ids, args.tag)
+    if not args.ids and not args.tag:
+        raise CardInvalid(broken)
+    selected = select(result.cards, args.ids, args.tag) if result.cards else []
+    named = {n for c in selected for n in c.liars}
+    hit = [p for p in result.load_problems
+           if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in args.ids)]
+    hit += [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
+    hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
+    if hit or not selected:
+        raise CardInvalid(hit or broken)
+    from harness.report import terminal
+
+    terminal.render_problems(_console(stderr=True), broken,
+                             f"warning: {len(broken)} problem(s) in cards that are not selected "
+                             f"(`run_obligations.py validate` lists them); running the selection:")
+    return selected
 
 
 # ---------------------------------------------------------------- run
@@ -109,28 +150,22 @@ def _load(root: Path, folder: Path):
 def cmd_run(args: argparse.Namespace) -> int:
     from harness import provenance, verdict
     from harness.binding import bound_files
-    from harness.cards import find_card_files, select
-    from harness.report import data, jsonfile, terminal
-    from harness.run import RunConfig, count_jobs
-    from harness.schedule import default_jobs, run_cards
+    from harness.report import data, terminal
+    from harness.run import RunConfig
+    from harness.schedule import default_jobs
 
     root = project_root()
     folder = cards_dir(args, root)
     console = _console()
-    if not find_card_files(folder):
-        raise UsageError(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
     jobs = default_jobs() if args.jobs is None else args.jobs
-    if jobs < 1:
-        raise UsageError(f"-j/--jobs={args.jobs}: give at least 1 (default: {default_jobs()}, the number of cores)")
-    result, sites, _ = _load(root, folder)
-    if result.load_problems:
-        raise CardInvalid(result.load_problems)
-    selected = select(result.cards, args.ids, args.tag)
+    result, sites, liar_problems = _load(root, folder)
+    selected = _runnable(result, liar_problems, args)
     seed = args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32))
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(f"--oracle-dir={args.oracle_dir!r} is not a folder; "
                          "export one with `run_obligations.py oracle export`")
+    outputs = _check_outputs(args, root)  # before any witness runs: a run that cannot record must not start
     cfg = RunConfig(root=root, profile=args.profile, seed=seed, default_timeout=args.timeout,
                     liars=not args.no_liars, oracle_dir=oracle_dir)
     header = provenance.header(root, profile=args.profile, seed=seed, argv=args.argv, cards_dir=folder,
@@ -149,7 +184,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"--changed: {len(replays)} card(s) replayed (bound files unchanged since their last PROVEN "
                       f"verdict), {len(to_run)} to run" + (f": {', '.join(c.id for c in to_run)}" if to_run else ""),
                       soft_wrap=True)
+    runs = _execute(console, to_run, cfg, links, jobs, expected)
+    by_id = {r.card.id: r for r in runs}
+    reports = [replays[c.id] if c.id in replays else
+               data.CardReport(c, by_id[c.id], verdict.evaluate(c, by_id[c.id].outcomes), bound[c.id])
+               for c in selected]
+    doc = data.build(header, reports, finished=provenance.utc_now(), wall_s=time.monotonic() - t0)
+    terminal.render_run(console, doc)
+    terminal.render_timing(console, doc["timing"])
+    recorded = _record(args, root, doc, console, outputs)
+    if not recorded:
+        return 2
+    return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+
+
+def _execute(console, to_run, cfg, links, jobs: int, expected):
+    """Run the cards' jobs with a progress bar (on a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness.run import count_jobs
+    from harness.schedule import run_cards
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
@@ -161,23 +215,81 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_done(job, settled: int) -> None:
             progress.update(task, completed=settled)  # liars that did not need to run count as done
 
-        runs = run_cards(to_run, cfg, links, jobs=jobs, expected=expected, on_start=on_start, on_done=on_done)
-    by_id = {r.card.id: r for r in runs}
-    reports = [replays[c.id] if c.id in replays else
-               data.CardReport(c, by_id[c.id], verdict.evaluate(c, by_id[c.id].outcomes), bound[c.id])
-               for c in selected]
-    doc = data.build(header, reports, finished=provenance.utc_now(), wall_s=time.monotonic() - t0)
-    terminal.render_run(console, doc)
-    terminal.render_timing(console, doc["timing"])
+        return run_cards(to_run, cfg, links, jobs=jobs, expected=expected, on_start=on_start, on_done=on_done)
+
+
+def _check_outputs(args: argparse.Namespace, root: Path) -> dict[str, Path]:
+    """Check every place the run will write, before anything runs; UsageError names the first that fails.
+
+    The reports folder must exist or be creatable and be writable, the
+    ledger in it must open for writing (an old ledger is migrated here),
+    and ``--json PATH`` must be a file path in a writable folder.
+    """
+    from harness.ledger import FILENAME, Ledger, LedgerError
+
+    reports = reports_dir(args, root)
+    source = "--reports" if getattr(args, "reports", None) else (
+        "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    _writable_folder(reports, f"{source}={str(reports)!r}", "give a folder you can write to with --reports DIR")
+    try:
+        Ledger(reports / FILENAME, create=True).close()
+    except LedgerError as exc:
+        raise UsageError(f"{source}: the ledger {reports / FILENAME} cannot be opened for writing: {exc}; "
+                         "fix its permissions, move it away, or give another --reports DIR") from None
+    out = {"reports": reports}
     if args.json:
         path = Path(args.json).expanduser()
+        path = (path if path.is_absolute() else Path.cwd() / path)
+        if path.is_dir():
+            raise UsageError(f"--json={args.json!r} is a folder; give a file path such as {args.json.rstrip('/')}/"
+                             "verdicts.json")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"--json={args.json!r}: the file exists and is not writable; fix its permissions "
+                             "or give another path")
+        _writable_folder(path.parent, f"--json={args.json!r}", "give a path in a folder you can write to")
+        out["json"] = path
+    return out
+
+
+def _writable_folder(folder: Path, what: str, fix: str) -> None:
+    """Create ``folder`` if needed and prove it writable by creating a file in it."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kvproof-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(f"{what}: cannot write there ({reason}); {fix}") from None
+
+
+def _record(args: argparse.Namespace, root: Path, doc: dict[str, Any], console, outputs: dict[str, Path]) -> bool:
+    """Write ``--json``, the dated report folder and the ledger row. False (after saying why) if any failed."""
+    from harness.ledger import LedgerError
+    from harness.report import folder as report_folder
+    from harness.report import jsonfile
+
+    err = _console(stderr=True)
+    ok = True
+    if "json" in outputs:
         try:
-            jsonfile.write(doc, path)
+            jsonfile.write(doc, outputs["json"])
+            console.print(f"wrote {outputs['json']}", soft_wrap=True)
         except OSError as exc:
-            raise UsageError(f"--json={args.json!r}: cannot write it: {exc}") from None
-        console.print(f"wrote {path}")
-    _publish(args, root, doc, console)
-    return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+            err.print(f"run_obligations.py: error: --json={args.json!r}: cannot write it: {exc}", soft_wrap=True)
+            ok = False
+    try:
+        final = report_folder.publish(outputs["reports"], doc, root)
+        console.print(f"report {_shown_dir(final, root)}index.html", soft_wrap=True)
+    except (OSError, LedgerError) as exc:
+        err.print(f"run_obligations.py: error: the report and ledger row could not be written to "
+                  f"{outputs['reports']}: {exc}", soft_wrap=True)
+        ok = False
+    if not ok:
+        err.print("run_obligations.py: error: this run's evidence was not recorded, so its verdicts do not count "
+                  "(exit 2); fix the output location and run again", soft_wrap=True)
+    return ok
 
 
 def _from_ledger(args: argparse.Namespace, root: Path, cards, links, bound):
@@ -216,20 +328,6 @@ def _from_ledger(args: argparse.Namespace, root: Path, cards, links, bound):
     return replays, expected
 
 
-def _publish(args: argparse.Namespace, root: Path, doc: dict[str, Any], console) -> None:
-    """Write the dated report folder and the ledger row; a report that cannot be written is a warning."""
-    from harness.ledger import LedgerError
-    from harness.report import folder as report_folder
-
-    reports = reports_dir(args, root)
-    try:
-        final = report_folder.publish(reports, doc, root)
-    except (OSError, LedgerError) as exc:
-        _console(stderr=True).print(f"[yellow]warning[/]: no report written to {reports}: {exc}", soft_wrap=True)
-        return
-    console.print(f"report {_shown_dir(final, root)}index.html", soft_wrap=True)
-
-
 def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
     """The oracle manifest a card that requires the oracle is bound to (when the oracle code is present)."""
     if not any(r.startswith("oracle:") for r in card.requires):
@@ -245,35 +343,26 @@ def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.cards import find_card_files
     from harness.report import terminal
 
     root = project_root()
-    folder = cards_dir(args, root)
-    console = _console()
-    if not find_card_files(folder):
-        console.print(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
-        return 0
-    result, _, _ = _load(root, folder)
-    terminal.render_list(console, result.cards)
-    if result.load_problems:
-        terminal.render_problems(_console(stderr=True), result.load_problems,
-                                 f"{len(result.load_problems)} problem(s) kept some cards from loading:")
+    result, _, liar_problems = _load(root, cards_dir(args, root))
+    terminal.render_list(_console(), result.cards)
+    broken = list(result.load_problems) + list(liar_problems)
+    if broken:
+        terminal.render_problems(_console(stderr=True), broken,
+                                 f"{len(broken)} problem(s) kept some cards or liars from loading "
+                                 "(`run_obligations.py validate` explains each):")
         return 2
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from harness.cards import find_card_files
     from harness.report import terminal
 
     root = project_root()
     folder = cards_dir(args, root)
     console = _console()
-    files = find_card_files(folder)
-    if not files:
-        console.print(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID`")
-        return 0
     result, _, liar_problems = _load(root, folder)
     problems = list(result.problems) + list(liar_problems)
     if problems:
@@ -404,6 +493,8 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from harness import argtypes
+
     parser = argparse.ArgumentParser(
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
@@ -422,15 +513,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=("ci", "release"), default="ci",
                      help="Hypothesis profile: ci (fast, deterministic, seed 0) or release "
                           "(many examples, random seed)")
-    run.add_argument("--seed", type=int, default=None, help="Hypothesis seed to replay (printed by every run)")
+    run.add_argument("--seed", type=argtypes.seed, default=None, help="Hypothesis seed to replay (printed by every run)")
     run.add_argument("--no-liars", action="store_true", help="skip liar runs (cards with liars become UNVERIFIED)")
     run.add_argument("--json", metavar="PATH", help="write the verdicts document (obligations/verdicts.schema.json)")
     run.add_argument("--oracle-dir", metavar="DIR",
                      help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)")
     run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
-    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+    run.add_argument("--timeout", type=argtypes.seconds, default=60.0, metavar="S",
                      help="default per-witness timeout in seconds (a card's `timeout:` overrides it)")
-    run.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+    run.add_argument("-j", "--jobs", type=argtypes.positive_int, default=None, metavar="N",
                      help="witness processes at a time (default: the number of cores); with N > 1 each gets "
                           "one BLAS thread")
     run.add_argument("--changed", action="store_true",
@@ -459,7 +550,7 @@ def _parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
     hist = sub.add_parser("history", help="past runs, or past verdicts of the given cards")
     hist.add_argument("ids", nargs="*", metavar="ID", help="card ids; default: list the runs")
-    hist.add_argument("--limit", type=int, default=20, metavar="N", help="newest N entries (default 20)")
+    hist.add_argument("--limit", type=argtypes.positive_int, default=20, metavar="N", help="newest N entries (default 20)")
     reports_opt(hist)
     hist.set_defaults(func=cmd_history)
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")

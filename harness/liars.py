@@ -35,6 +35,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,22 +96,53 @@ def _literal(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def scan(root: Path) -> tuple[dict[str, LiarSite], list[str]]:
+@dataclass(frozen=True)
+class LiarProblem:
+    """Something wrong in the liar index: a duplicate name, a non-literal or bad target, a broken module."""
+
+    path: str  # liar module, relative to the project root when possible
+    line: int  # 1-based; 0 when unknown
+    field: str  # "name" or "target"; "" for the whole module
+    value: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        what = f"{self.field}={self.value}: " if self.field else ""
+        return f"{where}: {what}{self.message}"
+
+
+_TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
+                        r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def scan(root: Path) -> tuple[dict[str, LiarSite], list[LiarProblem]]:
     """Index every ``@liar(...)`` under ``root/witnesses/liars`` without importing.
 
-    Returns (name -> site, problems). Problems are strings ``path:line: msg``
-    for duplicate names and non-literal arguments.
+    Returns (name -> site, problems). A name registered twice (in one file
+    or two) is a problem and is left out of the index altogether, so no
+    run can pick one of the two by file order.
     """
     folder = root / LIARS_DIR
     sites: dict[str, LiarSite] = {}
-    problems: list[str] = []
+    problems: list[LiarProblem] = []
+    duplicated: set[str] = set()
     if not folder.is_dir():
         return sites, problems
     for path in sorted(folder.rglob("*.py")):
+        shown = _shown(path, root)
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except (SyntaxError, OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: cannot parse liar module: {exc}")
+            problems.append(LiarProblem(shown, getattr(exc, "lineno", 0) or 0, "", "",
+                                        f"cannot parse liar module: {exc}"))
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
@@ -122,12 +154,23 @@ def scan(root: Path) -> tuple[dict[str, LiarSite], list[str]]:
             kw = {k.arg: k.value for k in node.keywords}
             name, target = _literal(node.args[0]), _literal(kw.get("target"))
             if name is None or target is None:
-                problems.append(f"{path}:{node.lineno}: liar(...) needs a literal name and target='module:Name'")
+                problems.append(LiarProblem(shown, node.lineno, "", "",
+                                            "liar(...) needs a literal name and target='module:Name'"))
                 continue
-            if name in sites:
-                first = sites[name]
-                problems.append(f"{path}:{node.lineno}: liar {name!r} is already registered "
-                                f"at {first.path}:{first.line}")
+            if not _TARGET_RE.match(target):
+                problems.append(LiarProblem(
+                    shown, node.lineno, "target", repr(target),
+                    "expected 'package.module:Name' or 'package.module:Class.method' (dotted names only, "
+                    "resolved inside the project), e.g. 'impl.kv:KVCache.evict'"))
+                continue
+            if name in sites or name in duplicated:
+                first = sites.pop(name, None)
+                duplicated.add(name)
+                where = f" (first at {_shown(first.path, root)}:{first.line})" if first else ""
+                problems.append(LiarProblem(
+                    shown, node.lineno, "name", repr(name),
+                    f"liar name registered more than once{where}; a run could not tell which one a card means: "
+                    "rename one of them"))
                 continue
             sites[name] = LiarSite(name, target, path.resolve(), node.lineno, _literal(kw.get("why")) or "")
     return sites, problems
@@ -168,7 +211,10 @@ def apply(name: str, root: Path) -> Applied:
     Raises :class:`LiarError` when the name is unknown, or the target
     cannot be imported or does not exist.
     """
-    sites, _ = scan(root)
+    sites, problems = scan(root)
+    clash = [p for p in problems if p.field == "name" and p.value == repr(name)]
+    if clash:
+        raise LiarError(f"liar={name!r}: {clash[0]}")
     if name not in sites:
         raise LiarError(f"liar={name!r} is not registered in {root / LIARS_DIR}")
     known = _REGISTRY.get(name)

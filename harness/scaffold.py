@@ -60,7 +60,7 @@ def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
         if existing == card_id:
             raise UsageError(f"id={card_id!r} is already used by {display_path(path, root)}; pick another id")
     slug = re.sub(r"[^a-z0-9]+", "_", card_id.lower()).strip("_")
-    card_path = folder / f"{card_id.lower()}.yaml"
+    card_path = folder / f"{card_id}.yaml"  # like every shipped card: KV-T2.yaml
     witness_rel = f"witnesses/test_{slug}.py"
     witness_path = root / witness_rel
     for path in (card_path, witness_path):

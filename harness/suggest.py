@@ -16,5 +16,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     alias = ALIASES.get(str(word))
     if alias in choices:
         return f" (did you mean `{alias}`?)"
+    same_case = [c for c in choices if c.lower() == str(word).lower()]  # ids are case-sensitive: kv-t9 vs KV-T9
+    if same_case:
+        return f" (did you mean `{same_case[0]}`? ids are case-sensitive)"
     close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""

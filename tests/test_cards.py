@@ -179,7 +179,9 @@ def test_liar_scan_reports_duplicate_names(tmp_path):
     (folder / "one.py").write_text(src)
     (folder / "two.py").write_text(src)
     sites, problems = scan(tmp_path)
-    assert list(sites) == ["a.b"] and "already registered" in problems[0]
+    # neither copy is indexed: a run must not pick one by file order
+    assert list(sites) == [] and "more than once" in str(problems[0])
+    assert problems[0].path == "witnesses/liars/two.py" and problems[0].field == "name"
 
 
 def test_fixture_cards_match_the_schema_and_the_schema_is_valid():

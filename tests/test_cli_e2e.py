@@ -216,7 +216,10 @@ def test_empty_card_folder_is_reported_plainly(project, tmp_path):
     proc = kvproof(project, "--cards", str(tmp_path))
     assert proc.returncode == 2 and "no cards found in" in proc.stderr
     _no_traceback(proc)
-    assert kvproof(project, "list", "--cards", str(tmp_path)).returncode == 0
+    # run, validate and list agree: an empty folder is a mistake (usually the wrong --cards)
+    for command in ("list", "validate"):
+        other = kvproof(project, command, "--cards", str(tmp_path))
+        assert other.returncode == 2 and "no cards found in" in other.stderr, command
 
 
 def test_list_shows_cards(project):
@@ -228,7 +231,7 @@ def test_new_scaffolds_a_card_that_fails_until_written(tmp_path):
     root = _copy_project(tmp_path / "p")
     proc = kvproof(root, "new", "KV-T9")
     assert proc.returncode == 0, proc.stderr
-    assert (root / "obligations" / "kv-t9.yaml").is_file() and (root / "witnesses" / "test_kv_t9.py").is_file()
+    assert (root / "obligations" / "KV-T9.yaml").is_file() and (root / "witnesses" / "test_kv_t9.py").is_file()
     assert kvproof(root, "validate").returncode == 0
     run = kvproof(root, "KV-T9", "--json", "v.json")
     assert run.returncode == 1

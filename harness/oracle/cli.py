@@ -146,7 +146,7 @@ def _status(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
         out.print(f"[bold]{'integrity':>10}[/]  all files present with their sizes (hashes: run `oracle verify`)")
     weights = _weights(args, err)
     if weights is None:
-        out.print(f"[bold]{'current':>10}[/]  [yellow]cannot tell whether it fits: the current weights are missing[/]")
+        out.print(f"[bold]{'current':>10}[/]  [yellow]cannot tell whether it fits: the current weights cannot be used (see the error above)[/]")
         return 1
     reasons = stale_reasons(manifest, weights[1])
     if reasons:

@@ -26,6 +26,9 @@ def dumps(doc: dict[str, Any]) -> str:
 def write(doc: dict[str, Any], path: Path) -> None:
     """Write atomically: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(dumps(doc), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # after a failed replace (e.g. path is a folder) no stray file stays

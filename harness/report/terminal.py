@@ -1,7 +1,7 @@
 """Render the verdicts document, cards and problems to a rich console. Computes nothing."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,6 +21,13 @@ def _frac(a: int, b: int) -> str:
     return f"{a}/{b}" if b else "–"
 
 
+def _liars(n: Mapping[str, Any]) -> str:
+    """``2/3`` caught, or ``not run`` when the card lists liars but none ran (e.g. its witnesses failed)."""
+    if n["liars_total"] and n.get("liars_run", n["liars_total"]) == 0:
+        return "not run"
+    return _frac(n["liars_caught"], n["liars_total"])
+
+
 def render_run(console: Console, doc: dict[str, Any]) -> None:
     """The results table, then one or two lines per card that is not PROVEN, then the gate."""
     head = doc["header"]
@@ -36,7 +43,7 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
         table.add_row(escape(c["id"]), escape(c["title"]), c["regime"], verdict_text(c["verdict"]),
                       _frac(n["witnesses_passed"], n["witnesses_total"]),
                       _frac(n["controls_held"], n["controls_total"]),
-                      _frac(n["liars_caught"], n["liars_total"]),
+                      _liars(n),
                       escape(c["headline"]["text"]) if c["headline"] else "–",
                       f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
                       else f"{c['duration_s']:.2f} s")

