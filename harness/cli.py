@@ -93,7 +93,7 @@ def _shown_dir(path: Path, root: Path) -> str:
 
 
 def _load(root: Path, folder: Path):
-    """Cards, the liar index, and the liar index's own problems (as card-file :class:`Problem`\ s).
+    """Cards, the liar index, and the liar index's own problems (as :class:`harness.cards.Problem` objects).
 
     Raises UsageError when the folder holds no card file: ``run``, ``list``
     and ``validate`` all refuse an empty folder alike.
@@ -128,14 +128,16 @@ def _runnable(result, liar_problems, args: argparse.Namespace):
         return select(result.cards, args.ids, args.tag)
     if not args.ids and not args.tag:
         raise CardInvalid(broken)
-    selected = select(result.cards, args.ids, args.tag) if result.cards else []
-    named = {n for c in selected for n in c.liars}
     hit = [p for p in result.load_problems
            if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in args.ids)]
-    hit += [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
     hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
-    if hit or not selected:
-        raise CardInvalid(hit or broken)
+    if hit:
+        raise CardInvalid(hit)
+    selected = select(result.cards, args.ids, args.tag)
+    named = {n for c in selected for n in c.liars}
+    hit = [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
+    if hit:
+        raise CardInvalid(hit)
     from harness.report import terminal
 
     terminal.render_problems(_console(stderr=True), broken,
