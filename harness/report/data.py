@@ -59,6 +59,18 @@ def fmt_value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def fraction(a: int, b: int) -> str:
+    """``3/4``, or ``–`` when there is nothing to count."""
+    return f"{a}/{b}" if b else "–"
+
+
+def liars_fraction(counts: Mapping[str, Any]) -> str:
+    """``2/3`` caught, or ``not run`` when the card lists liars but none ran (e.g. its witnesses failed)."""
+    if counts["liars_total"] and counts.get("liars_run", counts["liars_total"]) == 0:
+        return "not run"
+    return fraction(counts["liars_caught"], counts["liars_total"])
+
+
 OP_TEXT = {"le": "≤", "lt": "<", "ge": "≥", "gt": ">", "eq": "=", "ne": "≠"}
 
 

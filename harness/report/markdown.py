@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from harness.report.data import fraction, liars_fraction
+
 
 def _html(text: str) -> str:
     """Markdown passes raw HTML through: a title like ``<script>`` must show as text (``<`` is enough)."""
@@ -30,17 +32,6 @@ def _code(text: Any) -> str:
     return " ".join(str(text).split()).replace("`", "'")
 
 
-def _frac(a: int, b: int) -> str:
-    return f"{a}/{b}" if b else "–"
-
-
-def _liars(n: Mapping[str, Any]) -> str:
-    """``2/3`` caught, or ``not run`` when the card lists liars but none ran (e.g. its witnesses failed)."""
-    if n["liars_total"] and n.get("liars_run", n["liars_total"]) == 0:
-        return "not run"
-    return _frac(n["liars_caught"], n["liars_total"])
-
-
 def render(view: Mapping[str, Any]) -> str:
     head, summary = view["header"], view["summary"]
     dirty = " (dirty)" if head["dirty"] else ""
@@ -58,8 +49,8 @@ def render(view: Mapping[str, Any]) -> str:
         out.append("| " + " | ".join([
             _cell(c["id"]), _cell(c["title"]), c["regime"], verdict, _cell(c["replayed"] or c["date"]),
             _cell(c["headline"]["text"] if c["headline"] else "–"),
-            _frac(n["witnesses_passed"], n["witnesses_total"]), _frac(n["controls_held"], n["controls_total"]),
-            _liars(n),
+            fraction(n["witnesses_passed"], n["witnesses_total"]), fraction(n["controls_held"], n["controls_total"]),
+            liars_fraction(n),
             "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s"]) + " |")
     if summary["changes"]:
         out += ["", "## Changes since the last run", ""]

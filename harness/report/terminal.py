@@ -1,12 +1,13 @@
 """Render the verdicts document, cards and problems to a rich console. Computes nothing."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.report.data import fraction, liars_fraction
 from harness.report.view import replayed_text
 
 STYLE = {"PROVEN": "bold green", "FAILED": "bold red", "VACUOUS": "bold magenta",
@@ -15,17 +16,6 @@ STYLE = {"PROVEN": "bold green", "FAILED": "bold red", "VACUOUS": "bold magenta"
 
 def verdict_text(verdict: str) -> str:
     return f"[{STYLE.get(verdict, 'bold')}]{verdict}[/]"
-
-
-def _frac(a: int, b: int) -> str:
-    return f"{a}/{b}" if b else "–"
-
-
-def _liars(n: Mapping[str, Any]) -> str:
-    """``2/3`` caught, or ``not run`` when the card lists liars but none ran (e.g. its witnesses failed)."""
-    if n["liars_total"] and n.get("liars_run", n["liars_total"]) == 0:
-        return "not run"
-    return _frac(n["liars_caught"], n["liars_total"])
 
 
 def render_run(console: Console, doc: dict[str, Any]) -> None:
@@ -41,9 +31,9 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
     for c in doc["cards"]:
         n = c["counts"]
         table.add_row(escape(c["id"]), escape(c["title"]), c["regime"], verdict_text(c["verdict"]),
-                      _frac(n["witnesses_passed"], n["witnesses_total"]),
-                      _frac(n["controls_held"], n["controls_total"]),
-                      _liars(n),
+                      fraction(n["witnesses_passed"], n["witnesses_total"]),
+                      fraction(n["controls_held"], n["controls_total"]),
+                      liars_fraction(n),
                       escape(c["headline"]["text"]) if c["headline"] else "–",
                       f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
                       else f"{c['duration_s']:.2f} s")
