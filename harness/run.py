@@ -23,6 +23,10 @@ module fixtures) the process gets ``startup_timeout`` seconds of silence.
 
 Each process runs with the project root as cwd and first on PYTHONPATH,
 ``PYTHONHASHSEED=0``, in its own session (so a kill reaches its children).
+No witness process outlives the runner: each gets the read end of the
+runner's watchdog pipe and kills itself and its descendants when the runner
+is gone, even after a SIGKILL (:mod:`harness.procs`). Scratch files live in
+``<TMPDIR>/kvproof-run-<pid>-*``; the next run removes those of dead runners.
 When several processes run at once (``-j N``, see :mod:`harness.schedule`)
 each gets ``OPENBLAS_NUM_THREADS=1`` (and OMP/MKL): OpenBLAS' threads
 busy-wait, and two processes with two threads each on two cores ran 10-100x
@@ -36,25 +40,37 @@ does them in order for one card.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness import procs
 from harness.cards import Card, Witness
+from harness.errors import UsageError
 from harness.verdict import PASSED, CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
 
 HARNESS_PARENT = Path(__file__).resolve().parents[1]
 GRACE_S = 0.5
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
+
+
+def check_timeout(name: str, value: object) -> float:
+    """``value`` as seconds if it is a finite number > 0 and at most :data:`MAX_TIMEOUT_S`, else UsageError."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= MAX_TIMEOUT_S:
+        raise UsageError(f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, "
+                         "such as 60")
+    return float(value)
 
 
 class Cancelled(Exception):
@@ -74,6 +90,10 @@ class RunConfig:
     oracle_dir: Path | None = None
     python: str = sys.executable
     blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
+
+    def __post_init__(self) -> None:
+        check_timeout("default_timeout", self.default_timeout)
+        check_timeout("startup_timeout", self.startup_timeout)
 
 
 @dataclass(frozen=True)
@@ -137,8 +157,11 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _env(cfg: RunConfig) -> dict[str, str]:
+def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(procs.WATCHDOG_ENV, None)
+    if watchdog is not None:
+        env[procs.WATCHDOG_ENV] = str(watchdog)
     paths = [str(cfg.root), str(HARNESS_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env["PYTHONHASHSEED"] = "0"
@@ -180,9 +203,10 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     out = JobResult()
     t0 = time.monotonic()
     with open(log, "wb") as logf:
-        proc = subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg),
+        watchdog = procs.watchdog_fd()
+        proc = subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg, watchdog),
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=(watchdog,))
         running: tuple[str, float, float] | None = None  # nodeid, seen at, timeout
         idle_since = time.monotonic()
         timed_out: tuple[str, float] | None = None
@@ -229,6 +253,7 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
         finally:
             if proc.poll() is None:
                 _kill(proc)
+            _kill_leftovers(proc)
     out.exit_code = proc.returncode
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
@@ -253,11 +278,19 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the witness process, its group and every descendant that left the group."""
+    if proc.poll() is None:  # NOTE: not yet reaped, so proc.pid is still ours
+        procs.kill_tree(proc.pid)
+    proc.wait()
+
+
+def _kill_leftovers(proc: subprocess.Popen) -> None:
+    """After the witness process ended: SIGKILL what is left of its process group (say it crashed and left
+    children). The group id cannot name anyone else's group: a pid is not reused while a group has it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
 
 
 # ---------------------------------------------------------------- results -> outcomes
@@ -357,7 +390,9 @@ def run_card(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = (), *,
     if link_problems:
         return not_run(card, link_problems)
     own_tmp = workdir is None
-    base = Path(tempfile.mkdtemp(prefix=f"kvproof-{card.id}-")) if own_tmp else workdir
+    if own_tmp:
+        procs.sweep_owned()
+    base = procs.owned_tempdir() if own_tmp else workdir
     try:
         job = honest_job(card)
         if on_job:

@@ -20,19 +20,21 @@ bookkeeping happens on the calling thread, which is also where Ctrl-C
 arrives. On Ctrl-C (KeyboardInterrupt, which SIGTERM is turned into by the
 CLI) every worker is cancelled, every process group killed, the threads
 joined, and the interrupt re-raised: nothing is returned, so nothing is
-recorded.
+recorded. A run killed outright (SIGKILL) cannot clean up: its witness
+processes kill themselves (:func:`harness.procs.watch_runner`) and the next
+run removes its scratch folder (:func:`harness.procs.sweep_owned`).
 """
 from __future__ import annotations
 
 import os
 import queue
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from harness import procs
 from harness.cards import Card
 from harness.run import (Cancelled, CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
                          assemble, execute, honest_job, liar_job, liar_run, not_run)
@@ -126,7 +128,8 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
         ready.append(_Ready((-prio, st.index, -1), honest_job(st.card)))
         st.waiting = 1
 
-    base = Path(tempfile.mkdtemp(prefix="kvproof-run-"))
+    procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
+    base = procs.owned_tempdir()
     cancel = threading.Event()
     done: queue.Queue[tuple[_Ready, JobResult | BaseException]] = queue.Queue()
     running: dict[int, tuple[_Ready, threading.Thread]] = {}
