@@ -1,57 +1,118 @@
-"""Batch-invariant linear layers.
+"""Batch-invariant linear layers: a row's bits never depend on how many rows share the call.
 
 NOTE: the trap this module exists for. numpy sends a one-row matmul to
 BLAS's matrix-vector kernel (gemv) and a multi-row one to the
 matrix-matrix kernel (gemm); the two round differently (about 4e-5 on a
-576x1536 weight). A decode step is one row, a prefill many, so a naive
+576x1536 weight), and sgemm's own blocking is an implementation detail of
+one BLAS build. A decode step is one row, a prefill many, so a naive
 forward gives a position different bits depending on how its tokens were
-fed. Here every row, always, goes through the same gemv call: a stacked
-product (T, 1, K) @ (K, C) runs one gemv per row, bit-identical to a lone
-decode row. Measured: gemv results also depend on the output width and
-alignment of the weight block (a 3000-column block differed from the same
-columns inside a 4096 block), so the blocking below is fixed per layer and
-shared by every caller.
+fed (KV-T4).
 
-Weights are stored as column blocks (K, C) C-contiguous: gemv over a block
-that fits in cache can be reused by all T rows of a prefill before the
-next block is streamed (which is what keeps prefill of the 49152-wide head
-affordable).
+Two numerics paths, one per process (:func:`numerics_path` names it):
+
+- ``kernel`` (default): :mod:`impl.kernels`' C kernel. Every output
+  element is summed over k in one fixed order (k-blocks of 64, one FMA per
+  step, block sums added in order) for one row and for many, so decode
+  streams the weights at memory speed and prefill runs register-tiled at
+  matrix-matrix speed with the same bits. Weights are packed once into
+  16-column panels ``(P, in, 16)``, zero-padded past ``out``.
+- ``numpy-gemv`` (fallback: no C compiler, or ``KVPROOF_KERNEL=numpy``):
+  every row goes through the same gemv call, a stacked product
+  (T, 1, K) @ (K, C), bit-identical to a lone decode row. gemv results also
+  depend on the output width and alignment of the weight block, so the
+  blocking below is fixed per layer and shared by every caller. Weights
+  are column blocks (in, C) C-contiguous.
+
+The two paths give different bits (each is invariant on its own): compare
+runs made under the same path only.
 """
 from __future__ import annotations
 
 import numpy as np
 
-BLOCK_BYTES = 16 << 20  # one weight block; bench: 16 MiB balances decode (few calls) and prefill (cache reuse)
+from impl import kernels
+
+BLOCK_BYTES = 16 << 20  # numpy-gemv: one weight block; 16 MiB balances decode (few calls) and prefill (cache reuse)
+NR = kernels.NR
+
+
+def numerics_path() -> str:
+    """One line naming the matmul path this process uses, e.g. for report headers.
+
+    ``kernel avx2+fma: fixed k-order (64-blocks, fma), 16-col panels`` or
+    ``numpy-gemv (fallback: <why>)``.
+    """
+    k = kernels.load()
+    if k is None:
+        return f"numpy-gemv every row (fallback: {kernels.status()})"
+    return f"kernel {k.isa}: fixed k-order (64-blocks, fma), 16-col panels, any row count"
+
+
+def pack_panels(w_in_out: np.ndarray) -> np.ndarray:
+    """(in, out) -> (ceil(out/16), in, 16) float32, columns past ``out`` zero."""
+    k, c = w_in_out.shape
+    p = -(-c // NR)
+    padded = np.zeros((k, p * NR), dtype=np.float32)
+    padded[:, :c] = w_in_out
+    return np.ascontiguousarray(padded.reshape(k, p, NR).transpose(1, 0, 2))  # (P, in, 16)
+
+
+def _column_blocks(w_in_out: np.ndarray, block_bytes: int) -> list[np.ndarray]:
+    k, c = w_in_out.shape
+    cols = max(64, (block_bytes // (4 * k)) // 64 * 64)
+    return [np.ascontiguousarray(w_in_out[:, s : s + cols], dtype=np.float32) for s in range(0, c, cols)]
 
 
 class Linear:
     """y = x @ W.T for a weight ``W`` given as (out, in), the torch layout.
 
-    Stored as blocks of columns of W.T: ``blocks[i]`` is (in, C_i) float32,
-    C_i a multiple of 64 except possibly the last.
+    ``blocks`` is the stored layout (what the float32 cache keeps): under the
+    kernel path one array (P, in, 16) of packed panels; under numpy-gemv
+    column blocks of W.T, each (in, C_i), C_i a multiple of 64 except
+    possibly the last.
     """
 
     def __init__(self, weight_out_in: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
         w = np.asarray(weight_out_in, dtype=np.float32)
         assert w.ndim == 2
         self.n_out, self.n_in = w.shape
-        cols = max(64, (block_bytes // (4 * self.n_in)) // 64 * 64)
-        wt = w.T  # (in, out) view
-        self.blocks = [np.ascontiguousarray(wt[:, s : s + cols]) for s in range(0, self.n_out, cols)]
-        self.offsets = [s for s in range(0, self.n_out, cols)]
+        self._set_layout(w.T, block_bytes)  # (in, out) view
+
+    def _set_layout(self, w_in_out: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
+        self.kernel = kernels.load()
+        if self.kernel is not None:
+            self.blocks = [pack_panels(w_in_out)]
+            self.offsets = [0]
+        else:
+            self.blocks = _column_blocks(w_in_out, block_bytes)
+            self.offsets = list(range(0, self.n_out, self.blocks[0].shape[1]))
 
     @classmethod
-    def from_blocks(cls, blocks: list[np.ndarray]) -> "Linear":
-        """Rebuild from ``blocks`` as returned by ``.blocks`` (e.g. memory-mapped)."""
+    def from_blocks(cls, blocks: list[np.ndarray], n_out: int | None = None) -> "Linear":
+        """Rebuild from ``blocks`` as returned by ``.blocks`` (e.g. memory-mapped).
+
+        Packed panels carry no width: pass ``n_out`` unless it is a multiple
+        of 16. A layout made under the other numerics path is converted.
+        """
         self = cls.__new__(cls)
-        self.blocks = list(blocks)
-        self.n_in = blocks[0].shape[0]
-        self.offsets, s = [], 0
-        for b in blocks:
-            assert b.ndim == 2 and b.shape[0] == self.n_in and b.dtype == np.float32
-            self.offsets.append(s)
-            s += b.shape[1]
-        self.n_out = s
+        self.n_in = blocks[0].shape[-2] if blocks[0].ndim == 3 else blocks[0].shape[0]
+        if blocks[0].ndim == 3:  # packed panels (P, in, 16)
+            (p,) = {b.shape[0] for b in blocks[:1]}
+            assert len(blocks) == 1 and blocks[0].shape[2] == NR and blocks[0].dtype == np.float32
+            self.n_out = n_out if n_out is not None else p * NR
+            packed = True
+        else:
+            for b in blocks:
+                assert b.ndim == 2 and b.shape[0] == self.n_in and b.dtype == np.float32
+            self.n_out = sum(b.shape[1] for b in blocks)
+            packed = False
+        self.kernel = kernels.load()
+        if packed == (self.kernel is not None):
+            self.blocks = list(blocks)
+            self.offsets = [0] if packed else list(np.cumsum([0] + [b.shape[1] for b in blocks[:-1]]))
+        else:
+            self.blocks = list(blocks)
+            self._set_layout(self.weight().T)
         return self
 
     @property
@@ -60,12 +121,23 @@ class Linear:
 
     def weight(self) -> np.ndarray:
         """The (out, in) weight back, for tests and export."""
+        if self.blocks[0].ndim == 3:
+            p = self.blocks[0]  # (P, in, 16)
+            return p.transpose(0, 2, 1).reshape(-1, self.n_in)[: self.n_out]
         return np.concatenate(self.blocks, axis=1).T
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x (T, in) float32 -> (T, out) float32; row t depends only on x[t]."""
+        """x (T, in) float32 -> (T, out) float32; row t depends only on x[t], never on T."""
         t = x.shape[0]
-        x3 = np.ascontiguousarray(x, dtype=np.float32).reshape(t, 1, self.n_in)  # (T, 1, in)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if self.kernel is not None:
+            panels = self.blocks[0]
+            out = np.empty((t, panels.shape[0] * NR), dtype=np.float32)
+            self.kernel.linear(x, panels, out)
+            if out.shape[1] != self.n_out:
+                out = np.ascontiguousarray(out[:, : self.n_out])
+            return out
+        x3 = x.reshape(t, 1, self.n_in)  # (T, 1, in)
         out = np.empty((t, self.n_out), dtype=np.float32)
         for s, blk in zip(self.offsets, self.blocks):
             # (T, 1, in) @ (in, C) -> (T, 1, C): one gemv per row

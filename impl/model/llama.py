@@ -7,7 +7,7 @@ for each layer:
     h = rmsnorm(x) ; x += (silu(h @ Wgate) * (h @ Wup)) @ Wdown
 logits = rmsnorm(x) @ embed.T            (tied output head)
 
-float32 throughout; every matrix product goes through impl.linear.Linear,
+float32 throughout; every weight product goes through impl.linear.Linear,
 so each row is computed the same way however many rows are fed at once.
 """
 from __future__ import annotations
@@ -97,11 +97,12 @@ class Llama:
             return out
 
         self.embed, self.norm = st["embed"], st["norm"]
-        self.head = Linear.from_blocks(blocks("head"))
+        self.head = Linear.from_blocks(blocks("head"), n_out=c.vocab)
+        n_out = {"wqkv": c.q_dim + 2 * c.kv_dim, "wo": c.hidden, "w_gate_up": 2 * c.ffn, "w_down": c.hidden}
         self.layers = [
             Layer(
                 attn_norm=st[f"blk.{i}.attn_norm"], ffn_norm=st[f"blk.{i}.ffn_norm"],
-                **{name: Linear.from_blocks(blocks(f"blk.{i}.{name}")) for name in cls.LINEARS},
+                **{name: Linear.from_blocks(blocks(f"blk.{i}.{name}"), n_out=n_out[name]) for name in cls.LINEARS},
             )
             for i in range(c.n_layers)
         ]
