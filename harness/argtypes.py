@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from harness.run import MAX_TIMEOUT_S
+
 SEED_MAX = 2**63 - 1  # the ledger stores seeds as SQLite INTEGER (signed 64 bit)
 
 
@@ -29,8 +31,9 @@ def seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; give seconds above 0, e.g. 60") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed; give a finite number of seconds above 0, e.g. 60")
+    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed; give a finite number of seconds above 0 and at "
+                                         f"most {MAX_TIMEOUT_S:g}, e.g. 60")
     return value
 
 

@@ -284,6 +284,9 @@ def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Pr
             msg = "has duplicate items; list each once"
         elif kind == "minProperties":
             msg = "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}"
+        elif kind in ("maximum", "exclusiveMaximum"):
+            sign = "<=" if kind == "maximum" else "<"
+            msg = f"too large; must be {sign} {err.validator_value:g}"
         elif kind in ("minimum", "exclusiveMinimum"):
             sign = ">=" if kind == "minimum" else ">"
             msg = f"too small; must be {sign} {err.validator_value}"
@@ -388,10 +391,15 @@ def _get(data: Any, parts: tuple) -> Any:
 
 
 def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
-    """Bound limits must be finite: ``.nan`` or ``.inf`` would make a bound that checks nothing."""
+    """Bound limits must be finite (``.nan`` or ``.inf`` would make a bound that checks nothing); so must timeouts."""
     problems = []
     for group in ("witnesses", "controls"):
         for i, w in enumerate(data.get(group) or []):
+            timeout = w.get("timeout")
+            if isinstance(timeout, float) and math.isnan(timeout):
+                fp = f"{group}[{i}].timeout"
+                problems.append(Problem(shown, values.get(fp, 0), fp, "nan",
+                                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`"))
             for key, ops in (w.get("bounds") or {}).items():
                 for op, limit in ops.items():
                     if isinstance(limit, float) and not math.isfinite(limit):

@@ -170,6 +170,12 @@ CASES = [
     Case("seed-negative", card(), ("run", "--cards", "cards-case", "--seed", "-1"), 2, ("--seed",), ran=False),
     *[Case(f"timeout-{t}", card(), ("run", "--cards", "cards-case", "--timeout", t), 2,
            ("--timeout", "above 0"), ran=False) for t in ("0", "nan", "inf", "-1")],
+    Case("timeout-too-large", card(), ("run", "--cards", "cards-case", "--timeout", "1e12"), 2,
+         ("--timeout", "at most 1e+06"), ran=False),
+    Case("card-timeout-infinite", card("bounds: {max_abs_delta: {le: 0}}", "bounds: {max_abs_delta: {le: 0}}\n    timeout: .inf"),
+         ("validate", "--cards", "cards-case"), 2, (CARD_FILE, "witnesses[0].timeout", "too large")),
+    Case("card-timeout-nan", card("bounds: {max_abs_delta: {le: 0}}", "bounds: {max_abs_delta: {le: 0}}\n    timeout: .nan"),
+         ("validate", "--cards", "cards-case"), 2, (CARD_FILE, "witnesses[0].timeout")),
     Case("jobs-zero", card(), ("run", "--cards", "cards-case", "-j", "0"), 2, ("--jobs", "1 or more"), ran=False),
     Case("history-limit-zero", card(), ("history", "--limit", "0"), 2, ("--limit",), ran=False),
     # ---- output locations: checked before any witness runs; never exit 0 without a record
