@@ -25,8 +25,6 @@ def _case(p):
 
 def test_step_form_equals_the_sequence_convolution_bit_for_bit(evidence):
     """One position at a time, and in random chunks, against causal_conv over the whole sequence."""
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(p=convs)
     def prop(p):
         taps, x = _case(p)
@@ -42,19 +40,15 @@ def test_step_form_equals_the_sequence_convolution_bit_for_bit(evidence):
         chunks = np.concatenate(parts)
         delta = max(float(np.max(np.abs(steps.astype(np.float64) - want))),
                     float(np.max(np.abs(chunks.astype(np.float64) - want))))
-        worst["delta"] = max(worst["delta"], delta)
-        worst["cases"] += 1
+        evidence.observe("max_abs_delta", delta)
+        evidence.count("examples")
         assert np.array_equal(steps, want) and np.array_equal(chunks, want), f"max|delta|={delta}"
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_sequence_convolution_matches_the_definition(evidence):
     """causal_conv against y[t] = sum_j taps[j] * x[t - j*dilation] computed in float64."""
-    worst = {"rel": 0.0, "cases": 0}
-
     @given(p=convs)
     def prop(p):
         taps, x = _case(p)
@@ -66,13 +60,11 @@ def test_sequence_convolution_matches_the_definition(evidence):
                     want[t] += taps[j].astype(np.float64) * x[t - j * p["dilation"]]
         scale = np.sum(np.abs(taps), axis=0).astype(np.float64) * np.max(np.abs(x)) + 1e-30
         rel = float(np.max(np.abs(got - want) / scale))
-        worst["rel"] = max(worst["rel"], rel)
-        worst["cases"] += 1
+        evidence.observe("max_rel_delta", rel)
+        evidence.count("examples")
         assert rel <= 1e-6, f"causal_conv departs from the definition by {rel:.2e} (relative)"
 
     prop()
-    evidence.record("max_rel_delta", worst["rel"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_the_tail_holds_exactly_the_last_reach_inputs(evidence):

@@ -18,8 +18,6 @@ def tag(layer: int, pos: int, head: int, d: np.ndarray) -> np.ndarray:
 
 
 def test_append_lands_in_its_layer_pos_head_slot_and_reads_back_exactly(evidence):
-    worst = {"misplaced": 0, "readback_delta": 0.0, "cases": 0}
-
     @given(geo=geometries, chunks=st.lists(st.integers(1, 6), min_size=1, max_size=6))
     def prop(geo, chunks):
         L, H, D = geo["n_layers"], geo["n_kv_heads"], geo["head_dim"]
@@ -42,7 +40,7 @@ def test_append_lands_in_its_layer_pos_head_slot_and_reads_back_exactly(evidence
                     misplaced += not np.array_equal(cache.k_raw[layer][p, cols], want)
                     misplaced += not np.array_equal(cache.k[layer][p, cols], want + 0.5)
                     misplaced += not np.array_equal(cache.v[layer][p, cols], -want)
-        worst["misplaced"] = max(worst["misplaced"], misplaced)
+        evidence.observe("misplaced_slots", misplaced)
         assert misplaced == 0, f"{misplaced} slots hold another slot's value"
         # read back through the attention path: with a window of 1 a query sees only
         # its own key, the softmax weight is exactly 1, and the output is that V row
@@ -52,14 +50,11 @@ def test_append_lands_in_its_layer_pos_head_slot_and_reads_back_exactly(evidence
             got = out.reshape(n, H, 2, D)
             want = cache.v[layer].reshape(n, H, 1, D)
             delta = float(np.max(np.abs(got - want)))
-            worst["readback_delta"] = max(worst["readback_delta"], delta)
+            evidence.observe("max_abs_delta", delta)
             assert np.array_equal(got, np.broadcast_to(want, got.shape)), f"layer {layer}: read-back differs"
-        worst["cases"] += 1
+        evidence.count("examples")
 
     prop()
-    evidence.record("misplaced_slots", worst["misplaced"])
-    evidence.record("max_abs_delta", worst["readback_delta"])
-    evidence.record("examples", worst["cases"])
 
 
 def uncached_reference(model, ids: list[int]):
@@ -94,8 +89,6 @@ def uncached_reference(model, ids: list[int]):
 
 
 def test_cached_path_equals_uncached_reference_position_by_position(evidence):
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(geo=geometries, n_prefill=st.integers(1, 9), n_steps=st.integers(0, 6), seed=st.integers(0, 999))
     def prop(geo, n_prefill, n_steps, seed):
         model = tiny_llama(**geo)
@@ -111,9 +104,7 @@ def test_cached_path_equals_uncached_reference_position_by_position(evidence):
                 assert g.shape == w.shape
                 delta = max(delta, float(np.max(np.abs(g.astype(np.float64) - w))))
                 assert np.array_equal(g, w)
-        worst["delta"] = max(worst["delta"], delta)
-        worst["cases"] += 1
+        evidence.observe("max_abs_delta", delta)
+        evidence.count("examples")
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])

@@ -55,8 +55,6 @@ def masked_reference(q, k, v, pos, window, scale):
 
 
 def test_windowed_attention_equals_masked_reference(evidence):
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(n=st.integers(1, 30), window=st.one_of(st.none(), st.integers(1, 12)), seed=st.integers(0, 9999))
     def prop(n, window, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
@@ -67,18 +65,14 @@ def test_windowed_attention_equals_masked_reference(evidence):
             got = causal_attention(q, s.cache, layer, 0, window, model.scale)
             want = masked_reference(q, s.cache.k[layer], s.cache.v[layer], s.cache.pos, window, model.scale)
             delta = float(np.max(np.abs(got - want)))
-            worst["delta"] = max(worst["delta"], delta)
+            evidence.observe("max_abs_delta", delta)
             assert np.array_equal(got, want), f"layer {layer}: max|delta|={delta}"
-        worst["cases"] += 1
+        evidence.count("examples")
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_window_at_least_the_sequence_equals_full_causal(evidence):
-    worst = {"delta": 0.0}
-
     @given(n=st.integers(1, 24), extra=st.integers(0, 5), seed=st.integers(0, 9999))
     def prop(n, extra, seed):
         model = tiny_llama()
@@ -86,11 +80,10 @@ def test_window_at_least_the_sequence_equals_full_causal(evidence):
         full, win = Session(model), Session(model, window=n + extra)
         lf, lw = full.prefill(ids), win.prefill(ids)
         delta = max(float(np.max(np.abs(lf - lw))), cache_delta(full.cache, win.cache))
-        worst["delta"] = max(worst["delta"], delta)
+        evidence.observe("max_abs_delta", delta)
         assert np.array_equal(lf, lw) and delta == 0
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
 
 
 def test_no_window_is_identical_on_cacheless_prefill_decode_and_forked_paths(evidence):
@@ -136,23 +129,18 @@ def test_prefix_splice_equals_full_recompute_on_real_weights(smollm2, evidence):
     # two splices from one prefix session: a clone that shared arrays would let one clobber the other
     spliced = [smollm2.session_from_prefix(base, s) for s in suffixes]
     base.prefill(tk.encode(" Something else entirely."))  # and the source moving on must not reach them
-    worst, compared = 0.0, 0
     for sp, suffix in zip(spliced, suffixes):
         full = smollm2.session()
         lf = full.prefill(prefix + suffix)
-        worst = max(worst, float(np.max(np.abs(sp.last_logits - lf[-1]))))
+        evidence.observe("max_abs_delta", float(np.max(np.abs(sp.last_logits - lf[-1]))))
         assert np.array_equal(sp.last_logits, lf[-1])
         assert len(sp) == len(full) == base_len + len(suffix)
         g1, g2 = sp.generate([], 8), full.generate([], 8)
-        compared += len(g1)
+        evidence.count("greedy_tokens_compared", len(g1))
         assert g1 == g2
-    evidence.record("max_abs_delta", worst)
-    evidence.record("greedy_tokens_compared", compared)
 
 
 def test_prefix_splice_property_on_random_prefixes(evidence):
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(n_pre=st.integers(1, 16), n_a=st.integers(1, 8), n_b=st.integers(1, 8), seed=st.integers(0, 9999))
     def prop(n_pre, n_a, n_b, seed):
         model = tiny_llama()
@@ -168,10 +156,8 @@ def test_prefix_splice_property_on_random_prefixes(evidence):
             full = Session(model)
             full.prefill(pre + suf)
             delta = cache_delta(sp.cache, full.cache)
-            worst["delta"] = max(worst["delta"], delta)
+            evidence.observe("max_abs_delta", delta)
             assert delta == 0 and np.array_equal(sp.last_logits, full.last_logits)
-        worst["cases"] += 1
+        evidence.count("examples")
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])

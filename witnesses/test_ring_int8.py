@@ -18,8 +18,6 @@ finite32 = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
 
 
 def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
-    worst = {"delta": 0.0, "cases": 0, "zero_vectors": 0}
-
     @given(x=arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 70)),
                     elements=st.one_of(finite32, st.sampled_from([0.0, 0.5, -0.5, 1.5, 2.5, 127.0, -128.0]))),
            bits=st.integers(2, 8), zero_row=st.booleans())
@@ -32,18 +30,15 @@ def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
         assert q.dtype == np.int8 and int(q.min()) >= -qmax - 1 and int(q.max()) <= qmax
         got, want = dequantize(q, scale), fake_quant(x, bits)
         delta = float(np.max(np.abs(got.astype(np.float64) - want)))
-        worst["delta"] = max(worst["delta"], delta)
+        evidence.observe("max_abs_delta", delta)
         assert np.array_equal(got, want), f"stored ints x scale differ from fake_quant by {delta}"
         for row, s in zip(x, scale):  # the scale is absmax / qmax, or 1 for an all-zero vector
             a = np.float32(np.max(np.abs(row)))
             assert s == (a / np.float32(qmax) if a > 0 else np.float32(1.0))
-            worst["zero_vectors"] += int(a == 0)
-        worst["cases"] += 1
+            evidence.count("zero_vectors", int(a == 0))
+        evidence.count("examples")
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
-    evidence.record("zero_vectors", worst["zero_vectors"])
 
 
 def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence):
@@ -84,8 +79,6 @@ def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence)
 
 def test_int8_attention_equals_f32_attention_over_fake_quantised_kv(evidence):
     """int8 ring session vs a float32 contiguous session that stores fake_quant(K), fake_quant(V)."""
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(p=ring_sessions)
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
@@ -95,13 +88,11 @@ def test_int8_attention_equals_f32_attention_over_fake_quantised_kv(evidence):
         ref = Session(model, window=ws, cache=WindowRowsCache(model, ws, quant=True))
         la, lb = feed_in_chunks([ring, ref], token_ids(p["n"], p["seed"]), p["chunks"])
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
-        worst["delta"] = max(worst["delta"], delta)
-        worst["cases"] += 1
+        evidence.observe("max_abs_delta", delta)
+        evidence.count("examples")
         assert delta == 0.0 and ring.generate([], 3) == ref.generate([], 3), f"max|delta|={delta}"
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_int8_changes_the_logits(evidence):

@@ -81,8 +81,6 @@ ring_sessions = st.fixed_dictionaries({
 
 def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
     """Logits of every fed row and of 4 greedy steps, and every row the ring holds, bit for bit."""
-    worst = {"delta": 0.0, "cases": 0, "wrapped": 0}
-
     @given(p=ring_sessions)
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
@@ -100,21 +98,16 @@ def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
             k, v = store.ring.read(layer, lo, n)
             delta = max(delta, float(np.max(np.abs(k.astype(np.float64) - ref.cache.k[layer][lo:n]))),
                         float(np.max(np.abs(v.astype(np.float64) - ref.cache.v[layer][lo:n]))))
-        worst["delta"] = max(worst["delta"], delta)
-        worst["cases"] += 1
-        worst["wrapped"] += int(n > p["window"] and any(w is not None for w in ws))
+        evidence.observe("max_abs_delta", delta)
+        evidence.count("examples")
+        evidence.count("examples_past_window", int(n > p["window"] and any(w is not None for w in ws)))
         assert delta == 0.0 and ga == gb, f"ring differs from the window-rows reference: max|delta|={delta}"
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
-    evidence.record("examples_past_window", worst["wrapped"])
 
 
 def test_growth_never_scrambles_any_held_position(evidence):
     """Tagged writes at ascending positions (with gaps); after each, every held position reads its own tag."""
-    worst = {"misplaced": 0, "cases": 0, "growths": 0}
-
     @given(hint=st.integers(1, 20), window=st.integers(1, 24), max_seq_len=st.integers(1, 40),
            heads=st.integers(1, 3), steps=st.lists(st.integers(1, 4), min_size=1, max_size=60),
            precision=st.sampled_from(["f32", "int8"]))
@@ -132,7 +125,7 @@ def test_growth_never_scrambles_any_held_position(evidence):
                 v = (-(pos + 1) * (np.arange(cfg.v_dim) + 1) * (1 + layer)).astype(np.float32)
                 ring.write_kv(layer, pos, k, v)
                 tags[layer, pos] = (k, v)
-                worst["growths"] += int(ring.slots(layer) != before)
+                evidence.count("growths", int(ring.slots(layer) != before))
                 assert ring.slots(layer) <= cfg.cap(layer)
                 lo, hi = ring.layers[layer].held()
                 for q in range(lo, hi):
@@ -144,15 +137,13 @@ def test_growth_never_scrambles_any_held_position(evidence):
                         want_k = fake_quant(want_k.reshape(heads, 4), 8).reshape(-1)
                         want_v = fake_quant(want_v.reshape(heads, 2), 8).reshape(-1)
                     if not (np.array_equal(got_k[0], want_k) and np.array_equal(got_v[0], want_v)):
-                        worst["misplaced"] += 1
+                        evidence.count("misplaced_rows")
                         raise AssertionError(f"layer {layer} pos {q} reads back another position's K/V "
                                              f"after writing pos {pos} (slots {ring.slots(layer)})")
-        worst["cases"] += 1
+        evidence.count("misplaced_rows", 0)  # present (0) when every held row read back its own tag
+        evidence.count("examples")
 
     prop()
-    evidence.record("misplaced_rows", worst["misplaced"])
-    evidence.record("examples", worst["cases"])
-    evidence.record("growths", worst["growths"])
 
 
 def test_local_slots_cap_at_window_and_global_keep_growing(evidence):
@@ -178,8 +169,6 @@ def test_local_slots_cap_at_window_and_global_keep_growing(evidence):
 
 def test_ring_session_vs_masked_contiguous_session(evidence):
     """Against the stock contiguous session (masked sums over [0, hi)): close, not bit-identical."""
-    worst = {"delta": 0.0, "rel": 0.0, "cases": 0, "tokens": 0, "differing": 0}
-
     @given(p=ring_sessions)
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
@@ -188,20 +177,15 @@ def test_ring_session_vs_masked_contiguous_session(evidence):
         ref = Session(model, window=ws)
         la, lb = feed_in_chunks([ring, ref], token_ids(p["n"], p["seed"]), p["chunks"])
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
-        worst["delta"] = max(worst["delta"], delta)
-        worst["rel"] = max(worst["rel"], delta / float(np.max(np.abs(lb))))
+        evidence.observe("max_abs_delta", delta)
+        evidence.observe("max_rel_delta", delta / float(np.max(np.abs(lb))))
         ga, gb = ring.generate([], 4), ref.generate([], 4)
-        worst["tokens"] += len(ga)
-        worst["differing"] += sum(a != b for a, b in zip(ga, gb))
-        worst["cases"] += 1
+        evidence.count("greedy_tokens_compared", len(ga))
+        evidence.count("greedy_tokens_differing", sum(a != b for a, b in zip(ga, gb)))
+        evidence.count("examples")
         assert delta <= 1e-4, f"ring and masked contiguous logits differ by {delta}"
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("max_rel_delta", worst["rel"])
-    evidence.record("greedy_tokens_compared", worst["tokens"])
-    evidence.record("greedy_tokens_differing", worst["differing"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_masked_contiguous_is_not_bit_identical_to_window_rows(evidence):

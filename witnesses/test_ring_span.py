@@ -14,8 +14,6 @@ from witnesses.test_ring_placement import WindowRowsCache
 def test_span_never_exceeds_what_the_ring_holds(evidence):
     """For every layer and position (far past max_seq_len): hi - lo < slots, lo >= the window's lo,
     and the whole span is readable (held, not reused)."""
-    worst = {"over": 0, "cases": 0, "spans": 0, "clamped": 0}
-
     @given(hint=st.integers(1, 12), window=st.integers(1, 20), max_seq_len=st.integers(1, 16),
            n=st.integers(1, 60))
     def prop(hint, window, max_seq_len, n):
@@ -29,20 +27,18 @@ def test_span_never_exceeds_what_the_ring_holds(evidence):
                 lo, hi = ring.span(layer, pos)
                 reach = cfg.reach(layer)
                 want_lo = 0 if reach is None else max(0, pos + 1 - reach)
-                worst["spans"] += 1
-                worst["clamped"] += int(lo > want_lo)
-                if not (hi == pos and lo >= want_lo and hi - lo < ring.slots(layer)):
-                    worst["over"] += 1
+                over = not (hi == pos and lo >= want_lo and hi - lo < ring.slots(layer))
+                evidence.count("spans_checked")
+                evidence.count("spans_clamped", int(lo > want_lo))
+                evidence.count("overreaching_spans", int(over))
+                if over:
                     raise AssertionError(f"layer {layer} pos {pos}: span {lo}..{hi} with {ring.slots(layer)} slots "
                                          f"(window lo {want_lo})")
                 ring.read(layer, lo, hi + 1)  # raises if any of it is not held
             ring.advance()
-        worst["cases"] += 1
+        evidence.count("examples")
 
     prop()
-    evidence.record("overreaching_spans", worst["over"])
-    evidence.record("spans_checked", worst["spans"])
-    evidence.record("spans_clamped", worst["clamped"])
 
 
 # (pos, layer, span) worked out by hand: window 4 on layer 0, layer 3 global, max_seq_len 64
@@ -103,8 +99,6 @@ def test_session_refuses_to_run_past_max_seq_len(evidence):
 def test_clamped_session_reports_saturation_and_attends_the_last_max_seq_len(evidence):
     """overflow="clamp": is_saturated() turns true, and every logit equals a contiguous reference whose
     global layers see exactly the last max_seq_len positions (never a reused slot)."""
-    worst = {"delta": 0.0, "cases": 0}
-
     @given(n=st.integers(17, 40), window=st.integers(1, 8), hint=st.integers(1, 8),
            chunks=st.lists(st.integers(1, 12), min_size=1, max_size=6), seed=st.integers(0, 9999))
     def prop(n, window, hint, chunks, seed):
@@ -117,14 +111,12 @@ def test_clamped_session_reports_saturation_and_attends_the_last_max_seq_len(evi
 
         la, lb = feed_in_chunks([ring, ref], token_ids(n, seed), chunks)
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
-        worst["delta"] = max(worst["delta"], delta)
-        worst["cases"] += 1
+        evidence.observe("max_abs_delta", delta)
+        evidence.count("examples")
         assert store.is_saturated(), f"{n} positions through max_seq_len={m} and no saturation reported"
         assert delta == 0.0, f"clamped ring differs from the last-max_seq_len reference by {delta}"
 
     prop()
-    evidence.record("max_abs_delta", worst["delta"])
-    evidence.record("examples", worst["cases"])
 
 
 def test_clamped_session_differs_from_one_that_kept_everything(evidence):
