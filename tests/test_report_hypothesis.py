@@ -66,3 +66,34 @@ def test_markdown_shows_the_example_and_the_replay_command(nested_run):
     md = nested_run["md"]
     assert "prop(" in md and "a=" in md
     assert f"replay: `{REPLAY}`" in md
+
+
+def _noted(exc: BaseException, *notes: str) -> BaseException:
+    for note in notes:
+        exc.add_note(note)
+    return exc
+
+
+REPRODUCE = "@reproduce_failure('6.170.17', b'AEED')"
+
+
+@pytest.mark.parametrize("exc,example,reproduce", [
+    (_noted(AssertionError("x"), "Failing test case: prop(\n    n=3,\n)",
+            f"\nYou can reproduce this test case by temporarily adding {REPRODUCE} as a decorator on your test"),
+     "Failing test case: prop(\n    n=3,\n)", REPRODUCE),
+    (_noted(KeyError(3), "Falsifying example: prop(n=3)"), "Falsifying example: prop(n=3)", ""),  # older wording
+    (ExceptionGroup("Hypothesis found 2 distinct failures", [
+        _noted(KeyError(3), "Falsifying example: prop(n=3)", f"adding {REPRODUCE} as"),
+        _noted(AssertionError(), "Falsifying example: prop(n=1)")]),
+     "Falsifying example: prop(n=3)\n\nFalsifying example: prop(n=1)", REPRODUCE),
+])
+def test_hypothesis_failure_is_read_from_the_notes_on_the_exception_or_its_group(exc, example, reproduce):
+    from harness.plugin import _hypothesis_failure
+
+    assert _hypothesis_failure(exc) == {"example": example, "reproduce": reproduce}
+
+
+def test_an_exception_without_a_falsifying_example_note_is_not_a_hypothesis_failure():
+    from harness.plugin import _hypothesis_failure
+
+    assert _hypothesis_failure(_noted(AssertionError("x"), "some other note")) is None
