@@ -62,10 +62,11 @@ def test_index_html_shows_the_nested_property_shrunk_example_and_replay_command(
     assert f"replay: {REPLAY}" in page.replace("<code>", "").replace("</code>", "")
 
 
-def test_markdown_shows_the_example_and_the_replay_command(nested_run):
-    md = nested_run["md"]
+def test_markdown_shows_the_example_the_replay_command_and_the_reproduce_line(nested_run):
+    md, hyp = nested_run["md"], nested_run["doc"]["cards"][0]["witnesses"][0]["hypothesis"]
     assert "prop(" in md and "a=" in md
     assert f"replay: `{REPLAY}`" in md
+    assert f"reproduce: `{hyp['reproduce']}`" in md
 
 
 def _noted(exc: BaseException, *notes: str) -> BaseException:

@@ -64,4 +64,7 @@ def render(view: Mapping[str, Any]) -> str:
             for w in c["failing"]:
                 if w["replay"]:
                     out.append(f"  - replay: `{w['replay']}`")
+                reproduce = (w.get("hypothesis") or {}).get("reproduce")
+                if reproduce:
+                    out.append(f"  - reproduce: `{_code(reproduce)}`")
     return "\n".join(out) + "\n"
