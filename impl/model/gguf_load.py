@@ -1,8 +1,10 @@
 """Read a llama GGUF into a ModelConfig and float32 numpy weights.
 
 Uses the ``gguf`` package for everything file-shaped (``GGUFReader`` and
-``gguf.quants.dequantize``); this module only maps names and undoes one
-converter quirk.
+``gguf.quants.dequantize``, called in one place: :func:`dequantize_tensor`);
+this module only maps names and undoes one converter quirk. Card
+GGUF-DEQUANT checks every tensor against a decoder written from the format's
+definition (witnesses/gguf_reference.py), since the oracle shares ``gguf``.
 
 NOTE: llama.cpp's converter permutes the rows of attn_q and attn_k so its
 interleaved RoPE kernel sees pairs (x[2i], x[2i+1]). We use half-split
@@ -38,6 +40,18 @@ def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def dequantize_tensor(t) -> np.ndarray:
+    """A ``gguf.GGUFReader`` tensor as float32, in numpy shape (ne reversed: (out, in) for matrices).
+
+    Decoded by ``gguf.quants.dequantize`` from the tensor's raw bytes (for
+    quantized types ``t.data`` is the uint8 block data); rows are as stored,
+    i.e. attn_q/attn_k still in llama.cpp's permuted order.
+    """
+    from gguf.quants import dequantize
+
+    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+
 def _field(reader, key: str, path: Path, default=None, required: bool = True):
     f = reader.fields.get(key)
     if f is None:
@@ -53,7 +67,6 @@ def _field(reader, key: str, path: Path, default=None, required: bool = True):
 def read_gguf(path: str | Path) -> GGUFContents:
     """Parse ``path``; raise WeightsCorrupt with the file name on anything unexpected."""
     from gguf import GGUFReader
-    from gguf.quants import dequantize
 
     path = Path(path)
     try:
@@ -88,8 +101,7 @@ def read_gguf(path: str | Path) -> GGUFContents:
     )
     tensors: dict[str, np.ndarray] = {}
     for t in reader.tensors:
-        # gguf's dequantize returns numpy shape reversed from ne: (out, in) for matrices
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        w = dequantize_tensor(t)  # (out, in) for matrices, rows as stored
         if t.name.endswith("attn_q.weight"):
             w = unpermute_rope_rows(w, config.n_heads)
         elif t.name.endswith("attn_k.weight"):
