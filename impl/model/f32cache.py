@@ -50,11 +50,23 @@ def cache_root() -> Path | None:
 
 
 def code_fingerprint() -> str:
-    """sha256 over the source files that produce the cached arrays."""
+    """sha256 over the source files that produce the cached arrays, and the ``gguf`` package that decodes them.
+
+    NOTE: impl dequantises through ``gguf.quants``; a ``gguf`` upgrade that
+    decoded differently must not be served the arrays an older one made.
+    """
+    from importlib import metadata
+
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for rel in PRODUCERS:
         h.update(rel.encode() + b"\0" + (here / rel).read_bytes())
+    try:
+        h.update(b"gguf\0" + metadata.version("gguf").encode())
+    except metadata.PackageNotFoundError:  # NOTE: a source checkout of gguf; its quants source decides
+        import gguf.quants
+
+        h.update(b"gguf.quants\0" + Path(gguf.quants.__file__).read_bytes())
     return h.hexdigest()
 
 
