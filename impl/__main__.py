@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
               f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache"
               + (f", {held / 2**20:.2f} MiB held" if held is not None else ""), file=sys.stderr)
+        from impl.linear import numerics_path
+
+        print(f"numerics: {numerics_path()}", file=sys.stderr)
     return 0
 
 

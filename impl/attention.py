@@ -14,10 +14,44 @@ Windows are a mask inside that product: keys below the window get score
 A window at least as long as the context is therefore bit-identical to no
 window. The window is decided from the cache's stored ``pos``, never from
 row indices: a query at absolute position p sees keys with pos >= p - W + 1.
+
+Two numerics paths (:func:`attention_path` names the one in force): the
+C kernel (impl.kernels ``kv_attend``: every query's scores, softmax and
+weighted sum over exactly its visible keys [lo, hi) in one fixed order,
+all T queries of a call in one native call) or the numpy code below, one
+query at a time (the default for now, see ENV_ATTENTION). Under the
+kernel, keys outside the window are not visited at all, which equals the
+-inf mask bit for bit (exp gives exactly 0 and adding 0 changes no sum),
+so a window as long as the context is identical to none there too.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+from impl import kernels
+
+# NOTE: the kernel path is opt-in (KVPROOF_ATTENTION=kernel) until the witnesses that pin
+# numpy's bits are restated: KV-T3's masked reference repeats the numpy operations below
+# and demands equal bits, and RING-T1's control demands that a -inf mask over extra rows
+# differs from summing the window's rows only (under the kernel they agree, by design).
+ENV_ATTENTION = "KVPROOF_ATTENTION"  # "numpy" (default) or "kernel"
+
+
+def attention_kernel():
+    """The compiled kernel when this process runs attention through it, else None."""
+    if os.environ.get(ENV_ATTENTION, "numpy").lower() != "kernel":
+        return None
+    return kernels.load()
+
+
+def attention_path() -> str:
+    """One line naming attention's numerics path, e.g. for report headers."""
+    k = attention_kernel()
+    if k is not None:
+        return f"kernel {k.isa}: all queries in one call, each over exactly its visible keys"
+    return "numpy, one query at a time (KVPROOF_ATTENTION=kernel for the C kernel)"
 
 
 def window_lo(pos: np.ndarray, hi: int, window: int | None) -> int:
@@ -37,6 +71,9 @@ def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, lo: in
     """
     hkv, _, d = q.shape
     n = k.shape[0]
+    kern = attention_kernel()
+    if kern is not None:
+        return kern.attend(q[None], k, v, np.array([lo]), np.array([n]), scale).reshape(q.shape)
     kh = k.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D): rows of the cache, strided by kv_dim
     vh = v.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
     # NOTE: K @ q^T, not q @ K^T: the cache rows are already in BLAS's row layout,
@@ -64,8 +101,23 @@ def causal_attention(
     ``impl.kv.KVStore``: it provides ``pos`` and ``view(layer, hi)``.
     """
     t = q.shape[0]
-    out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
     pos = cache.pos
+    kern = attention_kernel()
+    if kern is not None:
+        k, v, base = cache.view(layer, start + t)
+        his = np.arange(start + 1, start + t + 1, dtype=np.int64)
+        los = np.zeros(t, dtype=np.int64)
+        if window is not None:
+            los[:] = [window_lo(pos, hi, window) for hi in his]
+        if base == 0:
+            # every row is held, so each query's view(layer, hi) is a prefix of this one: one native call
+            return kern.attend(q, k, v, los, his, scale)
+        out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
+        for i, hi in enumerate(his):  # a cache that drops rows (ring): each query's own view, as below
+            k, v, base = cache.view(layer, int(hi))
+            out[i] = kern.attend(q[i : i + 1], k, v, np.array([max(los[i] - base, 0)]), np.array([hi - base]), scale)[0]
+        return out
+    out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
     for i in range(t):
         hi = start + i + 1
         lo = window_lo(pos, hi, window)

@@ -36,16 +36,23 @@ BLOCK_BYTES = 16 << 20  # numpy-gemv: one weight block; 16 MiB balances decode (
 NR = kernels.NR
 
 
-def numerics_path() -> str:
-    """One line naming the matmul path this process uses, e.g. for report headers.
-
-    ``kernel avx2+fma: fixed k-order (64-blocks, fma), 16-col panels`` or
-    ``numpy-gemv (fallback: <why>)``.
-    """
+def linear_path() -> str:
+    """The weight-product path this process uses: ``kernel <isa>: ...`` or ``numpy-gemv ... (fallback: why)``."""
     k = kernels.load()
     if k is None:
         return f"numpy-gemv every row (fallback: {kernels.status()})"
     return f"kernel {k.isa}: fixed k-order (64-blocks, fma), 16-col panels, any row count"
+
+
+def numerics_path() -> str:
+    """One line naming every numerics path this process uses, for report and bench headers.
+
+    e.g. ``linear: kernel avx2+fma: ...; attention: numpy, one query at a time``.
+    Bits are comparable only between runs that print the same line.
+    """
+    from impl.attention import attention_path
+
+    return f"linear: {linear_path()}; attention: {attention_path()}"
 
 
 def pack_panels(w_in_out: np.ndarray) -> np.ndarray:
