@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from harness.cards import Card, display_path, sha256_file
+from harness.cards import Card, display_path
+from harness.files import sha256_file
 from harness.liars import LiarSite
 
 

@@ -27,10 +27,10 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from harness.liars import LiarSite
+from harness.project import SCHEMA_PATH
 from harness.refs import RefSite, parse_module, resolve_ref, resolve_symbol, resolve_test  # noqa: F401
 from harness.suggest import did_you_mean
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "obligations" / "card.schema.json"
 TOLERANCE_OPS = ("le", "lt")
 BOUND_OPS = ("le", "lt", "ge", "gt", "eq", "ne")
 
@@ -160,13 +160,6 @@ def display_path(path: Path, root: Path) -> str:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(path)
-
-
-def sha256_file(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 # ---------------------------------------------------------------- YAML with lines

@@ -29,23 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import CardInvalid, HarnessError, UsageError
+from harness.errors import CardInvalid, HarnessError, LedgerError, UsageError
+from harness.project import project_root
 
 SUBCOMMANDS = ("run", "list", "validate", "show", "status", "history", "new", "oracle")
-HARNESS_PARENT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- context
-
-
-def project_root() -> Path:
-    env = os.environ.get("KVPROOF_ROOT")
-    if env:
-        root = Path(env).expanduser().resolve()
-        if not root.is_dir():
-            raise UsageError(f"KVPROOF_ROOT={env!r} is not a folder; point it at the project root or unset it")
-        return root
-    return HARNESS_PARENT
 
 
 def cards_dir(args: argparse.Namespace, root: Path) -> Path:
@@ -227,7 +217,7 @@ def _check_outputs(args: argparse.Namespace, root: Path) -> dict[str, Path]:
     ledger in it must open for writing (an old ledger is migrated here),
     and ``--json PATH`` must be a file path in a writable folder.
     """
-    from harness.ledger import FILENAME, Ledger, LedgerError
+    from harness.ledger import FILENAME, Ledger
 
     reports = reports_dir(args, root)
     source = "--reports" if getattr(args, "reports", None) else (
@@ -268,7 +258,6 @@ def _writable_folder(folder: Path, what: str, fix: str) -> None:
 
 def _record(args: argparse.Namespace, root: Path, doc: dict[str, Any], console, outputs: dict[str, Path]) -> bool:
     """Write ``--json``, the dated report folder and the ledger row. False (after saying why) if any failed."""
-    from harness.ledger import LedgerError
     from harness.report import folder as report_folder
     from harness.report import jsonfile
 
@@ -303,7 +292,7 @@ def _from_ledger(args: argparse.Namespace, root: Path, cards, links, bound):
     """
     from dataclasses import asdict
 
-    from harness.ledger import LedgerError, bound_digest
+    from harness.ledger import bound_digest
     from harness.report.data import Replayed
     from harness.schedule import expected_from_entry
 

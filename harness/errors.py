@@ -29,6 +29,14 @@ class LiarError(HarnessError, LookupError):
     """A liar is unknown, or its target cannot be found or patched."""
 
 
+class LedgerError(HarnessError, OSError):
+    """The ledger (``reports/ledger.sqlite``) cannot be opened, read or migrated."""
+
+
+class Cancelled(HarnessError, RuntimeError):
+    """A witness process was cancelled (Ctrl-C in the scheduler); its process group was killed."""
+
+
 class OracleError(HarnessError, RuntimeError):
     """The oracle export is missing, stale or damaged."""
 

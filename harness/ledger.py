@@ -40,14 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from harness.errors import HarnessError
+from harness.errors import LedgerError
+from harness.files import json_safe
 
 SCHEMA_VERSION = 2
 FILENAME = "ledger.sqlite"
-
-
-class LedgerError(HarnessError, OSError):
-    """The ledger cannot be opened, read or migrated."""
 
 
 def _script(conn: sqlite3.Connection, sql: str) -> None:
@@ -319,9 +316,7 @@ class Ledger:
 
 
 def _dumps(value: Any) -> str:
-    from harness.report.jsonfile import _clean
-
-    return json.dumps(_clean(value), ensure_ascii=False, allow_nan=False, sort_keys=False)
+    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, sort_keys=False)
 
 
 def _evidence_rows(run_id: int, card: Mapping[str, Any]) -> Iterator[tuple]:

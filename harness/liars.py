@@ -176,12 +176,6 @@ def scan(root: Path) -> tuple[dict[str, LiarSite], list[LiarProblem]]:
     return sites, problems
 
 
-def target_file(target: str) -> str:
-    """``impl.kv:KVCache.evict`` -> ``impl/kv.py`` (relative to the project root)."""
-    module = target.split(":", 1)[0]
-    return module.replace(".", "/") + ".py"
-
-
 # ---------------------------------------------------------------- runtime side
 
 

@@ -54,10 +54,10 @@ from typing import Callable
 
 from harness import procs
 from harness.cards import Card, Witness
-from harness.errors import UsageError
+from harness.errors import Cancelled, UsageError
+from harness.project import KVPROOF_HOME
 from harness.verdict import PASSED, CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
 
-HARNESS_PARENT = Path(__file__).resolve().parents[1]
 GRACE_S = 0.5
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -71,10 +71,6 @@ def check_timeout(name: str, value: object) -> float:
         raise UsageError(f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, "
                          "such as 60")
     return float(value)
-
-
-class Cancelled(Exception):
-    """:func:`execute` was cancelled (Ctrl-C in the scheduler); its process group was killed."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +158,7 @@ def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     env.pop(procs.WATCHDOG_ENV, None)
     if watchdog is not None:
         env[procs.WATCHDOG_ENV] = str(watchdog)
-    paths = [str(cfg.root), str(HARNESS_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    paths = [str(cfg.root), str(KVPROOF_HOME)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env["PYTHONHASHSEED"] = "0"
     env["PYTHONFAULTHANDLER"] = "1"
@@ -378,36 +374,6 @@ def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:
     """A card with link problems is ERROR without starting a process."""
     return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
-
-
-def run_card(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = (), *,
-             workdir: Path | None = None, on_job: Callable[[Job], None] | None = None) -> CardRun:
-    """Run a card's witnesses, then (if they all held) each liar in a fresh process, one after another.
-
-    A card with link problems is not run at all. ``on_job`` is called before
-    each process starts (for progress display).
-    """
-    if link_problems:
-        return not_run(card, link_problems)
-    own_tmp = workdir is None
-    if own_tmp:
-        procs.sweep_owned()
-    base = procs.owned_tempdir() if own_tmp else workdir
-    try:
-        job = honest_job(card)
-        if on_job:
-            on_job(job)
-        honest = after_honest(card, cfg, execute(job, cfg, base / "honest"))
-        liar_runs = []
-        for i, name in enumerate(honest.liars):
-            job = liar_job(card, name)
-            if on_job:
-                on_job(job)
-            liar_runs.append(liar_run(card, name, execute(job, cfg, base / f"liar-{i}")))
-        return assemble(card, honest, tuple(liar_runs))
-    finally:
-        if own_tmp:
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def count_jobs(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = ()) -> int:

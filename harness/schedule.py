@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness import procs
 from harness.cards import Card
-from harness.run import (Cancelled, CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
+from harness.run import (CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
                          assemble, execute, honest_job, liar_job, liar_run, not_run)
 
 UNKNOWN_S = 1.0  # expected seconds of a process never seen before
@@ -195,4 +195,4 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
     return [results[i] for i in range(len(states))]
 
 
-__all__ = ["Cancelled", "Expected", "default_jobs", "expected_from_entry", "run_cards"]
+__all__ = ["Expected", "default_jobs", "expected_from_entry", "run_cards"]

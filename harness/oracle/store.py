@@ -37,7 +37,8 @@ import numpy as np
 from harness.errors import OracleCorrupt, OracleMissing, OracleStale
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
 from harness.procs import pid_alive
-from impl.model.weights import sha256_file
+from harness.files import sha256_file
+from harness.project import KVPROOF_HOME
 
 FORMAT = "kvproof-oracle"
 FORMAT_VERSION = 1
@@ -52,22 +53,13 @@ EVICTION_FIELDS = ("prefix_ids", "poison_ids", "query_ids", "never_greedy", "poi
 RelPath = str  # a data file's path inside the export, "/"-separated
 
 
-def project_root() -> Path:
-    """The folder holding run_obligations.py (falls back to the cwd)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "run_obligations.py").is_file():
-            return parent
-    return Path.cwd()
-
-
 def resolve_oracle_dir(path: str | os.PathLike | None = None) -> Path:
     """Where the export lives: argument > ``KVPROOF_ORACLE_DIR`` > default."""
     if path is not None:
         return Path(path).expanduser().absolute()
     if os.environ.get(ENV_DIR):
         return Path(os.environ[ENV_DIR]).expanduser().absolute()
-    return project_root() / DEFAULT_SUBDIR
+    return KVPROOF_HOME / DEFAULT_SUBDIR
 
 
 def export_command(root: Path) -> str:
@@ -189,7 +181,7 @@ class ExportWriter:
 
 
 @dataclass(frozen=True)
-class Problem:
+class FileMismatch:
     """One data file that does not match the manifest."""
 
     path: RelPath
@@ -229,7 +221,7 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def check_files(root: str | os.PathLike, manifest: dict[str, Any], hashes: bool = True) -> list[Problem]:
+def check_files(root: str | os.PathLike, manifest: dict[str, Any], hashes: bool = True) -> list[FileMismatch]:
     """Every data file the manifest lists that is missing or differs.
 
     With ``hashes=False`` only existence and size are checked (fast).
@@ -239,11 +231,11 @@ def check_files(root: str | os.PathLike, manifest: dict[str, Any], hashes: bool 
     for rel, entry in manifest["files"].items():
         path = root / rel
         if not path.is_file():
-            problems.append(Problem(rel, "missing"))
+            problems.append(FileMismatch(rel, "missing"))
         elif path.stat().st_size != entry.get("bytes"):
-            problems.append(Problem(rel, f"size differs: {path.stat().st_size} bytes, manifest says {entry.get('bytes')}"))
+            problems.append(FileMismatch(rel, f"size differs: {path.stat().st_size} bytes, manifest says {entry.get('bytes')}"))
         elif hashes and sha256_file(path) != entry.get("sha256"):
-            problems.append(Problem(rel, "sha256 differs"))
+            problems.append(FileMismatch(rel, "sha256 differs"))
     return problems
 
 
@@ -272,7 +264,7 @@ def current_weights(path: str | os.PathLike | None = None) -> tuple[Path, str]:
 
     Raises impl.errors.WeightsMissing / WeightsCorrupt (user-ready messages).
     """
-    from impl.model.weights import DEFAULT_SHA256, resolve_weights, sha256_file
+    from impl.model.weights import DEFAULT_SHA256, resolve_weights
 
     w = resolve_weights(path)
     if w.is_default:  # resolve_weights has just checked its hash

@@ -2,25 +2,15 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/Infinity: write them as strings so the file stays standard JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+from harness.files import json_safe
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(_clean(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write(doc: dict[str, Any], path: Path) -> None:
