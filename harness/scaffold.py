@@ -34,7 +34,9 @@ version: 1
 WITNESS_TEMPLATE = '''\
 """Witnesses for {id} ({card}).
 
-Record what you measure with evidence.record(key, value); the card puts
+Record what you measure: evidence.record(key, value) once per test,
+evidence.observe(key, value) once per Hypothesis example (the worst value
+for each bound counts), evidence.count(key) for tallies. The card puts
 bounds on those keys.
 """
 import pytest
