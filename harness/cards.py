@@ -28,6 +28,7 @@ import yaml
 
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH
+from harness.statuses import Kind
 from harness.refs import RefSite, parse_module, resolve_ref, resolve_symbol, resolve_test  # noqa: F401
 from harness.suggest import did_you_mean
 
@@ -72,7 +73,7 @@ class Witness:
 
     id: str
     test: str  # pytest node id relative to the project root
-    kind: str = "witness"  # "witness" | "control"
+    kind: Kind = Kind.WITNESS
     bounds: tuple[Bound, ...] = ()
     reason: str = ""
     timeout: float | None = None  # seconds; None = harness default
@@ -300,7 +301,7 @@ def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
     return tuple(out)
 
 
-def _witness(raw: Mapping[str, Any], kind: str) -> Witness:
+def _witness(raw: Mapping[str, Any], kind: Kind) -> Witness:
     return Witness(
         id=raw["id"], test=raw["test"], kind=kind, bounds=_bounds(raw.get("bounds")),
         reason=raw.get("reason", ""), timeout=raw.get("timeout"), notes=raw.get("notes", ""))
@@ -467,8 +468,8 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     if problems:
         problems.sort(key=lambda p: p.line)
         return None, problems, card_id
-    witnesses = tuple(_witness(w, "witness") for w in data["witnesses"])
-    controls = tuple(_witness(w, "control") for w in data.get("controls") or [])
+    witnesses = tuple(_witness(w, Kind.WITNESS) for w in data["witnesses"])
+    controls = tuple(_witness(w, Kind.CONTROL) for w in data.get("controls") or [])
     refs = tuple(data["refs"])
     covers = tuple(data["covers"]) if "covers" in data else default_covers(refs, witnesses + controls)
     card = Card(

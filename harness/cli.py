@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError, LedgerError, UsageError
 from harness.project import project_root
+from harness.statuses import Gate
 
 SUBCOMMANDS = ("run", "list", "validate", "show", "status", "history", "new", "oracle")
 
@@ -187,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorded = _record(args, root, doc, console, outputs)
     if not recorded:
         return 2
-    return 0 if doc["header"]["summary"]["gate"] == "PASS" else 1
+    return 0 if doc["header"]["summary"]["gate"] == Gate.PASS else 1
 
 
 def _execute(console, to_run, cfg, links, jobs: int, expected):

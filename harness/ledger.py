@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from harness.errors import LedgerError
 from harness.files import json_safe
+from harness.statuses import Verdict
 
 SCHEMA_VERSION = 2
 FILENAME = "ledger.sqlite"
@@ -284,7 +285,7 @@ class Ledger:
                                 (card_id,)).fetchone()
         return _past(row) if row else None
 
-    def last_matching(self, card_id: str, digest: str, verdict: str = "PROVEN",
+    def last_matching(self, card_id: str, digest: str, verdict: str = Verdict.PROVEN,
                       profile: str | None = None) -> PastVerdict | None:
         """The newest original ``verdict`` of the card whose bound files had exactly the digest ``digest``.
 

@@ -12,12 +12,10 @@ no harness) and by the harness with ``-p harness.plugin``.
 - Hypothesis profiles ``ci`` (fast, derandomized, default) and ``release``
   (many more examples), chosen with ``--kvproof-profile`` or the
   ``KVPROOF_PROFILE`` environment variable.
-- With ``--kvproof-plan PLAN.json`` (written by :mod:`harness.run`) the plugin
-  applies the plan's liar before collection and streams one JSON line per
-  event to the plan's ``out`` file, flushed as it goes: ``start`` when a node
-  begins and ``result`` when it ends. A node with a ``start`` and no
-  ``result`` is the one that was running when the process hung or died.
-  It also arms :func:`faulthandler.dump_traceback_later` with the node's
+- With ``--kvproof-plan PLAN.json`` (a :class:`harness.protocol.Plan` written
+  by :mod:`harness.run`) the plugin applies the plan's liar before
+  collection and streams the events of :mod:`harness.protocol` to the
+  plan's ``out`` file, flushed as it goes. It also arms :func:`faulthandler.dump_traceback_later` with the node's
   timeout, so a hang leaves the stack it hung in.
 
 Hypothesis details: when a node fails or errors with an exception that
@@ -41,13 +39,16 @@ import math
 import numbers
 import os
 import re
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.verdict import OBSERVED_FIELDS
+from harness import protocol
+from harness.protocol import Plan
+from harness.statuses import Outcome
+from harness.verdict import OBSERVED_FIELDS, NodeResult
 
 PROFILES = ("ci", "release")
 _FLAKY = {"Flaky", "FlakyFailure", "FlakyReplay", "FlakyStrategyDefinition", "FlakyBackendFailure"}
@@ -232,8 +233,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import Phase, settings
 
     plan_path = config.getoption("kvproof_plan")
-    plan = json.loads(Path(plan_path).read_text()) if plan_path else {}
-    profile = config.getoption("kvproof_profile") or plan.get("profile") or os.environ.get("KVPROOF_PROFILE") or "ci"
+    plan = Plan.read(plan_path) if plan_path else None
+    profile = config.getoption("kvproof_profile") or (plan.profile if plan else None) or \
+        os.environ.get("KVPROOF_PROFILE") or "ci"
     if profile not in PROFILES:
         raise pytest.UsageError(f"KVPROOF_PROFILE={profile!r}: allowed: {', '.join(PROFILES)}")
     if config.getoption("hypothesis_profile", None) is None:
@@ -241,13 +243,13 @@ def pytest_configure(config: pytest.Config) -> None:
         overrides: dict[str, Any] = {}
         if config.getoption("hypothesis_seed", None) is not None:
             overrides["derandomize"] = False  # NOTE: derandomize would ignore --hypothesis-seed
-        if plan.get("liar"):
+        if plan is not None and plan.liar:
             overrides["phases"] = (Phase.explicit, Phase.reuse, Phase.generate)  # no shrinking under a liar
         if overrides:
             name = f"{profile}-kvproof"
             settings.register_profile(name, settings.get_profile(profile), **overrides)
         settings.load_profile(name)
-    if plan:
+    if plan is not None:
         config.pluginmanager.register(_Recorder(config, plan, profile), "kvproof-recorder")
 
 
@@ -294,25 +296,39 @@ def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n... (clipped) ...\n" + text[-limit // 2:]
 
 
+@dataclass
+class _NodeState:
+    """What the recorder has learnt about one node so far (setup, call and teardown add to it)."""
+
+    outcome: Outcome = Outcome.PASSED
+    duration: float = 0.0
+    evidence: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    failure: str = ""
+    location: str = ""
+    hypothesis: dict[str, Any] | None = None
+
+    def result(self, nodeid: str) -> NodeResult:
+        return NodeResult(nodeid, self.outcome, self.duration, self.evidence, self.message, self.failure,
+                          self.location, self.hypothesis)
+
+
 class _Recorder:
     """Streams node events to the plan's JSONL file; applies the plan's liar."""
 
-    def __init__(self, config: pytest.Config, plan: dict, profile: str) -> None:
+    def __init__(self, config: pytest.Config, plan: Plan, profile: str) -> None:
         self.config = config
         self.plan = plan
         self.profile = profile
-        self.root = Path(plan.get("root") or config.rootpath)
-        self.out = open(plan["out"], "a", encoding="utf-8", buffering=1)
-        self.stacks = open(plan["stacks"], "w", encoding="utf-8") if plan.get("stacks") else None
-        self.timeouts: dict[str, float] = plan.get("timeouts", {})
-        self.default_timeout = float(plan.get("default_timeout", 60))
-        self.nodes: dict[str, dict] = {}
-        self.emit("session", pid=os.getpid(), profile=profile, seed=plan.get("seed"), liar=plan.get("liar"))
-        if plan.get("liar"):
-            self._apply_liar(plan["liar"])
+        self.root = Path(plan.root or config.rootpath)
+        self.out = open(plan.out, "a", encoding="utf-8", buffering=1)
+        self.stacks = open(plan.stacks, "w", encoding="utf-8") if plan.stacks else None
+        self.nodes: dict[str, _NodeState] = {}
+        if plan.liar:
+            self._apply_liar(plan.liar)
 
-    def emit(self, event: str, **data: Any) -> None:
-        self.out.write(json.dumps({"event": event, **data}, default=repr) + "\n")
+    def emit(self, event: protocol.Event) -> None:
+        self.out.write(protocol.encode(event) + "\n")
         self.out.flush()
 
     def _apply_liar(self, name: str) -> None:
@@ -322,9 +338,9 @@ class _Recorder:
         try:
             applied = apply(name, self.root)
         except LiarError as exc:
-            self.emit("liar", name=name, ok=False, error=str(exc))
+            self.emit(protocol.LiarApplied(name, False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
-        self.emit("liar", name=name, ok=True, target=applied.target)
+        self.emit(protocol.LiarApplied(name, True, target=applied.target))
 
     def _hypothesis_run(self) -> dict[str, Any]:
         """The seed and kvproof profile in force: ``run --profile P --seed S`` replays the run."""
@@ -336,23 +352,16 @@ class _Recorder:
             seed = "derandomized" if settings.default.derandomize else None
         return {"seed": seed, "profile": self.profile, "example": "", "reproduce": ""}
 
-    def _timeout_for(self, nodeid: str) -> float:
-        for test, seconds in self.timeouts.items():
-            if nodeid == test or nodeid.startswith(test + "[") or nodeid.startswith(test + "::"):
-                return float(seconds)
-        return self.default_timeout
-
     # -- hooks
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.emit("collect_error", nodeid=report.nodeid, text=_clip(str(report.longrepr)))
+            self.emit(protocol.CollectError(report.nodeid, _clip(str(report.longrepr))))
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
-        timeout = self._timeout_for(nodeid)
-        self.nodes[nodeid] = {"outcome": "passed", "duration": 0.0, "message": "", "failure": "",
-                              "location": "", "evidence": {}, "hypothesis": None}
-        self.emit("start", nodeid=nodeid, t=time.time(), timeout=timeout)
+        timeout = self.plan.timeout_for(nodeid)
+        self.nodes[nodeid] = _NodeState()
+        self.emit(protocol.NodeStarted(nodeid, timeout))
         if self.stacks is not None:
             faulthandler.dump_traceback_later(timeout, repeat=False, file=self.stacks)
 
@@ -360,58 +369,53 @@ class _Recorder:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        state = self.nodes.setdefault(item.nodeid, {"outcome": "passed", "duration": 0.0, "message": "",
-                                                    "failure": "", "location": "", "evidence": {},
-                                                    "hypothesis": None})
-        state["duration"] += report.duration
+        state = self.nodes.setdefault(item.nodeid, _NodeState())
+        state.duration += report.duration
         ev = item.stash.get(_EVIDENCE_KEY, None)
         if ev is not None:
-            state["evidence"] = dict(ev.values)
-        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and state["hypothesis"] is None:
-            state["hypothesis"] = self._hypothesis_run()
-        if report.passed or state["outcome"] in ("failed", "error"):
+            state.evidence = dict(ev.values)
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and state.hypothesis is None:
+            state.hypothesis = self._hypothesis_run()
+        if report.passed or state.outcome in (Outcome.FAILED, Outcome.ERROR):
             return
         if report.skipped:
-            if state["outcome"] == "passed":
-                state["outcome"] = "skipped"
+            if state.outcome == Outcome.PASSED:
+                state.outcome = Outcome.SKIPPED
                 longrepr = report.longrepr
                 reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
                 if hasattr(report, "wasxfail"):
                     reason = f"xfail: {report.wasxfail or reason}"
-                state["message"] = reason.removeprefix("Skipped: ")
+                state.message = reason.removeprefix("Skipped: ")
             return
         # failed in some phase
         exc = call.excinfo.value if call.excinfo is not None else None
         is_failure = report.when == "call" and exc is not None and _is_assertion(exc)
-        state["outcome"] = "failed" if is_failure else "error"
+        state.outcome = Outcome.FAILED if is_failure else Outcome.ERROR
         if call.excinfo is not None:
             first = (call.excinfo.exconly().strip().splitlines() or [""])[0]
         else:
             first = (report.longreprtext.strip().splitlines() or [""])[-1]
         prefix = "" if report.when == "call" else f"in {report.when}: "
-        state["message"] = _clip(prefix + first, 300)
-        state["failure"] = _clip(report.longreprtext)
+        state.message = _clip(prefix + first, 300)
+        state.failure = _clip(report.longreprtext)
         if call.excinfo is not None:
             for entry in reversed(call.excinfo.traceback):
                 if Path(entry.path) == Path(item.path):
                     path = Path(entry.path)
                     shown = path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else path
-                    state["location"] = f"{shown}:{entry.lineno + 1}"
+                    state.location = f"{shown}:{entry.lineno + 1}"
                     break
         if exc is not None:
             found = _hypothesis_failure(exc)
             if found is not None:  # a @given test, or a property nested in the test body
-                state["hypothesis"] = {**(state["hypothesis"] or self._hypothesis_run()), **found}
+                state.hypothesis = {**(state.hypothesis or self._hypothesis_run()), **found}
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         if self.stacks is not None:
             faulthandler.cancel_dump_traceback_later()
         state = self.nodes.pop(nodeid, None)
         if state is not None:
-            self.emit("result", nodeid=nodeid, **state)
-
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.emit("finish", exitstatus=int(exitstatus))
+            self.emit(protocol.NodeFinished(state.result(nodeid)))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.out.close()

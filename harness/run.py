@@ -39,7 +39,6 @@ does them in order for one card.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -52,11 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import procs
+from harness import procs, protocol
 from harness.cards import Card, Witness
 from harness.errors import Cancelled, UsageError
 from harness.project import KVPROOF_HOME
-from harness.verdict import PASSED, CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
+from harness.protocol import Plan
+from harness.statuses import Outcome
+from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
 
 GRACE_S = 0.5
 POLL_S = 0.03
@@ -114,7 +115,7 @@ class JobResult:
     """What one process produced: node results plus anything that went wrong around them."""
 
     results: dict[str, NodeResult] = field(default_factory=dict)
-    collect_errors: list[dict] = field(default_factory=list)
+    collect_errors: list[protocol.CollectError] = field(default_factory=list)
     liar_error: str = ""
     stopped: str = ""  # why nodes that never started did not run
     exit_code: int | None = None
@@ -191,10 +192,8 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     workdir.mkdir(parents=True, exist_ok=True)
     events, stacks, log, plan = (workdir / n for n in ("events.jsonl", "stacks.txt", "pytest.log", "plan.json"))
     timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
-    plan.write_text(json.dumps({
-        "out": str(events), "stacks": str(stacks), "root": str(cfg.root), "liar": job.liar,
-        "profile": cfg.profile, "seed": cfg.seed, "timeouts": timeouts,
-        "default_timeout": cfg.default_timeout}))
+    Plan(str(events), str(stacks), str(cfg.root), job.liar, cfg.profile, cfg.seed, timeouts,
+         cfg.default_timeout).write(plan)
     events.touch()
     out = JobResult()
     t0 = time.monotonic()
@@ -221,18 +220,16 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
                 for line in lines:
                     if not line.strip():
                         continue
-                    ev = json.loads(line)
-                    kind = ev["event"]
-                    if kind == "start":
-                        running = (ev["nodeid"], now, float(ev.get("timeout") or cfg.default_timeout))
-                    elif kind == "result":
+                    ev = protocol.decode(line)
+                    if isinstance(ev, protocol.NodeStarted):
+                        running = (ev.nodeid, now, ev.timeout)
+                    elif isinstance(ev, protocol.NodeFinished):
                         running, idle_since = None, now
-                        ev.pop("event")
-                        out.results[ev["nodeid"]] = NodeResult(**ev)
-                    elif kind == "collect_error":
+                        out.results[ev.result.nodeid] = ev.result
+                    elif isinstance(ev, protocol.CollectError):
                         out.collect_errors.append(ev)
-                    elif kind == "liar" and not ev.get("ok"):
-                        out.liar_error = ev.get("error", "could not be applied")
+                    elif isinstance(ev, protocol.LiarApplied) and not ev.ok:
+                        out.liar_error = ev.error or "could not be applied"
                 if code is not None:
                     break
                 if cancel is not None and cancel.is_set():
@@ -258,7 +255,7 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
         stack = _tail(stacks, 40)
         if nodeid:
             out.results[nodeid] = NodeResult(
-                nodeid, "error", seconds, message=f"timeout: still running after {seconds:g} s",
+                nodeid, Outcome.ERROR, seconds, message=f"timeout: still running after {seconds:g} s",
                 failure=("stack when the timeout fired:\n" + stack) if stack else "")
             out.stopped = f"the process was stopped after {nodeid} timed out"
         else:
@@ -266,7 +263,7 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     elif running is not None:
         nodeid = running[0]
         out.results[nodeid] = NodeResult(
-            nodeid, "error", time.monotonic() - running[1],
+            nodeid, Outcome.ERROR, time.monotonic() - running[1],
             message=f"the interpreter died while this test ran ({_exit_text(out.exit_code)})",
             failure=out.output_tail)
         out.stopped = f"the interpreter died in {nodeid}"
@@ -292,10 +289,6 @@ def _kill_leftovers(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------- results -> outcomes
 
 
-def _matches(witness_test: str, nodeid: str) -> bool:
-    return nodeid == witness_test or nodeid.startswith(witness_test + "[") or nodeid.startswith(witness_test + "::")
-
-
 def _covers(collector: str, file: str) -> bool:
     """Does a collection error of ``collector`` (a module or folder node id) hide ``file``?"""
     return bool(collector) and (file == collector or file.startswith(collector.rstrip("/") + "/"))
@@ -305,14 +298,15 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
     """Map node results of one process onto the witnesses that named them."""
     out = []
     for w in witnesses:
-        nodes = tuple(r for nid, r in res.results.items() if _matches(w.test, nid))
+        nodes = tuple(r for nid, r in res.results.items() if protocol.node_matches(w.test, nid))
         if nodes:
             out.append(WitnessOutcome(w.id, nodes))
             continue
-        err = next((e for e in res.collect_errors if _covers(e["nodeid"], w.file)), None)
+        err = next((e for e in res.collect_errors if _covers(e.nodeid, w.file)), None)
         if err is not None:
-            last = [ln for ln in err["text"].strip().splitlines() if ln.strip()][-1:] or ["?"]
-            node = NodeResult(w.test, "error", message=f"collection error: {last[0].strip()}", failure=err["text"])
+            last = [ln for ln in err.text.strip().splitlines() if ln.strip()][-1:] or ["?"]
+            node = NodeResult(w.test, Outcome.ERROR, message=f"collection error: {last[0].strip()}",
+                              failure=err.text)
             out.append(WitnessOutcome(w.id, (node,)))
         elif res.liar_error:
             out.append(WitnessOutcome(w.id, (), f"not run: liar could not be applied: {res.liar_error}"))
@@ -320,7 +314,7 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
             out.append(WitnessOutcome(w.id, (), f"not run: {res.stopped}"))
         else:
             tail = [ln for ln in res.output_tail.splitlines() if ln.strip()][-1:] or [""]
-            node = NodeResult(w.test, "error", message=f"pytest did not run this node ({_exit_text(res.exit_code)}): "
+            node = NodeResult(w.test, Outcome.ERROR, message=f"pytest did not run this node ({_exit_text(res.exit_code)}): "
                                                        f"{tail[0].strip()}", failure=res.output_tail)
             out.append(WitnessOutcome(w.id, (node,)))
     return tuple(out)
@@ -350,7 +344,7 @@ def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     wo = witness_outcomes(card.witnesses, res)
     co = witness_outcomes(card.controls, res)
     judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
-    all_held = all(v.status == PASSED for v in judged)
+    all_held = all(v.status == Outcome.PASSED for v in judged)
     if not card.liars:
         return HonestPart(wo, co, res.duration, ())
     if not cfg.liars:

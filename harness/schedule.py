@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness import procs
 from harness.cards import Card
+from harness.statuses import LiarStatus
 from harness.run import (CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
                          assemble, execute, honest_job, liar_job, liar_run, not_run)
 
@@ -63,7 +64,7 @@ def expected_from_entry(entry: Mapping[str, Any] | None) -> Expected:
     if not entry:
         return Expected()
     liars = {lv["name"]: float(lv.get("duration_s") or 0.0) for lv in entry.get("liars", [])
-             if lv.get("status") != "not_run"}
+             if lv.get("status") != LiarStatus.NOT_RUN}
     honest = float(entry.get("duration_s") or 0.0) - sum(liars.values())
     return Expected(max(honest, 0.0) or UNKNOWN_S, liars)
 

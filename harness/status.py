@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.ledger import PastVerdict, changed_files
-from harness.verdict import PROVEN
+from harness.statuses import CardState, Verdict
 
-STALE = "STALE"
-NEVER_RUN = "never run"
 
 
 @dataclass(frozen=True)
@@ -29,16 +27,16 @@ class CardStatus:
 
     @property
     def fresh_proven(self) -> bool:
-        return self.state == PROVEN
+        return self.state == Verdict.PROVEN
 
 
 def card_status(card_id: str, title: str, last: PastVerdict | None, recorded: Iterable[Mapping[str, Any]],
                 current: Iterable[Mapping[str, Any]]) -> CardStatus:
     """Decide one card's state from its last verdict, the files bound then and the files bound now."""
     if last is None:
-        return CardStatus(card_id, title, NEVER_RUN, None)
+        return CardStatus(card_id, title, CardState.NEVER_RUN, None)
     changed = tuple(changed_files(recorded, current))
-    return CardStatus(card_id, title, STALE if changed else last.verdict, last, changed)
+    return CardStatus(card_id, title, CardState.STALE if changed else last.verdict, last, changed)
 
 
 def status_exit_code(rows: Sequence[CardStatus]) -> int:

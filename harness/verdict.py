@@ -29,13 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.cards import Bound, Card, Witness
+from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 
-PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR = "PROVEN", "FAILED", "VACUOUS", "UNVERIFIED", "ERROR"
-VERDICTS = (PROVEN, FAILED, VACUOUS, UNVERIFIED, ERROR)
-
-# node / witness statuses
-PASSED, FAIL, ERR, SKIPPED, NOT_RUN = "passed", "failed", "error", "skipped", "not_run"
-_WORST = (FAIL, ERR, NOT_RUN, SKIPPED, PASSED)  # aggregation order for parametrized witnesses
 
 # the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
 OBSERVED_FIELDS = ("observed", "min", "max", "nan")
@@ -69,9 +64,9 @@ class WitnessOutcome:
     @property
     def status(self) -> str:
         if not self.nodes:
-            return NOT_RUN
+            return Outcome.NOT_RUN
         found = {n.outcome for n in self.nodes}
-        return next(s for s in _WORST if s in found)
+        return next(s for s in WORST_FIRST if s in found)
 
     @property
     def duration(self) -> float:
@@ -152,7 +147,7 @@ class LiarVerdict:
 
     @property
     def caught(self) -> bool:
-        return self.status == "caught"
+        return self.status == LiarStatus.CAUGHT
 
 
 @dataclass(frozen=True)
@@ -268,11 +263,11 @@ def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVe
     kind = witness.kind
     if outcome is None or not outcome.nodes:
         why = (outcome.not_run_reason if outcome else "") or "did not run"
-        return WitnessVerdict(witness.id, kind, NOT_RUN, why)
+        return WitnessVerdict(witness.id, kind, Outcome.NOT_RUN, why)
     status = outcome.status
-    checks = tuple(check_bound(b, n.evidence, n.nodeid, reached=n.outcome == PASSED)
+    checks = tuple(check_bound(b, n.evidence, n.nodeid, reached=n.outcome == Outcome.PASSED)
                    for n in outcome.nodes for b in witness.bounds)
-    if status != PASSED:  # the node's own outcome decides; checks are kept for display
+    if status != Outcome.PASSED:  # the node's own outcome decides; checks are kept for display
         node = outcome.first(status)
         assert node is not None
         why = node.message or status
@@ -282,10 +277,10 @@ def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVe
     missing = [c for c in checks if c.holds is None]
     broken = [c for c in checks if c.holds is False]
     if broken:
-        return WitnessVerdict(witness.id, kind, FAIL, broken[0].describe(), checks)
+        return WitnessVerdict(witness.id, kind, Outcome.FAILED, broken[0].describe(), checks)
     if missing:
-        return WitnessVerdict(witness.id, kind, ERR, missing[0].describe(), checks)
-    return WitnessVerdict(witness.id, kind, PASSED, "", checks)
+        return WitnessVerdict(witness.id, kind, Outcome.ERROR, missing[0].describe(), checks)
+    return WitnessVerdict(witness.id, kind, Outcome.PASSED, "", checks)
 
 
 def _by_id(outcomes: tuple[WitnessOutcome, ...]) -> dict[str, WitnessOutcome]:
@@ -294,17 +289,17 @@ def _by_id(outcomes: tuple[WitnessOutcome, ...]) -> dict[str, WitnessOutcome]:
 
 def judge_liar(card: Card, run: LiarRun | None, name: str) -> LiarVerdict:
     if run is None:
-        return LiarVerdict(name, NOT_RUN, why="not run")
+        return LiarVerdict(name, LiarStatus.NOT_RUN, why="not run")
     if run.apply_error:
-        return LiarVerdict(name, ERR, why=f"could not be applied: {run.apply_error}")
+        return LiarVerdict(name, LiarStatus.ERROR, why=f"could not be applied: {run.apply_error}")
     got = _by_id(run.witnesses)
     judged = tuple(judge_witness(w, got.get(w.id)) for w in card.witnesses)
-    caught_by = tuple(v.witness_id for v in judged if v.status in (FAIL, ERR))
+    caught_by = tuple(v.witness_id for v in judged if v.status in (Outcome.FAILED, Outcome.ERROR))
     if caught_by:
-        return LiarVerdict(name, "caught", caught_by, "", judged)
-    if any(v.status in (SKIPPED, NOT_RUN) for v in judged):
-        return LiarVerdict(name, "inconclusive", (), "witnesses skipped or did not run under it", judged)
-    return LiarVerdict(name, "survived", (), f"all {len(judged)} witness(es) passed under it", judged)
+        return LiarVerdict(name, LiarStatus.CAUGHT, caught_by, "", judged)
+    if any(v.status in (Outcome.SKIPPED, Outcome.NOT_RUN) for v in judged):
+        return LiarVerdict(name, LiarStatus.INCONCLUSIVE, (), "witnesses skipped or did not run under it", judged)
+    return LiarVerdict(name, LiarStatus.SURVIVED, (), f"all {len(judged)} witness(es) passed under it", judged)
 
 
 # ---------------------------------------------------------------- the verdict
@@ -319,50 +314,51 @@ def evaluate(card: Card, outcomes: CardOutcomes) -> CardVerdict:
     """Decide the card's verdict; see the module docstring for the precedence."""
     if outcomes.link_problems:
         probs = list(outcomes.link_problems)
-        return CardVerdict(card.id, ERROR, f"not run: {probs[0]}{_more(probs)}")
+        return CardVerdict(card.id, Verdict.ERROR, f"not run: {probs[0]}{_more(probs)}")
     got_w, got_c = _by_id(outcomes.witnesses), _by_id(outcomes.controls)
     wv = tuple(judge_witness(w, got_w.get(w.id)) for w in card.witnesses)
     cv = tuple(judge_witness(c, got_c.get(c.id)) for c in card.controls)
     lv = tuple(judge_liar(card, next((r for r in outcomes.liars if r.name == n), None), n) for n in card.liars)
     if outcomes.liars_skipped:
-        lv = tuple(LiarVerdict(v.name, NOT_RUN, why=f"not run: {outcomes.liars_skipped}") if v.status == NOT_RUN else v
+        lv = tuple(LiarVerdict(v.name, LiarStatus.NOT_RUN, why=f"not run: {outcomes.liars_skipped}")
+                   if v.status == LiarStatus.NOT_RUN else v
                    for v in lv)
 
     def result(verdict: str, reason: str) -> CardVerdict:
         return CardVerdict(card.id, verdict, reason, wv, cv, lv)
 
-    failed = [v for v in wv + cv if v.status == FAIL]
+    failed = [v for v in wv + cv if v.status == Outcome.FAILED]
     if failed:
         v = failed[0]
-        if v.kind == "control":
+        if v.kind == Kind.CONTROL:
             lead = f"control {v.witness_id} showed no difference"
         else:
             lead = f"witness {v.witness_id} failed"
-        return result(FAILED, f"{lead}: {v.why}{_more(failed)}")
-    errors = [v for v in wv + cv if v.status in (ERR, NOT_RUN)]
+        return result(Verdict.FAILED, f"{lead}: {v.why}{_more(failed)}")
+    errors = [v for v in wv + cv if v.status in (Outcome.ERROR, Outcome.NOT_RUN)]
     if errors:
         v = errors[0]
-        return result(ERROR, f"{v.kind} {v.witness_id}: {v.why}{_more(errors)}")
-    skipped = [v for v in wv + cv if v.status == SKIPPED]
+        return result(Verdict.ERROR, f"{v.kind} {v.witness_id}: {v.why}{_more(errors)}")
+    skipped = [v for v in wv + cv if v.status == Outcome.SKIPPED]
     if skipped:
         v = skipped[0]
-        return result(UNVERIFIED, f"{v.kind} {v.witness_id} skipped: {v.why}{_more(skipped)}")
-    if card.liars and outcomes.liars_skipped and any(v.status == NOT_RUN for v in lv):
-        return result(UNVERIFIED, f"witnesses hold, but liars were not run ({outcomes.liars_skipped})")
-    for status, verdict in ((ERR, ERROR), (NOT_RUN, UNVERIFIED)):
+        return result(Verdict.UNVERIFIED, f"{v.kind} {v.witness_id} skipped: {v.why}{_more(skipped)}")
+    if card.liars and outcomes.liars_skipped and any(v.status == LiarStatus.NOT_RUN for v in lv):
+        return result(Verdict.UNVERIFIED, f"witnesses hold, but liars were not run ({outcomes.liars_skipped})")
+    for status, verdict in ((LiarStatus.ERROR, Verdict.ERROR), (LiarStatus.NOT_RUN, Verdict.UNVERIFIED)):
         bad = [v for v in lv if v.status == status]
         if bad:
             return result(verdict, f"liar {bad[0].name} {bad[0].why}{_more(bad)}")
-    survived = [v for v in lv if v.status == "survived"]
+    survived = [v for v in lv if v.status == LiarStatus.SURVIVED]
     if survived:
         names = ", ".join(v.name for v in survived)
-        return result(VACUOUS, f"liar {names} survived: {survived[0].why}")
-    inconclusive = [v for v in lv if v.status == "inconclusive"]
+        return result(Verdict.VACUOUS, f"liar {names} survived: {survived[0].why}")
+    inconclusive = [v for v in lv if v.status == LiarStatus.INCONCLUSIVE]
     if inconclusive:
-        return result(UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
+        return result(Verdict.UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
     parts = [f"{len(wv)} witness(es) passed"]
     if cv:
         parts.append(f"{len(cv)} control(s) showed their difference")
     if lv:
         parts.append(f"{len(lv)}/{len(lv)} liar(s) caught")
-    return result(PROVEN, ", ".join(parts))
+    return result(Verdict.PROVEN, ", ".join(parts))

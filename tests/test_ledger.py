@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from harness.ledger import SCHEMA_VERSION, Ledger, LedgerError, bound_digest, changed_files
-from harness.status import NEVER_RUN, STALE, card_status, status_exit_code
+from harness.status import card_status, status_exit_code
+from harness.statuses import CardState
+
+NEVER_RUN, STALE = CardState.NEVER_RUN, CardState.STALE
 
 FIXTURE_DOC = Path(__file__).parent / "fixtures" / "report-data" / "mixed-verdicts.json"
 

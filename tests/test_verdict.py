@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 
 from harness.cards import Bound, Card, Witness
-from harness.verdict import (ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS, CardOutcomes, LiarRun, NodeResult,
-                             WitnessOutcome, check_bound, evaluate)
+from harness.statuses import Verdict
+from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, check_bound, evaluate
+
+ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS = (Verdict.ERROR, Verdict.FAILED, Verdict.PROVEN, Verdict.UNVERIFIED,
+                                              Verdict.VACUOUS)
 
 
 def _card(witnesses=(("w1", ()),), controls=(), liars=()) -> Card:

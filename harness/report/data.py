@@ -16,7 +16,8 @@ from typing import Any, Iterable, Mapping
 from harness.binding import BoundFile
 from harness.cards import Card, Witness
 from harness.run import CardRun
-from harness.verdict import (PROVEN, VERDICTS, CardVerdict, LiarVerdict, WitnessOutcome,
+from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
+from harness.verdict import (CardVerdict, LiarVerdict, WitnessOutcome,
                              WitnessVerdict)
 
 SCHEMA = "kvproof.verdicts"
@@ -120,7 +121,7 @@ def headline(witnesses: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _witness_entry(w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict) -> dict[str, Any]:
     nodes = outcome.nodes if outcome else ()
-    bad = next((n for n in nodes if n.outcome != "passed"), None)
+    bad = next((n for n in nodes if n.outcome != Outcome.PASSED), None)
     return {
         "id": w.id,
         "kind": w.kind,
@@ -159,15 +160,15 @@ def _liar_entry(card: Card, lv: LiarVerdict, run: CardRun) -> dict[str, Any]:
 
 def _detail(verdict: str, entries: list[dict[str, Any]], liars: list[dict[str, Any]]) -> str:
     """A second line under the reason: the shrunk example, or which witness caught which liar."""
-    if verdict == PROVEN:
+    if verdict == Verdict.PROVEN:
         return ""
     for e in entries:
         hyp = e.get("hypothesis") or {}
-        if e["status"] == "failed" and hyp.get("example"):
+        if e["status"] == Outcome.FAILED and hyp.get("example"):
             lines = [ln.strip() for ln in hyp["example"].splitlines() if ln.strip()]
             text = " ".join(lines)
             return (text if len(text) <= 160 else text[:157] + "...") + f" (seed {hyp.get('seed')})"
-    if liars and any(entry["status"] != "not_run" for entry in liars):
+    if liars and any(entry["status"] != LiarStatus.NOT_RUN for entry in liars):
         parts = []
         for entry in liars:
             if entry["caught"]:
@@ -204,13 +205,13 @@ def card_entry(rep: CardReport) -> dict[str, Any]:
         "duration_s": round(run.duration, 3),
         "headline": headline(witnesses),
         "counts": {
-            "witnesses_passed": sum(w["status"] == "passed" for w in witnesses),
+            "witnesses_passed": sum(w["status"] == Outcome.PASSED for w in witnesses),
             "witnesses_total": len(witnesses),
-            "controls_held": sum(c["status"] == "passed" for c in controls),
+            "controls_held": sum(c["status"] == Outcome.PASSED for c in controls),
             "controls_total": len(controls),
             "liars_caught": sum(entry["caught"] for entry in liars),
             "liars_total": len(liars),
-            "liars_run": sum(entry["status"] != "not_run" for entry in liars),
+            "liars_run": sum(entry["status"] != LiarStatus.NOT_RUN for entry in liars),
         },
         "detail": _detail(v.verdict, witnesses + controls, liars),
         "replayed_from": None,
@@ -241,7 +242,7 @@ def timing(cards: list[dict[str, Any]], wall_s: float | None, jobs: int | None) 
     for c in cards:
         if c.get("replayed_from") or not c["duration_s"]:
             continue  # replayed, or not run (link problems)
-        liars = [entry for entry in c["liars"] if entry["status"] != "not_run" or entry["duration_s"]]
+        liars = [entry for entry in c["liars"] if entry["status"] != LiarStatus.NOT_RUN or entry["duration_s"]]
         liars_s = sum(entry["duration_s"] for entry in liars)
         honest_s = max(c["duration_s"] - liars_s, 0.0)
         nodes = c["witnesses"] + c["controls"]
@@ -298,9 +299,9 @@ def build(header: dict[str, Any], reports: Iterable[CardReport | Replayed], *, f
     counts = {k: sum(c["verdict"] == k for c in cards) for k in VERDICTS}
     by_regime = {r: {k: sum(c["verdict"] == k and c["regime"] == r for c in cards) for k in VERDICTS}
                  for r in REGIMES}
-    gate = "PASS" if cards and all(c["verdict"] == PROVEN for c in cards) else "FAIL"
+    gate = Gate.PASS if cards and all(c["verdict"] == Verdict.PROVEN for c in cards) else Gate.FAIL
     not_proven = [{"id": c["id"], "verdict": c["verdict"], "reason": c["reason"]}
-                  for c in cards if c["verdict"] != PROVEN]
+                  for c in cards if c["verdict"] != Verdict.PROVEN]
     head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **header,
             "finished": finished,
             "duration_s": round(wall_s if wall_s is not None else sum(c["duration_s"] for c in cards), 3),

@@ -19,6 +19,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any, Mapping
 
+from harness.statuses import Verdict
+
 _CONTROL = str.maketrans({chr(i): " " for i in range(32) if chr(i) not in "\t\n\r"})
 
 
@@ -62,7 +64,7 @@ def _body(card: Mapping[str, Any]) -> str:
 
 def render(view: Mapping[str, Any]) -> str:
     head, cards = view["header"], view["cards"]
-    failures = sum(c["verdict"] in ("FAILED", "VACUOUS", "UNVERIFIED") for c in cards)
+    failures = sum(c["verdict"] in (Verdict.FAILED, Verdict.VACUOUS, Verdict.UNVERIFIED) for c in cards)
     errors = sum(c["verdict"] == "ERROR" for c in cards)
     total_time = sum(c["duration_s"] for c in cards)
     common = {"tests": str(len(cards)), "failures": str(failures), "errors": str(errors), "skipped": "0",
@@ -79,8 +81,8 @@ def render(view: Mapping[str, Any]) -> str:
         if c["replayed"]:
             props = ET.SubElement(case, "properties")
             ET.SubElement(props, "property", {"name": "kvproof.replayed_from", "value": _text(c["replayed_from"]["started"])})
-        if c["verdict"] != "PROVEN":
-            tag = "error" if c["verdict"] == "ERROR" else "failure"
+        if c["verdict"] != Verdict.PROVEN:
+            tag = "error" if c["verdict"] == Verdict.ERROR else "failure"
             el = ET.SubElement(case, tag, {"type": c["verdict"], "message": _text(f"{c['verdict']}: {c['reason']}")})
             el.text = _text(_body(c))
         ET.SubElement(case, "system-out").text = _text(_lines(c))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from harness.report.data import fraction, liars_fraction
+from harness.statuses import Verdict
 
 
 def _html(text: str) -> str:
@@ -45,7 +46,7 @@ def render(view: Mapping[str, Any]) -> str:
            "|---|---|:-:|---|---|---|--:|--:|--:|--:|"]
     for c in view["cards"]:
         n = c["counts"]
-        verdict = c["verdict"] if c["verdict"] == "PROVEN" else f"**{c['verdict']}**"
+        verdict = c["verdict"] if c["verdict"] == Verdict.PROVEN else f"**{c['verdict']}**"
         out.append("| " + " | ".join([
             _cell(c["id"]), _cell(c["title"]), c["regime"], verdict, _cell(c["replayed"] or c["date"]),
             _cell(c["headline"]["text"] if c["headline"] else "–"),

@@ -8,10 +8,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.report.data import fraction, liars_fraction
+from harness.statuses import CardState, Gate, Verdict
 from harness.report.view import replayed_text
 
-STYLE = {"PROVEN": "bold green", "FAILED": "bold red", "VACUOUS": "bold magenta",
-         "UNVERIFIED": "bold yellow", "ERROR": "bold white on red", "STALE": "bold cyan"}
+STYLE = {Verdict.PROVEN: "bold green", Verdict.FAILED: "bold red", Verdict.VACUOUS: "bold magenta",
+         Verdict.UNVERIFIED: "bold yellow", Verdict.ERROR: "bold white on red", CardState.STALE: "bold cyan"}
 
 
 def verdict_text(verdict: str) -> str:
@@ -39,7 +40,7 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
                       else f"{c['duration_s']:.2f} s")
     console.print(table)
     for c in doc["cards"]:
-        if c["verdict"] == "PROVEN":
+        if c["verdict"] == Verdict.PROVEN:
             continue
         console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}",
                       soft_wrap=True)
@@ -47,7 +48,7 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
             console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
     s = head["summary"]
     counts = ", ".join(f"{n} {k}" for k, n in s["counts"].items() if n)
-    gate = "[bold green]PASS[/]" if s["gate"] == "PASS" else "[bold red]FAIL[/]"
+    gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
     console.print(f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration_s']:.1f} s "
                   f"(profile {head['profile']}, seed {head['seed']})")
@@ -140,9 +141,9 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
         if r.last is None:
             table.add_row(escape(r.card_id), "[dim]never run[/]", "–", "–", escape(r.title))
             continue
-        state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == "STALE" else "")
+        state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == CardState.STALE else "")
         why = ("changed since: " + ", ".join(r.changed)) if r.changed else \
-            ("" if r.state == "PROVEN" else r.last.reason)
+            ("" if r.state == Verdict.PROVEN else r.last.reason)
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
         table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why))
     console.print(table)
@@ -154,7 +155,7 @@ def render_runs(console: Console, runs: Iterable[dict[str, Any]]) -> None:
     for col in ("run", "started", "gate", "cards", "commit", "profile", "seed", "report"):
         table.add_column(col, no_wrap=True)
     for r in runs:
-        gate = "[bold green]PASS[/]" if r["gate"] == "PASS" else "[bold red]FAIL[/]"
+        gate = "[bold green]PASS[/]" if r["gate"] == Gate.PASS else "[bold red]FAIL[/]"
         commit = (r["git_commit"] or "–")[:12] + (" dirty" if r["git_dirty"] else "")
         table.add_row(str(r["run_id"]), _when(r["started"]), gate, str(r["cards"]), commit, str(r["profile"]),
                       str(r["seed"]), escape(r["report_dir"] or "–"))

@@ -20,14 +20,16 @@ from typing import Any, Iterable, Mapping, Sequence
 from harness.ledger import PastVerdict, bound_digest
 from harness.refs import RefSite, resolve_ref
 from harness.report.data import OP_TEXT, fmt_limit, fmt_value, replay_command
-from harness.verdict import FAILED, PROVEN, VERDICTS, observed_summary
+from harness.statuses import VERDICTS, Outcome, Verdict
+from harness.verdict import observed_summary
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
 SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted
 FAILURE_LINES = 60  # lines of a failure's text shown
 VALUE_CHARS = 160  # characters of one recorded value shown
 REGIME_NAMES = {"N": "numerical", "A": "algebraic/structural", "C": "integrity", "D": "decision soundness"}
-STATUS_MARK = {"passed": "✓", "failed": "✗", "error": "!", "skipped": "–", "not_run": "·"}
+STATUS_MARK = {Outcome.PASSED: "✓", Outcome.FAILED: "✗", Outcome.ERROR: "!", Outcome.SKIPPED: "–",
+               Outcome.NOT_RUN: "·"}
 
 
 # ---------------------------------------------------------------- history
@@ -44,7 +46,8 @@ def transition(prev: Mapping[str, Any] | None, cur: Mapping[str, Any]) -> dict[s
         return {"kind": "first", "flaky": False, "text": "first run"}
     if prev["verdict"] == cur["verdict"]:
         return None
-    kind = {FAILED: "newly FAILED", PROVEN: "newly PROVEN"}.get(cur["verdict"], f"now {cur['verdict']}")
+    kind = {Verdict.FAILED: "newly FAILED", Verdict.PROVEN: "newly PROVEN"}.get(cur["verdict"],
+                                                                                f"now {cur['verdict']}")
     flaky = prev["digest"] == cur["digest"]
     text = f"{kind} (was {prev['verdict']})" + ("; flaky: no bound file changed" if flaky else "")
     return {"kind": kind, "flaky": flaky, "text": text}
@@ -217,8 +220,8 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
     out["witnesses"] = [_witness_view(w, replay) for w in card["witnesses"]]
     out["controls"] = [_witness_view(w, replay) for w in card["controls"]]
-    out["failing"] = [w for w in out["witnesses"] + out["controls"] if w["status"] != "passed"] \
-        if card["verdict"] != PROVEN else []
+    out["failing"] = [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED] \
+        if card["verdict"] != Verdict.PROVEN else []
     marks = history_marks(past, {"started": head.get("started"), "verdict": card["verdict"],
                                  "digest": bound_digest(card["bound_files"]), "report_dir": report_dir,
                                  "replayed_from": replayed["started"] if replayed else None})
@@ -246,14 +249,14 @@ def build_view(doc: Mapping[str, Any], past: Mapping[str, Sequence[PastVerdict]]
                  for r in summary["by_regime"]]
     changes = [{"id": c["id"], "anchor": c["anchor"], "verdict": c["verdict"], **c["change"]}
                for c in cards if c["change"]]
-    not_proven = [c for c in cards if c["verdict"] != PROVEN]
+    not_proven = [c for c in cards if c["verdict"] != Verdict.PROVEN]
     return {
         "title": f"kvproof {summary['gate']} — {display_date(head.get('started'))}",
         "header": _header_view(head),
         "properties": environment_properties(head),
         "summary": {"total": summary["total"], "gate": summary["gate"], "counts": _counts(cards),
                     "by_regime": [r for r in by_regime if r["total"]], "changes": changes,
-                    "proven": sum(c["verdict"] == PROVEN for c in cards), "not_proven": len(not_proven),
+                    "proven": sum(c["verdict"] == Verdict.PROVEN for c in cards), "not_proven": len(not_proven),
                     "replayed": sum(1 for c in cards if c["replayed"]),
                     "flaky": sum(1 for ch in changes if ch["flaky"])},
         "cards": cards,

@@ -1,0 +1,115 @@
+"""The runner <-> witness-process protocol, imported by both sides.
+
+The runner (:mod:`harness.run`) writes a :class:`Plan` as JSON and starts
+``pytest --kvproof-plan PLAN.json``; the plugin (:mod:`harness.plugin`)
+streams events back, one JSON line each, flushed as they happen, to
+``plan.out``:
+
+- :class:`LiarApplied` once, before collection, when the plan names a liar;
+- :class:`CollectError` for a module or folder that failed to collect;
+- :class:`NodeStarted` when a node begins (with its timeout);
+- :class:`NodeFinished` when it ends, carrying the node's
+  :class:`harness.verdict.NodeResult`.
+
+A node with a ``NodeStarted`` and no ``NodeFinished`` is the one that was
+running when the process hung or died. Which node a witness's ``test:``
+names is decided once, by :func:`node_matches`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.verdict import NodeResult
+
+
+def node_matches(test: str, nodeid: str) -> bool:
+    """Does pytest node ``nodeid`` belong to the witness whose ``test:`` is ``test``?
+
+    Exactly it, one of its parametrizations (``test[...]``), or, for a
+    class, one of its methods (``test::...``).
+    """
+    return nodeid == test or nodeid.startswith(test + "[") or nodeid.startswith(test + "::")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one witness process must do and where it reports. Times in seconds."""
+
+    out: str  # events file (JSON lines)
+    stacks: str  # where faulthandler writes the stack of a node that outlives its timeout
+    root: str  # the project root
+    liar: str | None
+    profile: str  # Hypothesis profile: ci | release
+    seed: int | None
+    timeouts: Mapping[str, float] = field(default_factory=dict)  # witness test -> seconds
+    default_timeout: float = 60.0
+
+    def timeout_for(self, nodeid: str) -> float:
+        return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)),
+                    self.default_timeout)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Plan":
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class LiarApplied:
+    name: str
+    ok: bool
+    target: str = ""
+    error: str = ""  # why it could not be applied (ok False)
+
+
+@dataclass(frozen=True)
+class CollectError:
+    nodeid: str  # the module or folder that failed to collect
+    text: str
+
+
+@dataclass(frozen=True)
+class NodeStarted:
+    nodeid: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class NodeFinished:
+    result: NodeResult
+
+
+Event = LiarApplied | CollectError | NodeStarted | NodeFinished
+_TAGS: dict[type, str] = {LiarApplied: "liar", CollectError: "collect_error", NodeStarted: "start",
+                          NodeFinished: "result"}
+_BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
+
+
+def encode(event: Event) -> str:
+    """One line of JSON (no newline) for ``event``."""
+    body = asdict(event.result) if isinstance(event, NodeFinished) else asdict(event)
+    return json.dumps({"event": _TAGS[type(event)], **body}, default=repr)
+
+
+def decode(line: str) -> Event:
+    """The event a line of :func:`encode` describes; raises ValueError for anything else."""
+    data: dict[str, Any] = json.loads(line)
+    cls = _BY_TAG.get(data.pop("event", None))
+    if cls is None:
+        raise ValueError(f"not a kvproof event: {line[:120]!r}")
+    if cls is NodeFinished:
+        return NodeFinished(_construct(NodeResult, data))
+    return _construct(cls, data)
+
+
+def _construct(cls: type, data: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; the plugin and runner disagree")
+    return cls(**data)

@@ -1,0 +1,67 @@
+"""Every status word the harness uses, as string enums, in one place.
+
+They are :class:`enum.StrEnum`: each member *is* its string (``Verdict.PROVEN
+== "PROVEN"``, ``json.dumps`` writes ``"PROVEN"``, templates print it), so
+the JSON file, the ledger and the reports carry the same words as before,
+while code names them instead of retyping them.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    """A card's verdict (see :mod:`harness.verdict` for when each applies)."""
+
+    PROVEN = "PROVEN"
+    FAILED = "FAILED"
+    VACUOUS = "VACUOUS"
+    UNVERIFIED = "UNVERIFIED"
+    ERROR = "ERROR"
+
+
+VERDICTS = tuple(Verdict)  # display and count order
+
+
+class Outcome(StrEnum):
+    """What happened to one pytest node, and to a witness as a whole (its worst node)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    NOT_RUN = "not_run"
+
+
+WORST_FIRST = (Outcome.FAILED, Outcome.ERROR, Outcome.NOT_RUN, Outcome.SKIPPED, Outcome.PASSED)
+
+
+class LiarStatus(StrEnum):
+    """What a liar run showed about a card's witnesses."""
+
+    CAUGHT = "caught"  # a witness failed or errored under the liar
+    SURVIVED = "survived"  # every witness passed under it: the card is VACUOUS
+    INCONCLUSIVE = "inconclusive"  # witnesses skipped under it
+    NOT_RUN = "not_run"
+    ERROR = "error"  # the liar could not be applied
+
+
+class Kind(StrEnum):
+    """A card entry that checks the claim (witness) or shows the difference it measures (control)."""
+
+    WITNESS = "witness"
+    CONTROL = "control"
+
+
+class Gate(StrEnum):
+    """The release gate: PASS only when every selected card is PROVEN."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+
+
+class CardState(StrEnum):
+    """What ``status`` shows for a card besides its last verdict."""
+
+    STALE = "STALE"
+    NEVER_RUN = "never run"
