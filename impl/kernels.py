@@ -428,22 +428,27 @@ void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, co
                const long *lo, const long *hi, float scale, float *out, int nthreads) {
     long nmax = 0;
     for (long i = 0; i < T; i++) nmax = hi[i] - lo[i] > nmax ? hi[i] - lo[i] : nmax;
-    long items = T * hkv;
     int nt = 1;
 #ifdef _OPENMP
     nt = nthreads > 0 ? nthreads : omp_get_max_threads();
-    if (items < 2 || (long)T * nmax * hkv * G * D < 65536) nt = 1;
+    if (T * hkv * G < 2 || (long)T * nmax * hkv * G * D < 65536) nt = 1;
 #endif
+    /* An item is (query, KV head, gs group members): all G members share each key/value row read,
+     * but a decode step (few items) splits them one per item to use every thread. Either way each
+     * member's arithmetic is the same (scores, softmax and the weighted sum are per member). */
+    int gs = (nt == 1 || T * hkv >= 4 * nt) ? G : 1;
+    long per_head = G / gs;
+    long items = T * hkv * per_head;
     #pragma omp parallel num_threads(nt)
     {
-        float *s = malloc(sizeof(float) * (size_t)G * ((nmax + VL - 1) / VL * VL));
+        float *s = malloc(sizeof(float) * (size_t)gs * ((nmax + VL - 1) / VL * VL));
         #pragma omp for schedule(dynamic, 1)
         for (long it = items - 1; it >= 0; it--) { /* longest rows first */
-            long i = it / hkv;
-            int h = (int)(it % hkv);
+            long i = it / (hkv * per_head);
+            int h = (int)(it / per_head % hkv);
             long r0 = lo[i], n = hi[i] - lo[i];
-            attend_group(q + it * G * D, G, k + r0 * ld + (long)h * D, v + r0 * ld + (long)h * D, ld, n, D, scale,
-                         s, out + it * G * D);
+            attend_group(q + it * gs * D, gs, k + r0 * ld + (long)h * D, v + r0 * ld + (long)h * D, ld, n, D, scale,
+                         s, out + it * gs * D);
         }
         free(s);
     }

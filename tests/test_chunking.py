@@ -131,3 +131,22 @@ def test_kernel_attention_over_one_key_returns_its_value_exactly():
         out = k.attend(np.ones((1, 2, 3, 8), np.float32), np.ones((1, 16), np.float32), v, np.array([0]),
                        np.array([1]), 1.0)
         assert np.array_equal(out.reshape(2, 3, 8), np.repeat(v.reshape(2, 1, 8), 3, axis=1))
+
+
+def test_kernel_attention_bits_do_not_depend_on_threads_or_on_how_group_members_are_split():
+    """A decode step splits a head's group members across threads; a prefill keeps them together."""
+    with attention_env("kernel"):
+        k = attention_kernel()
+        rng = np.random.default_rng(4)
+        n, hkv, g, d = 300, 3, 3, 64
+        keys = rng.standard_normal((n, hkv * d)).astype(np.float32)
+        vals = rng.standard_normal((n, hkv * d)).astype(np.float32)
+        q = rng.standard_normal((n, hkv, g, d)).astype(np.float32)
+        his = np.arange(1, n + 1)
+        los = np.zeros(n, dtype=np.int64)
+        ref = k.attend(q, keys, vals, los, his, 0.125, threads=1)
+        for threads in (1, 2, 3):
+            assert np.array_equal(k.attend(q, keys, vals, los, his, 0.125, threads=threads), ref)
+            for i in (0, 150, n - 1):
+                one = k.attend(q[i : i + 1], keys, vals, los[i : i + 1], his[i : i + 1], 0.125, threads=threads)
+                assert np.array_equal(one[0], ref[i]), (threads, i)
