@@ -553,6 +553,9 @@ def build(force: bool = False) -> Path:
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:2000]}")
         os.replace(out, so)  # atomic: concurrent builders each write their own temp file
+    for old in folder.glob("kvkernel-*.so"):  # builds of other sources or flags (a loaded .so survives unlink)
+        if old != so:
+            old.unlink(missing_ok=True)
     return so
 
 

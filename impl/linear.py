@@ -55,13 +55,14 @@ def numerics_path() -> str:
     return f"linear: {linear_path()}; attention: {attention_path()}"
 
 
-def pack_panels(w_in_out: np.ndarray) -> np.ndarray:
-    """(in, out) -> (ceil(out/16), in, 16) float32, columns past ``out`` zero."""
-    k, c = w_in_out.shape
+def pack_panels(w_out_in: np.ndarray) -> np.ndarray:
+    """(out, in) -> (ceil(out/16), in, 16) float32: panel p holds outputs [16p, 16p + 16), zero past ``out``."""
+    c, k = w_out_in.shape
     p = -(-c // NR)
-    padded = np.zeros((k, p * NR), dtype=np.float32)
-    padded[:, :c] = w_in_out
-    return np.ascontiguousarray(padded.reshape(k, p, NR).transpose(1, 0, 2))  # (P, in, 16)
+    if c % NR:
+        w_out_in = np.concatenate([w_out_in, np.zeros((p * NR - c, k), dtype=np.float32)])
+    # one strided copy; going through the (in, out) transpose instead costs ~10x (1.8 s for the head)
+    return np.ascontiguousarray(np.asarray(w_out_in, dtype=np.float32).reshape(p, NR, k).transpose(0, 2, 1))
 
 
 def _column_blocks(w_in_out: np.ndarray, block_bytes: int) -> list[np.ndarray]:
@@ -83,15 +84,15 @@ class Linear:
         w = np.asarray(weight_out_in, dtype=np.float32)
         assert w.ndim == 2
         self.n_out, self.n_in = w.shape
-        self._set_layout(w.T, block_bytes)  # (in, out) view
+        self._set_layout(w, block_bytes)
 
-    def _set_layout(self, w_in_out: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
+    def _set_layout(self, w_out_in: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
         self.kernel = kernels.load()
         if self.kernel is not None:
-            self.blocks = [pack_panels(w_in_out)]
+            self.blocks = [pack_panels(w_out_in)]
             self.offsets = [0]
         else:
-            self.blocks = _column_blocks(w_in_out, block_bytes)
+            self.blocks = _column_blocks(w_out_in.T, block_bytes)
             self.offsets = list(range(0, self.n_out, self.blocks[0].shape[1]))
 
     @classmethod
@@ -119,7 +120,7 @@ class Linear:
             self.offsets = [0] if packed else list(np.cumsum([0] + [b.shape[1] for b in blocks[:-1]]))
         else:
             self.blocks = list(blocks)
-            self._set_layout(self.weight().T)
+            self._set_layout(self.weight())
         return self
 
     @property

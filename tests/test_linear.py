@@ -66,7 +66,7 @@ def test_kernel_threads_do_not_change_bits():
     if k is None:
         pytest.skip(f"kernel unavailable: {kernels.status()}")
     w, x = _weights(576, 960, seed=5)
-    panels = pack_panels(w.T)
+    panels = pack_panels(w)
     outs = []
     for threads in (1, 2, 3):
         for t in (1, 40):
