@@ -23,6 +23,7 @@ prefills. Both are reported by :func:`impl.linear.numerics_path`.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import platform
@@ -544,7 +545,24 @@ def build(force: bool = False) -> Path:
     so = folder / f"kvkernel-{key[:16]}.so"
     if so.exists() and not force:
         return so
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(folder)
+    except OSError:  # a read-only checkout: build in the temp folder instead
+        folder = Path(tempfile.gettempdir()) / f"kvproof-kernels-{os.getuid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        so = folder / so.name
+        if so.exists() and not force:
+            return so
+    with open(folder / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first users (the gate's -j N witnesses) compile once
+        if so.exists() and not force:
+            return so
+        return _compile(cc, so, folder)
+
+
+def _compile(cc: str, so: Path, folder: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
         src = Path(tmp) / "kvkernel.c"
         src.write_text(C_SOURCE)

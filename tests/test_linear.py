@@ -109,3 +109,18 @@ def test_non_contiguous_input_gives_the_same_bits():
     wide = np.zeros((8, 1200), np.float32)
     wide[:, 100:676] = x[:8]
     assert np.array_equal(lin(wide[:, 100:676]), lin(x[:8]))
+
+
+def test_kernel_builds_once_into_its_cache_folder_and_gives_the_same_bits(tmp_path, monkeypatch):
+    if kernels.load() is None:
+        pytest.skip(f"kernel unavailable: {kernels.status()}")
+    monkeypatch.setenv(kernels.ENV_CACHE, str(tmp_path))
+    so = kernels.build()
+    assert so.parent == tmp_path and so.exists() and kernels.build() == so  # the second call finds it
+    fresh = kernels.Kernel(so)
+    w, x = _weights(64, 40, seed=1)
+    panels = pack_panels(w)
+    a, b = (np.empty((9, 48), np.float32) for _ in range(2))
+    fresh.linear(x[:9], panels, a)
+    kernels.load().linear(x[:9], panels, b)
+    assert np.array_equal(a, b)
