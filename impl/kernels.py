@@ -245,6 +245,14 @@ static inline vec VPOW2I(vec n) { vec r; for (int i = 0; i < VL; i++) r[i] = lde
 static inline vec VZERO_BELOW(vec r, vec x, vec lim) { for (int i = 0; i < VL; i++) if (!(x[i] >= lim[i])) r[i] = 0.0f; return r; }
 #endif
 
+#ifndef PF_ROWS
+#define PF_ROWS 16 /* rows ahead for software prefetch of strided K/V rows */
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define PREFETCH(p) __builtin_prefetch((p))
+#endif
 #define EXP_LO -87.0f /* below: exp is 0 here (true value < 1.7e-38; a softmax term that small is 0 in float32 sums) */
 
 /* exp(x) for x <= 0 (softmax arguments), Cephes' polynomial; about 1 ulp; exp(0) == 1 exactly. */
@@ -295,6 +303,9 @@ static void scores(const float *restrict q, int G, const float *restrict k, long
         for (long j0 = 0; j0 < n; j0 += 8) {
             const float *kr[8];
             for (int b = 0; b < 8; b++) kr[b] = j0 + b < n ? k + (j0 + b) * ld : zeros;
+            if (j0 + PF_ROWS + 8 <= n) /* strided rows: help the prefetcher (no effect on any value) */
+                for (int b = 0; b < 8; b++)
+                    for (int c = 0; c < D; c += 16) _mm_prefetch((const char *)(k + (j0 + PF_ROWS + b) * ld + c), _MM_HINT_T0);
             for (int g = 0; g < G; g++) {
                 const float *qg = q + g * D;
                 __m256 a[8];
@@ -364,6 +375,7 @@ static float softmax_numerators(float *restrict s, long n) {
                 _Pragma("GCC unroll 8") for (int g = 0; g < GG; g++)                               \
                 _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++) acc[g][c] = VZERO();          \
                 for (long j = 0; j < n; j++) {                                                     \
+                    if (j + PF_ROWS < n) PREFETCH(v + (j + PF_ROWS) * ld + c0 * VL);                \
                     vec vv[CW];                                                                    \
                     _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++)                           \
                         vv[c] = VLOAD(v + j * ld + (c0 + c) * VL);                                 \
