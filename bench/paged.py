@@ -4,7 +4,7 @@
 Prints, from one run (machines are shared and noisy: compare the ratios):
   - decode attention at each context: one decode step's cache work for one
     layer (reserve a row, write it, attend the new query over every key,
-    roll back), SmolLM2 geometry (3 KV heads x 64, 9 query heads), on the
+    truncate back), SmolLM2 geometry (3 KV heads x 64, 9 query heads), on the
     contiguous KVCache, on a paged sequence whose blocks are one consecutive
     run (a fresh pool: view is a zero-copy slice), and on one whose page
     table is shuffled (a fragmented pool: view gathers every block);
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from impl.attention import causal_attention  # noqa: E402
+from impl.cache import KVGeometry  # noqa: E402
 from impl.kv import KVCache  # noqa: E402
 from impl.model.config import ModelConfig  # noqa: E402
 from impl.paged import BlockPool, PagedSequence  # noqa: E402
@@ -34,6 +35,7 @@ from impl.rope import RopeTable  # noqa: E402
 
 CFG = ModelConfig()  # SmolLM2-135M geometry; no weights needed
 LAYERS = 2  # cache layers timed (each layer's step is the same work; x n_layers for a whole step)
+GEOMETRY = KVGeometry(LAYERS, CFG.n_kv_heads, CFG.head_dim)
 
 def filled(cache, n: int, rng) -> None:
     cache.reserve(n)
@@ -47,7 +49,7 @@ def decode_step(cache, n: int, q: np.ndarray, row: np.ndarray) -> None:
     for layer in range(LAYERS):
         cache.write(layer, n - 1, row, row, row)
         causal_attention(q, cache, layer, n - 1, None, 0.125)
-    cache.rollback(n - 1)
+    cache.truncate(n - 1)
 
 def shuffle_table(seq: PagedSequence, seed: int) -> None:
     """Move a sequence's blocks to a random permutation of their ids (same rows, fragmented table)."""
@@ -67,11 +69,11 @@ def bench_attention(contexts: list[int], bs: int, repeats: int) -> None:
     row = rng.standard_normal((1, CFG.kv_dim)).astype(np.float32)
     for n in contexts:
         ropes = [RopeTable(CFG.theta(0), CFG.head_dim, 2)] * LAYERS  # never used: no eviction
-        contig = KVCache(LAYERS, CFG.n_kv_heads, CFG.head_dim, ropes, capacity=n)
+        contig = KVCache(GEOMETRY, ropes, capacity=n)
         filled(contig, n - 1, np.random.default_rng(n))
         caches = {"contiguous": contig}
         for name in ("run", "frag"):
-            seq = PagedSequence(BlockPool(-(-n // bs) + 4, bs, LAYERS, CFG.kv_dim))
+            seq = PagedSequence(BlockPool(-(-n // bs) + 4, bs, GEOMETRY))
             filled(seq, n - 1, np.random.default_rng(n))
             caches[name] = seq
         shuffle_table(caches["frag"], n)
@@ -89,7 +91,7 @@ def bench_attention(contexts: list[int], bs: int, repeats: int) -> None:
 
 def bench_fork_memory(prompt: int, forks: int, decode: int, bs: int) -> None:
     # NOTE: block counts do not depend on layers or kv_dim, so the accounting pool is 1 x 1 wide.
-    pool = BlockPool(forks * (-(-(prompt + decode) // bs) + 1), bs, 1, 1)
+    pool = BlockPool(forks * (-(-(prompt + decode) // bs) + 1), bs, KVGeometry(1, 1, 1))
     root = PagedSequence(pool)
     root.reserve(prompt)
     seqs = [root] + [root.fork() for _ in range(forks - 1)]

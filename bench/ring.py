@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from impl.model.config import ModelConfig
 from impl.ring import RingCache, RingConfig, reserved_bytes
 
 
 def main() -> None:
-    cfg = RingConfig(num_layers=30, num_kv_heads=3, k_head_dim=64, v_head_dim=64, max_seq_len=8192,
-                     window=1024, global_layers=(5, 11, 17, 23, 29))
+    cfg = RingConfig(ModelConfig().kv_geometry, max_seq_len=8192, window=1024, global_layers=(5, 11, 17, 23, 29))
     mib = 2 ** 20
     print(f"reserved (every window + full context): f32 {reserved_bytes(cfg) / mib:7.1f} MiB, "
           f"int8 {reserved_bytes(cfg, 'int8') / mib:7.1f} MiB")
@@ -23,10 +23,10 @@ def main() -> None:
         row = []
         for precision in ("f32", "int8"):
             ring = RingCache(cfg, hint=64, precision=precision)
-            zeros = np.zeros((n, cfg.k_dim), np.float32)
-            for layer in range(cfg.num_layers):
+            zeros = np.zeros((n, cfg.geometry.kv_dim), np.float32)
+            for layer in range(cfg.geometry.n_layers):
                 ring.write_rows(layer, 0, zeros, zeros)
-            row.append(ring.bytes())
+            row.append(ring.nbytes)
         print(f"{n:>7} {row[0] / mib:9.2f} {row[1] / mib:9.2f} {reserved_bytes(cfg) / row[0]:10.2f}x")
 
 

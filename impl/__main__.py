@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.cache != "ring":
                 p.error("--precision applies to --cache ring only")
             opts["precision"] = args.precision
-        s = model.session(window=args.window, cache=None if args.cache == "contiguous" else args.cache, **opts)
+        s = model.session(window=args.window, cache=args.cache, **opts)
         ids = model.tokenizer.encode(args.prompt)
         if not ids:
             p.error("the prompt encodes to no tokens; give some text")
@@ -71,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.stats:
-        held = s.cache.bytes() if hasattr(s.cache, "bytes") else getattr(s.cache, "nbytes", None)
         print(f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
-              f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache"
-              + (f", {held / 2**20:.2f} MiB held" if held is not None else ""), file=sys.stderr)
+              f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache, "
+              f"{s.cache.nbytes / 2**20:.2f} MiB held", file=sys.stderr)
         from impl.linear import numerics_path
 
         print(f"numerics: {numerics_path()}", file=sys.stderr)

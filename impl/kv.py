@@ -1,85 +1,56 @@
 """The contiguous KV cache: per-layer K, pre-RoPE K and V rows, one pos array.
 
-Layout (every layer, rows = cache entries in order):
-    k[l]      (n_pos, n_kv_heads * head_dim) float32, post-RoPE keys
-    k_raw[l]  (n_pos, n_kv_heads * head_dim) float32, keys before rotation
-    v[l]      (n_pos, n_kv_heads * head_dim) float32
-    pos       (n_pos,) int64, each entry's absolute RoPE position
+Layout (every layer, rows = cache entries in order; kv_dim = n_kv_heads * head_dim):
+    k[l]      (len, kv_dim) float32, post-RoPE keys
+    k_raw[l]  (len, kv_dim) float32, keys before rotation
+    v[l]      (len, kv_dim) float32
+    pos       (len,) int64, each entry's absolute RoPE position
 Head h of a row occupies columns [h * head_dim, (h + 1) * head_dim).
 
-Invariant: ``pos`` is 0..n_pos-1. Eviction keeps it so by renumbering the
+Invariant: ``pos`` is 0..len-1. Eviction keeps it so by renumbering the
 survivors and re-deriving their K with ONE rotation of ``k_raw`` at the new
 index (never a rotation composed on the old K: that drifts ~1e-6 and can
 flip a greedy token).
 
-Storage grows by doubling; the public arrays are views of the first n_pos
+Storage grows by doubling; the public arrays are views of the first len
 rows, so a row's bytes and strides never depend on the capacity.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
-from typing import Protocol
-
+from impl.cache import KVGeometry, KVStore, Window
 from impl.errors import CacheError
 from impl.rope import RopeTable, apply_rope
 
 
-class KVStore(Protocol):
-    """What the forward pass and attention need from any KV cache design.
+class KVCache(KVStore):
+    """Contiguous cache for a model of ``geometry``; implements ``impl.cache.KVStore``.
 
-    Rows are cache entries in the order they were appended; ``pos[i]`` is
-    row i's absolute RoPE position. Contiguous (``KVCache``), paged and ring
-    caches implement this; ``Session`` works over any of them.
+    ``ropes``: one RoPE table per layer (shared, read-only), for eviction's
+    re-rotation. ``capacity``: rows allocated up front; storage doubles on
+    demand. Raises CacheError for a geometry whose K and V widths differ.
     """
 
-    def __len__(self) -> int: ...
-
-    @property
-    def pos(self) -> np.ndarray:
-        """(n_rows,) int64 absolute positions, ascending."""
-
-    def reserve(self, t: int) -> np.ndarray:
-        """Open t rows at the end; return their positions (t,) int64."""
-
-    def rollback(self, n: int) -> None:
-        """Forget rows past n (undo a reserve whose forward failed)."""
-
-    def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-        """Store rows [start, start+T) of one layer; each input (T, kv_dim) float32."""
-
-    def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """K, V of rows [base, hi) in row order as (hi - base, kv_dim) float32, and base.
-
-        base is 0 when every row is held; a cache that drops old rows (a
-        ring) returns the first row it still has.
-        """
-
-    def clone(self) -> "KVStore":
-        """An independent copy (a paged cache may share blocks copy-on-write)."""
-
-
-class KVCache:
-    """Contiguous cache for ``n_layers`` layers of ``n_kv_heads`` x ``head_dim``."""
-
-    def __init__(
-        self,
-        n_layers: int,
-        n_kv_heads: int,
-        head_dim: int,
-        ropes: list[RopeTable],
-        capacity: int = 64,
-    ) -> None:
-        assert len(ropes) == n_layers
-        self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
-        self.kv_dim = n_kv_heads * head_dim
+    def __init__(self, geometry: KVGeometry, ropes: Sequence[RopeTable], capacity: int = 64) -> None:
+        geometry.require_square("the contiguous cache")
+        assert len(ropes) == geometry.n_layers
+        self.geometry = geometry
         self.ropes = ropes  # one table per layer (shared, read-only)
         self._cap = max(1, capacity)
-        self._k = [np.zeros((self._cap, self.kv_dim), np.float32) for _ in range(n_layers)]
-        self._k_raw = [np.zeros((self._cap, self.kv_dim), np.float32) for _ in range(n_layers)]
-        self._v = [np.zeros((self._cap, self.kv_dim), np.float32) for _ in range(n_layers)]
+        kv = geometry.kv_dim
+        self._k = [np.zeros((self._cap, kv), np.float32) for _ in range(geometry.n_layers)]
+        self._k_raw = [np.zeros((self._cap, kv), np.float32) for _ in range(geometry.n_layers)]
+        self._v = [np.zeros((self._cap, kv), np.float32) for _ in range(geometry.n_layers)]
         self._pos = np.zeros(self._cap, np.int64)
         self._n = 0
+
+    @classmethod
+    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window]) -> "KVCache":
+        """``make_cache("contiguous", ...)``: takes no options (a window is a mask attention applies)."""
+        return cls(geometry, ropes)
 
     # ---- read side -------------------------------------------------------
     def __len__(self) -> int:
@@ -87,28 +58,29 @@ class KVCache:
 
     @property
     def k(self) -> list[np.ndarray]:
-        """Post-RoPE keys per layer, each (n_pos, kv_dim) (views; do not write)."""
+        """Post-RoPE keys per layer, each (len, kv_dim) (views; do not write)."""
         return [a[: self._n] for a in self._k]
 
     @property
     def k_raw(self) -> list[np.ndarray]:
-        """Pre-RoPE keys per layer, each (n_pos, kv_dim)."""
+        """Pre-RoPE keys per layer, each (len, kv_dim)."""
         return [a[: self._n] for a in self._k_raw]
 
     @property
     def v(self) -> list[np.ndarray]:
-        """Values per layer, each (n_pos, kv_dim)."""
+        """Values per layer, each (len, kv_dim)."""
         return [a[: self._n] for a in self._v]
 
     @property
     def pos(self) -> np.ndarray:
-        """(n_pos,) int64 absolute positions."""
+        """(len,) int64 absolute positions."""
         return self._pos[: self._n]
 
     @property
     def nbytes(self) -> int:
-        """Bytes of K, k_raw, V and pos held for the entries in use."""
-        return self._n * (3 * self.n_layers * self.kv_dim * 4 + 8)
+        """Bytes of K, k_raw, V and pos held for the entries in use (not the spare capacity)."""
+        g = self.geometry
+        return self._n * (3 * g.n_layers * g.kv_dim * 4 + 8)
 
     def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
         """K and V rows [0, hi) of ``layer``: two (hi, kv_dim) views, and base 0."""
@@ -119,7 +91,7 @@ class KVCache:
         """Open ``t`` new entries at the end; returns their positions (t,) int64.
 
         The entries count as present for attention once written layer by
-        layer with ``write``; ``rollback`` removes them if the forward fails.
+        layer with ``write``; ``truncate`` removes them if the forward fails.
         """
         need = self._n + t
         if need > self._cap:
@@ -129,10 +101,6 @@ class KVCache:
         self._pos[start:need] = new_pos
         self._n = need
         return new_pos
-
-    def rollback(self, n: int) -> None:
-        """Forget entries past ``n`` (undo a failed ``reserve``)."""
-        self._n = min(self._n, n)
 
     def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         """Store rows [start, start + T) of one layer; inputs are (T, kv_dim)."""
@@ -147,7 +115,7 @@ class KVCache:
             cap *= 2
         for arrs in (self._k, self._k_raw, self._v):
             for i, a in enumerate(arrs):
-                b = np.zeros((cap, self.kv_dim), np.float32)
+                b = np.zeros((cap, self.geometry.kv_dim), np.float32)
                 b[: self._n] = a[: self._n]
                 arrs[i] = b
         p = np.zeros(cap, np.int64)
@@ -182,20 +150,21 @@ class KVCache:
         end, total = start + n, self._n
         keep = total - end  # survivors that move
         new_pos = np.arange(start, start + keep, dtype=np.int64)
-        for layer in range(self.n_layers):
+        g = self.geometry
+        for layer in range(g.n_layers):
             for a in (self._k_raw[layer], self._v[layer]):
                 a[start : start + keep] = a[end:total].copy()
             if keep:
                 raw = self._k_raw[layer][start : start + keep]  # (keep, kv_dim)
                 cos, sin = self.ropes[layer].rows(new_pos)
-                k = apply_rope(raw.reshape(keep, self.n_kv_heads, self.head_dim), cos, sin)
-                self._k[layer][start : start + keep] = k.reshape(keep, self.kv_dim)
+                k = apply_rope(raw.reshape(keep, g.n_kv_heads, g.head_dim), cos, sin)  # (keep, Hkv, D)
+                self._k[layer][start : start + keep] = k.reshape(keep, g.kv_dim)
         self._pos[start : start + keep] = new_pos
         self._n = total - n
         return n
 
     def truncate(self, n: int) -> None:
-        """Keep only the first ``n`` entries (rewind). Raises CacheError if n is out of range."""
+        """Keep entries [0, n): a rewind, or undoing a failed forward. Raises CacheError if n is out of range."""
         if not 0 <= n <= self._n:
             raise CacheError(f"truncate(n={n}): n must be in 0..{self._n} (the cache length)")
         self._n = n
@@ -203,8 +172,8 @@ class KVCache:
     def clone(self) -> "KVCache":
         """An independent deep copy: no array is shared with the source."""
         c = KVCache.__new__(KVCache)
-        c.n_layers, c.n_kv_heads, c.head_dim, c.kv_dim = self.n_layers, self.n_kv_heads, self.head_dim, self.kv_dim
-        c.ropes = self.ropes  # immutable tables
+        c.geometry, c.ropes = self.geometry, self.ropes  # immutable
+
         c._cap, c._n = self._cap, self._n
         c._k = [a.copy() for a in self._k]
         c._k_raw = [a.copy() for a in self._k_raw]

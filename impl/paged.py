@@ -5,11 +5,11 @@ Small single-job pieces, composed (after vLLM's block allocator):
     RefCounter     how many page tables hold each block id
     BlockStorage   the K, k_raw and V rows of every block, all layers
     BlockPool      allocate / incref / decref over the two, lowest free id first
-    PagedSequence  one sequence's page table and length; a ``impl.kv.KVStore``
+    PagedSequence  one sequence's page table and length; an ``impl.cache.KVStore``
 
 Layout (the pool's storage; block b holds rows [i*bs, (i+1)*bs) of every
 sequence whose page table has b at index i):
-    k, k_raw, v   (num_layers, num_blocks, block_size, kv_dim) float32
+    k, k_raw, v   (n_layers, num_blocks, block_size, kv_dim) float32
 A block id names the same slot in every layer, as in vLLM: one allocation
 holds a token's K/V for the whole model.
 
@@ -27,10 +27,13 @@ and written: full blocks are never written again.
 from __future__ import annotations
 
 import heapq
+from typing import Sequence
 
 import numpy as np
 
+from impl.cache import KVGeometry, KVStore, Window, check_positive_int
 from impl.errors import CacheError, ImplError
+from impl.rope import RopeTable
 
 BlockId = int  # index of a block in the pool's storage, 0..num_blocks-1
 
@@ -76,11 +79,11 @@ class RefCounter:
 class BlockStorage:
     """K, pre-RoPE K and V for ``num_blocks`` blocks of every layer.
 
-    ``k``, ``k_raw``, ``v``: (num_layers, num_blocks, block_size, kv_dim) float32.
+    ``k``, ``k_raw``, ``v``: (n_layers, num_blocks, block_size, kv_dim) float32.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, num_layers: int, kv_dim: int) -> None:
-        shape = (num_layers, num_blocks, block_size, kv_dim)
+    def __init__(self, num_blocks: int, block_size: int, geometry: KVGeometry) -> None:
+        shape = (geometry.n_layers, num_blocks, block_size, geometry.kv_dim)
         self.k, self.k_raw, self.v = (np.zeros(shape, np.float32) for _ in range(3))
 
     @property
@@ -111,17 +114,21 @@ class BlockPool:
     unchanged. ``decref`` frees a block when its count reaches 0; freed ids
     are handed out again. With ``grow=True`` the pool doubles its storage
     instead of raising (the default pool of a model session does this).
-    Bytes per block: 3 * num_layers * block_size * kv_dim * 4.
+    ``geometry``: the model's (``ModelConfig.kv_geometry``). Bytes per block:
+    3 * n_layers * block_size * kv_dim * 4. Raises CacheError for a count
+    that is not an int >= 1 or a geometry whose K and V widths differ.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, num_layers: int, kv_dim: int, *, grow: bool = False) -> None:
-        for name, val in (("num_blocks", num_blocks), ("block_size", block_size),
-                          ("num_layers", num_layers), ("kv_dim", kv_dim)):
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-                raise CacheError(f"BlockPool({name}={val!r}): must be an int >= 1")
+    def __init__(self, num_blocks: int, block_size: int, geometry: KVGeometry, *, grow: bool = False) -> None:
+        check_positive_int("BlockPool", "num_blocks", num_blocks)
+        check_positive_int("BlockPool", "block_size", block_size)
+        if not isinstance(geometry, KVGeometry):
+            raise CacheError(f"BlockPool(geometry={geometry!r}): expected an impl.cache.KVGeometry "
+                             "(ModelConfig.kv_geometry gives a model's)")
+        geometry.require_square("a block pool")
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
-        self.num_layers, self.kv_dim, self.grow = int(num_layers), int(kv_dim), grow
-        self.storage = BlockStorage(self.num_blocks, self.block_size, self.num_layers, self.kv_dim)
+        self.geometry, self.grow = geometry, grow
+        self.storage = BlockStorage(self.num_blocks, self.block_size, geometry)
         self._refs = RefCounter(self.num_blocks)
         self._free: list[BlockId] = list(range(self.num_blocks))  # a min-heap of free ids
 
@@ -137,7 +144,7 @@ class BlockPool:
     @property
     def block_nbytes(self) -> int:
         """Bytes of K, k_raw and V one block holds over all layers."""
-        return 3 * self.num_layers * self.block_size * self.kv_dim * 4
+        return 3 * self.geometry.n_layers * self.block_size * self.geometry.kv_dim * 4
 
     def refcount(self, block_id: BlockId) -> int:
         self._check_id(block_id)
@@ -192,14 +199,16 @@ class BlockPool:
             raise CacheError(f"{verb}(block_id={b}): the block is free; only allocated blocks have holders")
 
 
-class PagedSequence:
-    """One sequence's page table over a ``BlockPool``; implements ``impl.kv.KVStore``.
+class PagedSequence(KVStore):
+    """One sequence's page table over a ``BlockPool``; implements ``impl.cache.KVStore``.
 
     ``blocks``: the page table, block ids in row order; ``len(seq)`` rows are
     in use, ``pos`` is 0..len-1. Appending is ``reserve(t)`` (allocates
     blocks, all-or-nothing) then ``write`` per layer, as the forward pass
-    does. Verbs: ``fork``, ``truncate``, ``release``. A released sequence
-    raises SequenceReleased (a CacheError, a ValueError) on any use.
+    does. Verbs: ``fork``, ``truncate`` (drop rows >= n, releasing the blocks
+    no longer used) and ``release`` (the end of the sequence: every block
+    back, no further use). A released sequence raises SequenceReleased (a
+    CacheError, a ValueError) on any use.
     """
 
     def __init__(self, pool: BlockPool) -> None:
@@ -209,9 +218,38 @@ class PagedSequence:
         self._released = False
         self._gathered: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (layer, rows, k, v)
 
+    @classmethod
+    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], *,
+              block_size: int | None = None, pool: BlockPool | None = None) -> "PagedSequence":
+        """``make_cache("paged", ...)``: an empty sequence for a model session.
+
+        ``pool``: a BlockPool of the model's ``geometry``; several sessions
+        may share one. When None, a private pool with grow=True (4 blocks,
+        doubling on demand) so a session never runs out. ``block_size``:
+        tokens per block (default 16, or the given pool's). ``window`` needs
+        nothing from the cache (attention masks by pos), and ``ropes``
+        nothing either (a paged sequence never renumbers). Raises CacheError
+        for a pool of another geometry or block size.
+        """
+        if pool is None:
+            pool = BlockPool(4, 16 if block_size is None else block_size, geometry, grow=True)
+        elif not isinstance(pool, BlockPool):
+            raise CacheError(f"pool={pool!r}: expected an impl.paged.BlockPool or None")
+        if block_size is not None and block_size != pool.block_size:
+            raise CacheError(f"block_size={block_size} differs from the pool's block_size={pool.block_size}; "
+                             "omit block_size when passing a pool")
+        if pool.geometry != geometry:
+            raise CacheError(f"the pool's geometry={pool.geometry} does not match the model's {geometry}; "
+                             "build the BlockPool with the model's config.kv_geometry")
+        return cls(pool)
+
     # ---- read side ---------------------------------------------------------
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def geometry(self) -> KVGeometry:
+        return self.pool.geometry
 
     @property
     def released(self) -> bool:
@@ -242,7 +280,7 @@ class PagedSequence:
 
     def _gather(self, layer: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """K and V rows [0, rows) of one layer, (rows, kv_dim) each."""
-        bs, kv = self.pool.block_size, self.pool.kv_dim
+        bs, kv = self.pool.block_size, self.pool.geometry.kv_dim
         nb = -(-rows // bs)
         table = self.blocks[:nb]
         st = self.pool.storage
@@ -263,8 +301,8 @@ class PagedSequence:
             raise CacheError(f"rows(name={name!r}): use 'k', 'k_raw' or 'v'")
         a = getattr(self.pool.storage, name)
         idx = np.asarray(self.blocks, dtype=np.intp)
-        kv = self.pool.kv_dim
-        return [a[layer].take(idx, axis=0).reshape(-1, kv)[: self._n] for layer in range(self.pool.num_layers)]
+        g = self.pool.geometry
+        return [a[layer].take(idx, axis=0).reshape(-1, g.kv_dim)[: self._n] for layer in range(g.n_layers)]
 
     k = property(lambda self: self.rows("k"), doc="Post-RoPE keys per layer, each (n, kv_dim) (copies).")
     k_raw = property(lambda self: self.rows("k_raw"), doc="Pre-RoPE keys per layer, each (n, kv_dim) (copies).")
@@ -326,10 +364,6 @@ class PagedSequence:
         if self._gathered is not None and self._gathered[0] == layer:
             self._gathered = None
 
-    def rollback(self, n: int) -> None:
-        """Forget rows past ``n`` (undo a reserve whose forward failed); releases their blocks."""
-        self.truncate(min(n, self._n))
-
     def clone(self) -> "PagedSequence":
         """KVStore.clone: a fork (blocks shared copy-on-write)."""
         return self.fork()
@@ -345,7 +379,7 @@ class PagedSequence:
         return s
 
     def truncate(self, n: int) -> None:
-        """Keep rows [0, n); blocks no longer used by this sequence are released (decref).
+        """Keep rows [0, n) (a rewind, or undoing a failed forward); blocks no longer used are decref'd.
 
         Raises CacheError if n is not an int in 0..len(self).
         """
@@ -373,26 +407,3 @@ class PagedSequence:
                 "fork a live sequence or create a new PagedSequence(pool)"
             )
 
-
-def session_cache(config, ropes, window=None, *, block_size: int | None = None,
-                  pool: BlockPool | None = None) -> PagedSequence:
-    """An empty paged sequence for a model session (``Model.session(cache="paged", ...)``).
-
-    ``pool``: a BlockPool whose geometry matches the model (num_layers,
-    kv_dim); several sessions may share one. When None, a private pool with
-    grow=True (4 blocks, doubling on demand) so a session never runs out.
-    ``block_size``: tokens per block (default 16, or the given pool's).
-    ``window`` needs nothing from the cache (attention masks by pos), and
-    ``ropes`` nothing either (a paged sequence never renumbers).
-    """
-    if pool is None:
-        pool = BlockPool(4, 16 if block_size is None else block_size, config.n_layers, config.kv_dim, grow=True)
-    elif not isinstance(pool, BlockPool):
-        raise CacheError(f"pool={pool!r}: expected an impl.paged.BlockPool or None")
-    if block_size is not None and block_size != pool.block_size:
-        raise CacheError(f"block_size={block_size} differs from the pool's block_size={pool.block_size}; "
-                         "omit block_size when passing a pool")
-    if (pool.num_layers, pool.kv_dim) != (config.n_layers, config.kv_dim):
-        raise CacheError(f"pool geometry num_layers={pool.num_layers}, kv_dim={pool.kv_dim} does not match "
-                         f"the model's n_layers={config.n_layers}, kv_dim={config.kv_dim}")
-    return PagedSequence(pool)

@@ -13,22 +13,24 @@ written (``_RingLayer.grow`` asserts it). A growth that re-lays slots in ring
 order (as a deque does) is right only for a wrapped ring and scrambles this
 one (liar ``ring.grow_ignores_wrap``, card RING-T1).
 
-Layout of one layer (``_RingLayer.buf``, slots on the first axis):
-    f32   k  (slots, Hkv * Dk) float32          v  (slots, Hkv * Dv) float32
-    int8  kq (slots, Hkv, Dk) int8   ks (slots, Hkv) float32 scale
+Layout of one layer (``_RingLayer.buf``, slots on the first axis; D = head_dim,
+Dv = v_head_dim of the cache's ``KVGeometry``):
+    f32   k  (slots, Hkv * D) float32           v  (slots, Hkv * Dv) float32
+    int8  kq (slots, Hkv, D) int8    ks (slots, Hkv) float32 scale
           vq (slots, Hkv, Dv) int8   vs (slots, Hkv) float32 scale
 An int8 cache never allocates the float32 K/V buffers; reading dequantises
 the rows asked for into transient float32 arrays (what attention multiplies).
 
-``span(layer, pos)`` is the inclusive range of positions a query at ``pos``
-may attend: the window for a local layer, everything for a global one,
-clamped to what the ring holds so a layer never reads a slot as its own past.
-A global layer that has run past ``max_seq_len`` is saturated
+``span(layer, pos)`` is the half-open range [lo, pos + 1) of positions a
+query at ``pos`` may attend: the window for a local layer, everything for a
+global one, clamped to what the ring holds so a layer never reads a slot as
+its own past. A global layer that has run past ``max_seq_len`` is saturated
 (``is_saturated``): it still answers, over its most recent ``max_seq_len``
 positions, and says so.
 
-``RingKVStore`` adapts a ``RingCache`` to the ``impl.kv.KVStore`` protocol a
-``Session`` runs on; ``session_cache`` builds one (``Model.session(cache="ring")``).
+``RingKVStore`` adapts a ``RingCache`` to the ``impl.cache.KVStore`` protocol a
+``Session`` runs on; ``RingKVStore.build`` makes one (``make_cache("ring", ...)``,
+``Model.session(cache="ring")``).
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ from typing import Sequence
 
 import numpy as np
 
+from impl.cache import KVGeometry, KVStore, Window, check_positive_int
 from impl.errors import CacheError
 from impl.quant import dequantize, quantize
+from impl.rope import RopeTable
 
 Position = int  # absolute token position, 0-based
 Slot = int  # row index inside one layer's ring buffer
@@ -54,43 +58,33 @@ class ContextFull(CacheError):
 
 @dataclass(frozen=True)
 class RingConfig:
-    """Geometry and reach of a ring cache: one flat record.
+    """Geometry and reach of a ring cache.
 
+    ``geometry``: the model's K/V shape (``ModelConfig.kv_geometry``; the
+    ring alone also holds value heads of another width, ``v_head_dim``).
     ``window``: the attention window of every local layer (None: no local
     layers). ``global_layers``: layers that attend to everything; their cap
-    is ``max_seq_len``. Raises CacheError for a geometry it cannot hold.
+    is ``max_seq_len``. Raises CacheError for a reach it cannot hold.
     """
 
-    num_layers: int             # decoder blocks with a KV cache
-    num_kv_heads: int           # key/value heads per layer
-    k_head_dim: int             # width of one key head
-    v_head_dim: int             # width of one value head
+    geometry: KVGeometry        # layers, KV heads and head widths
     max_seq_len: int            # the most positions any layer stores (a global layer's cap)
     window: int | None = None   # local layers' window in positions; None = every layer global
     global_layers: tuple[int, ...] = ()  # layers that attend to everything
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "num_kv_heads", "k_head_dim", "v_head_dim", "max_seq_len"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-                raise CacheError(f"{name}={val!r} is not allowed: use an int >= 1")
+        if not isinstance(self.geometry, KVGeometry):
+            raise CacheError(f"RingConfig(geometry={self.geometry!r}): expected an impl.cache.KVGeometry")
+        check_positive_int("RingConfig", "max_seq_len", self.max_seq_len)
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer))
                                         or self.window < 1):
-            raise CacheError(f"window={self.window!r} is not allowed: use an int >= 1, or None for no local layers")
+            raise CacheError(f"RingConfig(window={self.window!r}): use an int >= 1, or None for no local layers")
+        n = self.geometry.n_layers
         gl = tuple(int(i) for i in self.global_layers)
-        bad = [i for i in gl if not 0 <= i < self.num_layers]
+        bad = [i for i in gl if not 0 <= i < n]
         if bad:
-            raise CacheError(f"global_layers={list(gl)}: layer {bad[0]} is outside 0..{self.num_layers - 1}")
+            raise CacheError(f"global_layers={list(gl)}: layer {bad[0]} is outside 0..{n - 1}")
         object.__setattr__(self, "global_layers", tuple(sorted(set(gl))))
-
-    @property
-    def k_dim(self) -> int:
-        """Width of one position's key row: num_kv_heads * k_head_dim."""
-        return self.num_kv_heads * self.k_head_dim
-
-    @property
-    def v_dim(self) -> int:
-        return self.num_kv_heads * self.v_head_dim
 
     def is_global(self, layer: int) -> bool:
         return self.window is None or layer in self.global_layers
@@ -108,16 +102,16 @@ class RingConfig:
 # ---- codecs: how one precision stores rows ------------------------------------------------
 
 class F32Codec:
-    """Rows stored as given: k (T, Hkv*Dk), v (T, Hkv*Dv) float32."""
+    """Rows stored as given: k (T, kv_dim), v (T, v_dim) float32."""
 
     name = "f32"
 
-    def __init__(self, cfg: RingConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, geometry: KVGeometry) -> None:
+        self.geometry = geometry
 
     def alloc(self, slots: int) -> Encoded:
-        c = self.cfg
-        return {"k": np.zeros((slots, c.k_dim), np.float32), "v": np.zeros((slots, c.v_dim), np.float32)}
+        g = self.geometry
+        return {"k": np.zeros((slots, g.kv_dim), np.float32), "v": np.zeros((slots, g.v_dim), np.float32)}
 
     def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
         return {"k": np.asarray(k, np.float32), "v": np.asarray(v, np.float32)}
@@ -131,28 +125,28 @@ class Int8Codec:
 
     name = "int8"
 
-    def __init__(self, cfg: RingConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, geometry: KVGeometry) -> None:
+        self.geometry = geometry
 
     def alloc(self, slots: int) -> Encoded:
-        c = self.cfg
-        h = c.num_kv_heads
+        g = self.geometry
+        h = g.n_kv_heads
         return {
-            "kq": np.zeros((slots, h, c.k_head_dim), np.int8), "ks": np.ones((slots, h), np.float32),
-            "vq": np.zeros((slots, h, c.v_head_dim), np.int8), "vs": np.ones((slots, h), np.float32),
+            "kq": np.zeros((slots, h, g.head_dim), np.int8), "ks": np.ones((slots, h), np.float32),
+            "vq": np.zeros((slots, h, g.v_head_dim), np.int8), "vs": np.ones((slots, h), np.float32),
         }
 
     def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
-        c = self.cfg
+        g = self.geometry
         t = k.shape[0]
-        kq, ks = quantize(np.asarray(k, np.float32).reshape(t, c.num_kv_heads, c.k_head_dim), 8)  # (T, Hkv, Dk), (T, Hkv)
-        vq, vs = quantize(np.asarray(v, np.float32).reshape(t, c.num_kv_heads, c.v_head_dim), 8)
+        kq, ks = quantize(np.asarray(k, np.float32).reshape(t, g.n_kv_heads, g.head_dim), 8)  # (T, Hkv, D), (T, Hkv)
+        vq, vs = quantize(np.asarray(v, np.float32).reshape(t, g.n_kv_heads, g.v_head_dim), 8)
         return {"kq": kq, "ks": ks, "vq": vq, "vs": vs}
 
     def decode(self, enc: Encoded) -> tuple[np.ndarray, np.ndarray]:
         t = enc["kq"].shape[0]
-        k = dequantize(enc["kq"], enc["ks"]).reshape(t, self.cfg.k_dim)  # (T, Hkv*Dk) float32
-        v = dequantize(enc["vq"], enc["vs"]).reshape(t, self.cfg.v_dim)
+        k = dequantize(enc["kq"], enc["ks"]).reshape(t, self.geometry.kv_dim)  # (T, Hkv*D) float32
+        v = dequantize(enc["vq"], enc["vs"]).reshape(t, self.geometry.v_dim)
         return k, v
 
 
@@ -171,7 +165,7 @@ class _RingLayer:
     ``high`` is one past the highest position written; the ring holds
     positions [max(low, high - slots), high) (with a gap write, some of
     them were never written and read as zeros). ``low`` only rises when a
-    rollback forgets positions whose slots had already been reused.
+    truncate drops positions whose slots had already been reused.
     """
 
     def __init__(self, codec, slots: int, cap: int) -> None:
@@ -205,8 +199,8 @@ class _RingLayer:
         """Positions [lo, hi) the ring holds."""
         return max(self.low, self.high - self.slots, 0), self.high
 
-    def forget_from(self, n: Position) -> None:
-        """Forget positions >= n; positions whose slots they reused are gone too."""
+    def truncate(self, n: Position) -> None:
+        """Drop positions >= n; positions whose slots they reused are gone too."""
         if self.high > n:
             self.low = max(self.low, self.high - self.slots)
             self.high = max(n, self.low)
@@ -268,31 +262,30 @@ class RingCache:
         if isinstance(hint, bool) or not isinstance(hint, (int, np.integer)) or hint < 1:
             raise CacheError(f"hint={hint!r} is not allowed: use an int >= 1 (the positions you expect)")
         self.config, self.precision = config, precision
-        self.codec = CODECS[precision](config)
+        self.codec = CODECS[precision](config.geometry)
         self.layers = [_RingLayer(self.codec, min(int(hint), config.cap(i)), config.cap(i))
-                       for i in range(config.num_layers)]
-        self._pos = 0
+                       for i in range(config.geometry.n_layers)]
+        self._n = 0
 
     # ---- positions ----------------------------------------------------------------------
-    @property
-    def pos(self) -> Position:
-        """The next position the decode path writes (positions advanced so far)."""
-        return self._pos
+    def __len__(self) -> int:
+        """Positions advanced so far: the next position the decode path writes."""
+        return self._n
 
     def advance(self, n: int = 1) -> None:
         """Move on ``n`` positions; call once per decoded token after every layer wrote it."""
-        self._pos += n
+        self._n += n
 
     # ---- writes and reads ----------------------------------------------------------------
     def write_kv(self, layer: int, pos: Position, k: np.ndarray, v: np.ndarray) -> None:
-        """Store one position's key (k_dim,) and value (v_dim,) float32 in ``layer``."""
+        """Store one position's key (kv_dim,) and value (v_dim,) float32 in ``layer``."""
         self.write_rows(layer, pos, np.asarray(k, np.float32).reshape(1, -1), np.asarray(v, np.float32).reshape(1, -1))
 
     def write_rows(self, layer: int, start: Position, k: np.ndarray, v: np.ndarray) -> None:
-        """Store positions [start, start + T): k (T, k_dim), v (T, v_dim) float32."""
-        c = self.config
-        if k.shape[1:] != (c.k_dim,) or v.shape[1:] != (c.v_dim,) or k.shape[0] != v.shape[0]:
-            raise CacheError(f"write of k{k.shape}, v{v.shape}: expected (T, {c.k_dim}) and (T, {c.v_dim})")
+        """Store positions [start, start + T): k (T, kv_dim), v (T, v_dim) float32."""
+        g = self.config.geometry
+        if k.shape[1:] != (g.kv_dim,) or v.shape[1:] != (g.v_dim,) or k.shape[0] != v.shape[0]:
+            raise CacheError(f"write of k{k.shape}, v{v.shape}: expected (T, {g.kv_dim}) and (T, {g.v_dim})")
         self.layers[layer].put(start, self.codec.encode(k, v))
 
     def put_encoded(self, layer: int, start: Position, enc: Encoded) -> None:
@@ -300,7 +293,7 @@ class RingCache:
         self.layers[layer].put(start, enc)
 
     def read(self, layer: int, lo: Position, hi: Position) -> tuple[np.ndarray, np.ndarray]:
-        """K (hi - lo, k_dim) and V (hi - lo, v_dim) float32 of positions [lo, hi), oldest first.
+        """K (hi - lo, kv_dim) and V (hi - lo, v_dim) float32 of positions [lo, hi), oldest first.
 
         int8 rows come back dequantised (integers times their own slot's
         scale). Raises CacheError if the ring no longer (or not yet) holds them.
@@ -308,22 +301,23 @@ class RingCache:
         return self.codec.decode(self.layers[layer].take(lo, hi))
 
     def span(self, layer: int, pos: Position) -> tuple[Position, Position]:
-        """Inclusive (lo, hi=pos): the positions ``layer`` may attend at ``pos`` once pos is written.
+        """Half-open [lo, pos + 1): the positions ``layer`` may attend at ``pos`` once pos is written.
 
         The window for a local layer, 0.. for a global one, then clamped so
-        that hi - lo < the layer's slots: past its cap a ring never hands out
+        that hi - lo <= the layer's slots: past its cap a ring never hands out
         a slot that now holds a later position (itself) as the past.
         """
         reach = self.config.reach(layer)
-        lo = 0 if reach is None else max(0, pos + 1 - reach)
-        lo = max(lo, pos + 1 - self.layers[layer].slots_for(pos))
-        return lo, pos
+        hi = pos + 1
+        lo = 0 if reach is None else max(0, hi - reach)
+        lo = max(lo, hi - self.layers[layer].slots_for(pos))
+        return lo, hi
 
-    def forget_from(self, n: Position) -> None:
-        """Forget positions >= n in every layer (undo writes of a failed forward)."""
+    def truncate(self, n: Position) -> None:
+        """Drop positions >= n in every layer (positions whose slots they reused are gone too)."""
         for L in self.layers:
-            L.forget_from(n)
-        self._pos = min(self._pos, n)
+            L.truncate(n)
+        self._n = min(self._n, n)
 
     # ---- state -----------------------------------------------------------------------------
     def slots(self, layer: int) -> int:
@@ -335,42 +329,43 @@ class RingCache:
         c = self.config
         for i, L in enumerate(self.layers):
             reach = c.reach(i)
-            if (reach is None or reach > L.cap) and max(self._pos, L.high) > L.cap:
+            if (reach is None or reach > L.cap) and max(self._n, L.high) > L.cap:
                 return True
         return False
 
     def arrays(self) -> list[np.ndarray]:
-        """Every buffer the cache holds (what ``bytes`` counts)."""
+        """Every buffer the cache holds (what ``nbytes`` counts)."""
         return [a for L in self.layers for a in L.arrays()]
 
-    def bytes(self) -> int:
+    @property
+    def nbytes(self) -> int:
         """Bytes of every K/V (and scale) buffer held, at their current sizes."""
         return sum(a.nbytes for a in self.arrays())
 
     def clone(self) -> "RingCache":
         """An independent deep copy."""
         c = RingCache.__new__(RingCache)
-        c.config, c.precision, c.codec, c._pos = self.config, self.precision, self.codec, self._pos
+        c.config, c.precision, c.codec, c._n = self.config, self.precision, self.codec, self._n
         c.layers = [L.clone() for L in self.layers]
         return c
 
 
 # ---- the KVStore adapter -----------------------------------------------------------------------
 
-class RingKVStore:
-    """A ``RingCache`` behind the ``impl.kv.KVStore`` protocol (rows == positions).
+class RingKVStore(KVStore):
+    """A ``RingCache`` behind the ``impl.cache.KVStore`` protocol (rows == positions).
 
     The ring never evicts or renumbers, so it keeps no pre-RoPE keys:
-    ``write`` ignores ``k_raw``. ``pos`` is computed (0..n-1), not held.
+    ``write`` ignores ``k_raw``. ``pos`` is computed (0..len-1), not held.
 
     NOTE: a multi-row chunk that would wrap a ring cannot be written in
     place: ``Llama.forward`` writes all T rows of a layer before its T
     queries attend, and row s would overwrite row s - cap that query s - 1
     still needs. Such a chunk is staged (in the cache's own precision, so a
     staged row reads back the same bits as a committed one) and committed
-    to the ring by the next ``reserve`` (or ``bytes``, ``clone``,
+    to the ring by the next ``reserve`` (or ``nbytes``, ``clone``,
     ``is_saturated``), i.e. once the forward that wrote it has finished: a
-    failed forward's ``rollback`` then drops it without having displaced a
+    failed forward's ``truncate`` then drops it without having displaced a
     row the retry needs. Decode steps and chunks that end within the cap
     are written in place (a step at the cap reuses the slot of pos - cap,
     which no query at pos or later reads).
@@ -387,18 +382,43 @@ class RingKVStore:
         self._n = 0
         self._staged: dict[int, tuple[Position, Encoded]] = {}  # layer -> (start, rows [start, n))
 
+    @classmethod
+    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], *, hint: int = 64,
+              precision: str = "f32", max_seq_len: int | None = None, overflow: str = "refuse") -> "RingKVStore":
+        """``make_cache("ring", ...)``: the ring store for a model session.
+
+        ``window`` (the session's, one per layer): None marks a global layer;
+        every windowed layer must share the same W (the ring's one window).
+        ``max_seq_len`` defaults to the length of the model's RoPE tables
+        (``ModelConfig.max_pos``); ``ropes`` are otherwise unused (the ring
+        never renumbers, so it never re-rotates). Raises CacheError for a
+        window list with two different windows.
+        """
+        local = sorted({w for w in window if w is not None})
+        if len(local) > 1:
+            raise CacheError(f"window={list(window)}: the ring takes one window for its local layers, got {local}; "
+                             "use one W (None for global layers)")
+        cfg = RingConfig(geometry, max_seq_len=int(max_seq_len or ropes[0].max_pos),
+                         window=local[0] if local else None,
+                         global_layers=tuple(i for i, w in enumerate(window) if w is None))
+        return cls(RingCache(cfg, hint=hint, precision=precision), overflow=overflow)
+
     def __len__(self) -> int:
         return self._n
 
     @property
+    def geometry(self) -> KVGeometry:
+        return self.ring.config.geometry
+
+    @property
     def pos(self) -> np.ndarray:
-        """(n,) int64: row i is position i."""
+        """(len,) int64: row i is position i."""
         return np.arange(self._n, dtype=np.int64)
 
     def _limit(self) -> int | None:
         """Positions the session may reach without saturating, or None if it can run on."""
         c = self.ring.config
-        caps = [c.cap(i) for i in range(c.num_layers) if c.reach(i) is None or c.reach(i) > c.cap(i)]
+        caps = [c.cap(i) for i in range(c.geometry.n_layers) if c.reach(i) is None or c.reach(i) > c.cap(i)]
         return min(caps) if caps else None
 
     def reserve(self, t: int) -> np.ndarray:
@@ -413,17 +433,24 @@ class RingKVStore:
         start, self._n = self._n, self._n + t
         return np.arange(start, self._n, dtype=np.int64)
 
-    def rollback(self, n: int) -> None:
-        """Forget rows >= n. Exact for a failed forward (its rows never displaced a row a later query
-        needs); rolling back further leaves the ring short of history, and a later ``view`` that needs
-        what is gone raises CacheError rather than reading a reused slot."""
-        self.ring.forget_from(n)
+    def truncate(self, n: int) -> None:
+        """Keep rows [0, n). Raises CacheError unless n is an int in 0..len.
+
+        Exact for a failed forward (its rows never displaced a row a later
+        query needs). Dropping positions whose writes already reused the
+        slots of older ones leaves the ring short of that history: a later
+        ``view`` that needs it raises CacheError rather than reading a
+        reused slot.
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self._n:
+            raise CacheError(f"truncate(n={n!r}): n must be an int in 0..{self._n} (the cache length)")
+        self.ring.truncate(n)
         for layer, (start, enc) in list(self._staged.items()):
             if n <= start:
                 del self._staged[layer]
             else:
                 self._staged[layer] = (start, _rows(enc, slice(0, n - start)))
-        self._n = min(self._n, n)
+        self._n = int(n)
 
     def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         t = k.shape[0]
@@ -452,11 +479,11 @@ class RingKVStore:
         self.ring.put_encoded(layer, start, enc)
 
     def flush(self) -> None:
-        """Commit staged rows to the rings and bring the ring's ``pos`` to the session length."""
+        """Commit staged rows to the rings and advance the ring to the store's length."""
         for layer in list(self._staged):
             self._flush_layer(layer)
-        if self.ring.pos < self._n:
-            self.ring.advance(self._n - self.ring.pos)
+        if len(self.ring) < self._n:
+            self.ring.advance(self._n - len(self.ring))
 
     def clone(self) -> "RingKVStore":
         self.flush()
@@ -469,34 +496,11 @@ class RingKVStore:
         self.flush()
         return self.ring.is_saturated()
 
-    def bytes(self) -> int:
-        """Bytes held: the rings' buffers (nothing is staged after a flush)."""
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the rings' buffers at their current sizes (nothing is staged after a flush)."""
         self.flush()
-        return self.ring.bytes()
-
-
-def session_cache(config, ropes=None, window=None, hint: int = 64, precision: str = "f32",
-                  max_seq_len: int | None = None, overflow: str = "refuse") -> RingKVStore:
-    """The ring store for a ``Session`` of a model with ``config`` (an impl.model ModelConfig).
-
-    ``window`` (the session's): one W, or one per layer with None marking a
-    global layer; every windowed layer must share the same W (the ring's
-    one window). ``max_seq_len`` defaults to the model's RoPE table length.
-    ``ropes`` is unused: the ring never renumbers, so it never re-rotates.
-    Raises CacheError for a window list with two different windows.
-    """
-    from impl.model.session import normalize_window
-
-    ws = normalize_window(window, config.n_layers)
-    local = sorted({w for w in ws if w is not None})
-    if len(local) > 1:
-        raise CacheError(f"window={list(ws)}: the ring takes one window for its local layers, got {local}; "
-                         "use one W (None for global layers)")
-    cfg = RingConfig(num_layers=config.n_layers, num_kv_heads=config.n_kv_heads, k_head_dim=config.head_dim,
-                     v_head_dim=config.head_dim, max_seq_len=int(max_seq_len or config.max_pos),
-                     window=local[0] if local else None,
-                     global_layers=tuple(i for i, w in enumerate(ws) if w is None))
-    return RingKVStore(RingCache(cfg, hint=hint, precision=precision), overflow=overflow)
+        return self.ring.nbytes
 
 
 def smollm2_windows(window: int = 1024, n_layers: int = 30, every: int = 6) -> list[int | None]:
@@ -510,9 +514,9 @@ def smollm2_windows(window: int = 1024, n_layers: int = 30, every: int = 6) -> l
 
 def reserved_bytes(config: RingConfig, precision: str = "f32") -> int:
     """What reserving every local window and the full context for global layers would cost."""
-    per_row = sum(a.nbytes for a in CODECS[precision](config).alloc(1).values())
-    return sum(config.cap(i) for i in range(config.num_layers)) * per_row
+    per_row = sum(a.nbytes for a in CODECS[precision](config.geometry).alloc(1).values())
+    return sum(config.cap(i) for i in range(config.geometry.n_layers)) * per_row
 
 
-__all__: Sequence[str] = ["RingConfig", "RingCache", "RingKVStore", "ContextFull", "session_cache",
-                          "smollm2_windows", "reserved_bytes"]
+__all__: Sequence[str] = ["RingConfig", "RingCache", "RingKVStore", "ContextFull", "smollm2_windows",
+                          "reserved_bytes"]

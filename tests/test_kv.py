@@ -3,7 +3,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from impl.attention import attend_one
+from impl.cache import KVGeometry, KVStore, make_cache
 from impl.errors import CacheError
+from impl.kv import KVCache
 from impl.model.session import Session
 from impl.rope import apply_rope
 
@@ -187,3 +189,60 @@ def test_session_truncate_rewinds_and_asks_for_a_token_next(tiny):
     b = Session(tiny)
     b.prefill(ids[:5])
     assert np.array_equal(s.prefill(ids[5:]), b.prefill(ids[5:]))
+
+
+# ---- one vocabulary across the three designs (impl.cache) -------------------------------------
+
+DESIGNS = [("contiguous", {}), ("paged", {"block_size": 3}), ("ring", {"hint": 2})]
+PROTOCOL = ("__len__", "pos", "nbytes", "reserve", "write", "view", "truncate", "clone")
+
+
+@pytest.mark.parametrize("design,opts", DESIGNS)
+def test_every_design_implements_the_whole_kvstore_protocol_itself(tiny, design, opts):
+    store = make_cache(design, tiny.config.kv_geometry, tiny.ropes, **opts)
+    assert store.geometry == tiny.config.kv_geometry
+    inherited = [name for name in PROTOCOL if getattr(type(store), name) is getattr(KVStore, name)]
+    assert not inherited, f"{type(store).__name__} leaves {inherited} to the protocol's placeholders"
+
+
+@pytest.mark.parametrize("design,opts", DESIGNS)
+def test_every_design_truncates_then_continues_like_a_session_that_never_saw_the_tail(tiny, design, opts):
+    ids = prompt(12, seed=3)
+    s = Session(tiny, cache=design, **opts)
+    s.prefill(ids)
+    s.truncate(7)
+    assert len(s) == 7 and list(s.cache.pos) == list(range(7))
+    ref = Session(tiny, cache=design, **opts)
+    ref.prefill(ids[:7])
+    assert np.array_equal(s.prefill(ids[9:]), ref.prefill(ids[9:]))
+    with pytest.raises(CacheError, match=r"truncate\(n=11"):
+        s.truncate(11)
+
+
+def test_a_wrapped_ring_truncated_below_what_it_holds_refuses_to_read_reused_slots(tiny):
+    s = Session(tiny, window=[3, None], cache="ring", hint=2)
+    s.generate(prompt(4), 6)  # decode steps write in place: layer 0's 3 slots now hold positions 7..9
+    s.truncate(5)
+    with pytest.raises(CacheError, match="the ring holds"):
+        s.step(1)
+    assert len(s) == 5  # the failed forward truncated its own row away again
+
+
+def test_make_cache_always_returns_a_cache_and_names_an_unknown_design(tiny):
+    geo = tiny.config.kv_geometry
+    assert isinstance(make_cache("contiguous", geo, tiny.ropes), KVCache)
+    with pytest.raises(CacheError, match="cache='blocks' is not a cache design"):
+        make_cache("blocks", geo, tiny.ropes)
+    with pytest.raises(TypeError):
+        make_cache("contiguous", geo, tiny.ropes, block_size=4)
+    with pytest.raises(CacheError, match="only taken with a design name"):
+        Session(tiny, cache=make_cache("contiguous", geo, tiny.ropes), block_size=4)
+
+
+def test_geometry_comes_from_the_model_config_in_its_words(tiny):
+    c = tiny.config
+    g = c.kv_geometry
+    assert (g.n_layers, g.n_kv_heads, g.head_dim, g.v_head_dim, g.kv_dim) == \
+        (c.n_layers, c.n_kv_heads, c.head_dim, c.head_dim, c.kv_dim)
+    with pytest.raises(CacheError, match="v_head_dim=4 differs"):
+        KVCache(KVGeometry(2, 2, 8, v_head_dim=4), tiny.ropes)

@@ -1,26 +1,30 @@
-"""impl.ring behaviours no card names: errors, rollback, clone, staging, the Model.session wiring."""
+"""impl.ring behaviours no card names: errors, truncate, clone, staging, the Model.session wiring."""
 import numpy as np
 import pytest
 
+from impl.cache import KVGeometry, make_cache
 from impl.errors import CacheError
-from impl.model import make_cache
 from impl.model.session import Session
-from impl.ring import (ContextFull, RingCache, RingConfig, RingKVStore, reserved_bytes, session_cache,
-                       smollm2_windows)
+from impl.ring import ContextFull, RingCache, RingConfig, RingKVStore, reserved_bytes, smollm2_windows
 
 
 def cfg(**kw):
-    base = dict(num_layers=2, num_kv_heads=1, k_head_dim=2, v_head_dim=2, max_seq_len=16, window=4,
-                global_layers=(1,))
+    base = dict(geometry=KVGeometry(2, 1, 2), max_seq_len=16, window=4, global_layers=(1,))
     base.update(kw)
     return RingConfig(**base)
 
 
-@pytest.mark.parametrize("field,value", [("num_layers", 0), ("k_head_dim", -1), ("max_seq_len", True),
-                                         ("window", 0), ("global_layers", (5,))])
+@pytest.mark.parametrize("field,value", [("max_seq_len", True), ("window", 0), ("global_layers", (5,)),
+                                         ("geometry", (2, 1, 2))])
 def test_config_rejects_bad_fields_naming_them(field, value):
     with pytest.raises(CacheError, match=field):
         cfg(**{field: value})
+
+
+@pytest.mark.parametrize("field,value", [("n_layers", 0), ("head_dim", -1), ("v_head_dim", 0), ("n_kv_heads", True)])
+def test_geometry_rejects_bad_fields_naming_them(field, value):
+    with pytest.raises(CacheError, match=f"KVGeometry\\({field}="):
+        KVGeometry(**dict(dict(n_layers=2, n_kv_heads=1, head_dim=2), **{field: value}))
 
 
 def test_cache_rejects_bad_precision_and_hint():
@@ -69,22 +73,23 @@ def test_smollm2_windows_marks_every_sixth_layer_global():
     assert len(ws) == 30 and [i for i, w in enumerate(ws) if w is None] == [5, 11, 17, 23, 29]
 
 
-def test_session_cache_refuses_two_different_windows(tiny):
+def test_a_ring_refuses_two_different_windows(tiny):
     with pytest.raises(CacheError, match="one window"):
-        session_cache(tiny.config, tiny.ropes, window=[4, 8])
+        make_cache("ring", tiny.config.kv_geometry, tiny.ropes, [4, 8])
 
 
 def test_make_cache_builds_a_ring_store_with_options(tiny):
-    store = make_cache(tiny, "ring", [4, None], hint=2, precision="int8", max_seq_len=32)
+    store = make_cache("ring", tiny.config.kv_geometry, tiny.ropes, [4, None], hint=2, precision="int8",
+                       max_seq_len=32)
     assert isinstance(store, RingKVStore)
     assert store.ring.precision == "int8" and store.ring.config.global_layers == (1,)
     assert store.ring.config.max_seq_len == 32 and store.ring.slots(0) == 2
 
 
-def test_failed_forward_rolls_back_and_a_retry_gives_the_same_logits(tiny, monkeypatch):
+def test_failed_forward_truncates_and_a_retry_gives_the_same_logits(tiny, monkeypatch):
     ws = [3, None]
-    a = Session(tiny, window=ws, cache=session_cache(tiny.config, tiny.ropes, window=ws, hint=2))
-    b = Session(tiny, window=ws, cache=session_cache(tiny.config, tiny.ropes, window=ws, hint=2))
+    a = Session(tiny, window=ws, cache="ring", hint=2)
+    b = Session(tiny, window=ws, cache="ring", hint=2)
     ids = [5, 6, 7, 8, 9, 10, 11]
     a.prefill(ids)
     b.prefill(ids)
@@ -110,7 +115,7 @@ def test_failed_forward_rolls_back_and_a_retry_gives_the_same_logits(tiny, monke
 
 def test_fork_is_independent_and_continues_identically(tiny):
     ws = [3, None]
-    s = Session(tiny, window=ws, cache=session_cache(tiny.config, tiny.ropes, window=ws, hint=2, precision="int8"))
+    s = Session(tiny, window=ws, cache="ring", hint=2, precision="int8")
     s.prefill(list(range(1, 12)))
     f = s.fork()
     assert f.generate([], 5) == s.generate([], 5)
@@ -121,15 +126,15 @@ def test_fork_is_independent_and_continues_identically(tiny):
 
 def test_clamp_mode_runs_on_and_reports(tiny):
     ws = [3, None]
-    store = session_cache(tiny.config, tiny.ropes, window=ws, hint=2, max_seq_len=8, overflow="clamp")
-    s = Session(tiny, window=ws, cache=store)
+    s = Session(tiny, window=ws, cache="ring", hint=2, max_seq_len=8, overflow="clamp")
+    store = s.cache
     s.prefill(list(range(1, 13)))
     assert store.is_saturated() and store.ring.slots(1) == 8
 
 
 def test_refuse_mode_names_the_limit(tiny):
     ws = [3, None]
-    s = Session(tiny, window=ws, cache=session_cache(tiny.config, tiny.ropes, window=ws, max_seq_len=8))
+    s = Session(tiny, window=ws, cache="ring", max_seq_len=8)
     with pytest.raises(ContextFull, match="max_seq_len=8"):
         s.prefill(list(range(1, 10)))
     assert len(s) == 0

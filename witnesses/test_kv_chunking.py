@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 from impl.model.session import Session
@@ -51,13 +50,6 @@ CHUNKINGS_40 = {
     "ragged": [(0, 7), (7, 8), (8, 25), (25, 26), (26, 40)],
     "pairs": [(i, i + 2) for i in range(0, 40, 2)],
 }
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    from impl.model import load_model
-
-    return load_model()
 
 
 def test_real_weights_forty_tokens_fed_four_ways_are_bit_identical(smollm2, evidence):

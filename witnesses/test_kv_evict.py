@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 from impl.model.session import Session
@@ -64,18 +63,10 @@ def test_survivor_k_is_one_rotation_of_k_raw_at_its_new_index(evidence):
 
 # ---- real weights, against the transformers oracle ----------------------------------
 
-
-@pytest.fixture(scope="module")
-def fixture(oracle):
-    from impl.model import load_model
-
-    return load_model(), oracle.eviction()
-
-
-def test_write_time_evict_matches_oracle_never_saw(fixture, evidence):
-    model, ev = fixture
+def test_write_time_evict_matches_oracle_never_saw(smollm2, oracle, evidence):
+    ev = oracle.eviction()
     prefix, poison, query = (list(map(int, a)) for a in (ev.prefix_ids, ev.poison_ids, ev.query_ids))
-    s = model.session()
+    s = smollm2.session()
     s.prefill(prefix)
     s.prefill(poison)
     s.cache.evict(len(prefix), len(poison))
@@ -83,33 +74,33 @@ def test_write_time_evict_matches_oracle_never_saw(fixture, evidence):
     want = [int(t) for t in ev.never_greedy]
     evidence.record("tokens_compared", len(want))
     evidence.record("tokens_differing", sum(a != b for a, b in zip(got, want)))
-    evidence.record("continuation", model.tokenizer.decode(got))
+    evidence.record("continuation", smollm2.tokenizer.decode(got))
     assert got == want
 
 
-def test_late_evict_differs_from_never_saw(fixture, evidence):
+def test_late_evict_differs_from_never_saw(smollm2, oracle, evidence):
     """Control: once the query has attended to the poison, evicting it cannot undo that."""
-    model, ev = fixture
+    ev = oracle.eviction()
     prefix, poison, query = (list(map(int, a)) for a in (ev.prefix_ids, ev.poison_ids, ev.query_ids))
-    s = model.session()
+    s = smollm2.session()
     s.prefill(prefix + poison + query)
     s.cache.evict(len(prefix), len(poison))
     got = s.generate([], GREEDY)
     want = [int(t) for t in ev.never_greedy]
     differing = sum(a != b for a, b in zip(got, want))
     evidence.record("tokens_differing", differing)
-    evidence.record("continuation", model.tokenizer.decode(got))
+    evidence.record("continuation", smollm2.tokenizer.decode(got))
     assert differing > 0, "late eviction reproduced never-saw: the control cannot tell the two apart"
 
 
-def test_no_evict_equals_oracle_poisoned_greedy_which_differs_from_never_saw(fixture, evidence):
+def test_no_evict_equals_oracle_poisoned_greedy_which_differs_from_never_saw(smollm2, oracle, evidence):
     """Control: the poison matters (else eviction proves nothing), and our run matches the oracle's."""
-    model, ev = fixture
+    ev = oracle.eviction()
     prefix, poison, query = (list(map(int, a)) for a in (ev.prefix_ids, ev.poison_ids, ev.query_ids))
-    got = model.session().generate(prefix + poison + query, GREEDY)
+    got = smollm2.session().generate(prefix + poison + query, GREEDY)
     poisoned, never = [int(t) for t in ev.poisoned_greedy], [int(t) for t in ev.never_greedy]
     differing = sum(a != b for a, b in zip(poisoned, never))
     evidence.record("tokens_differing", differing)
-    evidence.record("continuation", model.tokenizer.decode(got))
+    evidence.record("continuation", smollm2.tokenizer.decode(got))
     assert got == poisoned
     assert differing > 0, "the poison does not change the continuation: eviction would prove nothing"

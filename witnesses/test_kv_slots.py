@@ -5,6 +5,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from impl.attention import attend_one, causal_attention
+from impl.cache import KVGeometry
 from impl.kv import KVCache
 from impl.model.llama import rmsnorm, silu
 from impl.model.session import Session
@@ -21,7 +22,7 @@ def test_append_lands_in_its_layer_pos_head_slot_and_reads_back_exactly(evidence
     @given(geo=geometries, chunks=st.lists(st.integers(1, 6), min_size=1, max_size=6))
     def prop(geo, chunks):
         L, H, D = geo["n_layers"], geo["n_kv_heads"], geo["head_dim"]
-        cache = KVCache(L, H, D, [RopeTable(10000.0, D, 64)] * L, capacity=2)  # tiny capacity: growth is exercised
+        cache = KVCache(KVGeometry(L, H, D), [RopeTable(10000.0, D, 64)] * L, capacity=2)  # tiny: growth is exercised
         d = np.arange(D)
         for t in chunks:
             start = len(cache)

@@ -102,13 +102,6 @@ def test_no_window_is_identical_on_cacheless_prefill_decode_and_forked_paths(evi
     assert np.array_equal(forked, cacheless[11:])
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from impl.model import load_model
-
-    return load_model()
-
-
 def test_window_of_three_changes_the_last_logits(smollm2, evidence):
     """Control: on real weights a short window really changes the output."""
     ids = smollm2.tokenizer.encode("The weather in Paris today is sunny and warm, so")

@@ -41,28 +41,16 @@ HIDDEN_MAX_REL_DELTA = 2e-5
 
 
 @pytest.fixture(scope="module")
-def model():
-    """impl's model, loaded once for this module."""
-    from impl.errors import WeightsError
-    from impl.model import load_model
-
-    try:
-        return load_model()
-    except WeightsError as e:
-        pytest.skip(f"weights unavailable: {e}")
-
-
-@pytest.fixture(scope="module")
-def prefills(model, oracle: Oracle) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def prefills(smollm2, oracle: Oracle) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """name -> (logits (T, vocab), hidden (n_layers+1, T, hidden)) from one prefill of the oracle's ids."""
-    assert oracle.manifest["model"]["n_layers"] == model.config.n_layers
+    assert oracle.manifest["model"]["n_layers"] == smollm2.config.n_layers
     return {
-        name: model.session().prefill(oracle.prompt(name).ids.tolist(), return_hidden=True)
+        name: smollm2.session().prefill(oracle.prompt(name).ids.tolist(), return_hidden=True)
         for name in oracle.prompt_names
     }
 
 
-def test_tokenizer_ids_equal_oracle_for_every_prompt_and_segment(model, oracle: Oracle, evidence) -> None:
+def test_tokenizer_ids_equal_oracle_for_every_prompt_and_segment(smollm2, oracle: Oracle, evidence) -> None:
     texts = {name: oracle.prompt(name) for name in oracle.prompt_names}
     cases = {name: (rec.text, rec.ids) for name, rec in texts.items()}
     ev = oracle.eviction()
@@ -71,7 +59,7 @@ def test_tokenizer_ids_equal_oracle_for_every_prompt_and_segment(model, oracle: 
     mismatches = {}
     tokens = 0
     for name, (text, want) in cases.items():
-        got = list(model.tokenizer.encode(text))
+        got = list(smollm2.tokenizer.encode(text))
         tokens += len(want)
         if got != want.tolist():
             mismatches[name] = {"impl": got, "oracle": want.tolist()}
@@ -121,14 +109,14 @@ def test_argmax_matches_oracle_at_every_position(prefills, oracle: Oracle, evide
     assert not differing, f"argmax differs from transformers at (position, impl, oracle): {differing}"
 
 
-def test_hidden_states_match_oracle_at_every_layer(prefills, model, oracle: Oracle, evidence) -> None:
+def test_hidden_states_match_oracle_at_every_layer(prefills, smollm2, oracle: Oracle, evidence) -> None:
     """Entry i of impl's hidden is the residual stream after layer i (0 = embeddings).
 
     transformers' last hidden state is after the final RMSNorm, so impl's raw
     last layer is compared with the oracle's hook-captured raw output, and
-    model.final_norm(impl's last layer) with transformers' last entry.
+    smollm2.final_norm(impl's last layer) with transformers' last entry.
     """
-    n = model.config.n_layers
+    n = smollm2.config.n_layers
     rel_by_layer = np.zeros(n + 2)  # 0..n raw residual stream, n+1 = after the final norm
     abs_by_layer = np.zeros(n + 2)
     worst_prompt_by_layer = [""] * (n + 2)
@@ -136,7 +124,7 @@ def test_hidden_states_match_oracle_at_every_layer(prefills, model, oracle: Orac
         rec = oracle.prompt(name)
         assert hidden.shape == rec.hidden.shape, f"{name}: impl hidden {hidden.shape}, oracle {rec.hidden.shape}"
         pairs = [(hidden[i], rec.hidden[i]) for i in range(n)]
-        pairs += [(hidden[n], rec.hidden_last_raw), (model.final_norm(hidden[n]), rec.hidden[n])]
+        pairs += [(hidden[n], rec.hidden_last_raw), (smollm2.final_norm(hidden[n]), rec.hidden[n])]
         for i, (got, want) in enumerate(pairs):
             d = float(np.abs(got.astype(np.float64) - want).max())
             rel = d / float(np.abs(want).max())
@@ -159,11 +147,11 @@ def test_hidden_states_match_oracle_at_every_layer(prefills, model, oracle: Orac
     )
 
 
-def _compare_greedy(cases: dict[str, tuple[list[int], np.ndarray]], model, evidence) -> None:
+def _compare_greedy(cases: dict[str, tuple[list[int], np.ndarray]], smollm2, evidence) -> None:
     diverged = {}
     tokens = 0
     for name, (prompt_ids, want) in cases.items():
-        got = model.session().generate(prompt_ids, len(want))
+        got = smollm2.session().generate(prompt_ids, len(want))
         tokens += len(want)
         if got != want.tolist():
             first = next(i for i, (a, b) in enumerate(zip(got, want.tolist())) if a != b)
@@ -174,18 +162,18 @@ def _compare_greedy(cases: dict[str, tuple[list[int], np.ndarray]], model, evide
     assert not diverged, f"greedy tokens differ from transformers (no cache, full forwards): {diverged}"
 
 
-def test_greedy_tokens_equal_oracle_for_every_prompt(model, oracle: Oracle, evidence) -> None:
+def test_greedy_tokens_equal_oracle_for_every_prompt(smollm2, oracle: Oracle, evidence) -> None:
     cases = {}
     for name in oracle.prompt_names:
         rec = oracle.prompt(name)
         cases[name] = (rec.ids.tolist(), rec.greedy)
-    _compare_greedy(cases, model, evidence)
+    _compare_greedy(cases, smollm2, evidence)
 
 
-def test_greedy_tokens_equal_oracle_for_eviction_fixture_continuations(model, oracle: Oracle, evidence) -> None:
+def test_greedy_tokens_equal_oracle_for_eviction_fixture_continuations(smollm2, oracle: Oracle, evidence) -> None:
     ev = oracle.eviction()
     cases = {
         "prefix+query": (np.concatenate([ev.prefix_ids, ev.query_ids]).tolist(), ev.never_greedy),
         "prefix+poison+query": (np.concatenate([ev.prefix_ids, ev.poison_ids, ev.query_ids]).tolist(), ev.poisoned_greedy),
     }
-    _compare_greedy(cases, model, evidence)
+    _compare_greedy(cases, smollm2, evidence)

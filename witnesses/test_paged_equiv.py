@@ -9,18 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 from impl.attention import causal_attention
+from impl.cache import KVGeometry
 from impl.kv import KVCache
 from impl.model.session import Session
-from impl.paged import BlockPool, PagedSequence, session_cache
+from impl.paged import BlockPool, PagedSequence
 from impl.rope import RopeTable
 from witnesses.synthetic import cache_delta, tiny_llama, token_ids
 
 NL, NKV, G, HD = 2, 2, 2, 8  # layers, KV heads, query heads per KV head, head_dim
-KV_DIM = NKV * HD
+GEOMETRY = KVGeometry(NL, NKV, HD)
+KV_DIM = GEOMETRY.kv_dim
 SCALE = float(1 / np.sqrt(HD))
 ROUNDS = (5, 1, 3)  # the seed gate's append rounds: prefill, one decode step, a chunk
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 16)  # 1 and 3 divide 6 and 9, 5 divides 5, the rest divide none
@@ -59,7 +60,7 @@ def feed(cache, r: Round) -> np.ndarray:
 
 
 def contiguous() -> KVCache:
-    return KVCache(NL, NKV, HD, [RopeTable(10000.0, HD, 256)] * NL, capacity=2)
+    return KVCache(GEOMETRY, [RopeTable(10000.0, HD, 256)] * NL, capacity=2)
 
 
 def delta(a: np.ndarray, b: np.ndarray) -> float:
@@ -75,7 +76,7 @@ def test_three_rounds_paged_attention_equals_contiguous_bit_for_bit(evidence):
     tables = {}
     for bs in BLOCK_SIZES:
         rng = np.random.default_rng(20260709 + bs)
-        pool = BlockPool(32, bs, NL, KV_DIM)
+        pool = BlockPool(32, bs, GEOMETRY)
         hog = PagedSequence(pool)
         hog.reserve(2 * bs)
         paged, ref = PagedSequence(pool), contiguous()
@@ -100,7 +101,7 @@ def test_control_a_page_table_entry_naming_another_block_changes_attention(evide
     permutation changes only the summation order, by about 1e-7.)
     """
     rng = np.random.default_rng(7)
-    pool = BlockPool(8, 2, NL, KV_DIM)
+    pool = BlockPool(8, 2, GEOMETRY)
     paged, other, ref = PagedSequence(pool), PagedSequence(pool), contiguous()
     r = round_inputs(6, rng)
     feed(paged, r)
@@ -125,12 +126,11 @@ def test_paged_session_equals_contiguous_on_random_models_and_chunkings(evidence
            window=st.one_of(st.none(), st.integers(1, 12)), hog=st.integers(0, 4), seed=st.integers(0, 9999))
     def prop(geo, chunks, bs, window, hog, seed):
         model = tiny_llama(**geo)
-        cfg = model.config
         ids = token_ids(sum(chunks), seed)
-        pool = BlockPool(64, bs, cfg.n_layers, cfg.kv_dim)
+        pool = BlockPool(64, bs, model.config.kv_geometry)
         squatter = PagedSequence(pool)
         squatter.reserve(hog * bs)
-        paged = Session(model, window=window, cache=session_cache(cfg, model.ropes, pool=pool))
+        paged = Session(model, window=window, cache="paged", pool=pool)
         ref = Session(model, window=window)
         at, got, want = 0, [], []
         for i, t in enumerate(chunks):
@@ -154,21 +154,13 @@ PROMPTS = ("The capital of France is Paris, and the capital of Italy is",
 GREEDY = 6
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from impl.model import load_model
-
-    return load_model()
-
-
 def test_real_weights_paged_sessions_sharing_a_pool_equal_contiguous(smollm2, evidence):
     """Two paged sessions on one pool (block_size 5, interleaved) vs contiguous: logits and greedy tokens.
 
     A squatter holds the two lowest blocks during the prefills and lets them
     go before decoding, so the decode steps get lower ids: tables out of order.
     """
-    cfg = smollm2.config
-    pool = BlockPool(16, 5, cfg.n_layers, cfg.kv_dim)
+    pool = BlockPool(16, 5, smollm2.config.kv_geometry)
     squatter = PagedSequence(pool)
     squatter.reserve(10)
     ids = [smollm2.tokenizer.encode(p) for p in PROMPTS]

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 from impl.model.session import Session
-from impl.paged import BlockPool, PagedSequence, session_cache
+from impl.paged import BlockPool, PagedSequence
 from witnesses.synthetic import cache_delta, tiny_llama, token_ids
-from witnesses.test_paged_equiv import BLOCK_SIZES, KV_DIM, NL, contiguous, delta, feed, round_inputs
+from witnesses.test_paged_equiv import BLOCK_SIZES, GEOMETRY, contiguous, delta, feed, round_inputs
 
 PREFILL, DIVERGE = 5, 2  # the seed gate: fork after a 5-token prefill, then 2 different tokens each
 
@@ -17,7 +16,7 @@ def diverged_forks(bs: int, seed: int):
     """Prefill 5 rows, fork, append 2 different rows to each fork. Returns everything the gates check."""
     rng = np.random.default_rng(seed)
     prefill, ra, rb = round_inputs(PREFILL, rng), round_inputs(DIVERGE, rng), round_inputs(DIVERGE, rng)
-    pool = BlockPool(16, bs, NL, KV_DIM)
+    pool = BlockPool(16, bs, GEOMETRY)
     a = PagedSequence(pool)
     feed(a, prefill)
     b = a.fork()
@@ -64,11 +63,10 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
            bs=st.integers(1, 8), seed=st.integers(0, 9999))
     def prop(n_pre, n_a, n_b, forks, bs, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
-        cfg = model.config
-        pool = BlockPool(64, bs, cfg.n_layers, cfg.kv_dim)
+        pool = BlockPool(64, bs, model.config.kv_geometry)
         ids = token_ids(n_pre + (forks + 1) * 6, seed)
         pre = ids[:n_pre]
-        root = Session(model, cache=session_cache(cfg, model.ropes, pool=pool))
+        root = Session(model, cache="paged", pool=pool)
         root.prefill(pre)
         children = [root.fork() for _ in range(forks)]
         sessions = [root, *children]
@@ -97,17 +95,9 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
 
 # ---- real weights -------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from impl.model import load_model
-
-    return load_model()
-
-
 def test_real_weights_forks_equal_contiguous_replays(smollm2, evidence):
     """Fork a paged session after a prompt; one fork decodes greedily, the other is forced off course."""
-    cfg = smollm2.config
-    pool = BlockPool(16, 4, cfg.n_layers, cfg.kv_dim)
+    pool = BlockPool(16, 4, smollm2.config.kv_geometry)
     prompt = smollm2.tokenizer.encode("The best thing about living near the sea is")
     a = smollm2.session(cache="paged", pool=pool)
     a.prefill(prompt)

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import pytest
 
+from impl.cache import KVGeometry
 from impl.errors import CacheError
 from impl.paged import BlockPool, PagedSequence, PoolExhausted, SequenceReleased
 
-BS, NL, KV_DIM = 4, 2, 16
+BS, GEOMETRY = 4, KVGeometry(n_layers=2, n_kv_heads=2, head_dim=8)
 
 
 def pool3() -> BlockPool:
-    return BlockPool(3, BS, NL, KV_DIM)
+    return BlockPool(3, BS, GEOMETRY)
 
 
 def ask(table: list, question: str, got, want) -> None:
@@ -112,5 +113,5 @@ def test_bad_arguments_and_use_after_release_raise_errors_naming_the_field(evide
         with pytest.raises(SequenceReleased, match="released=True"):
             call()
     with pytest.raises(CacheError, match="block_size=0"):
-        BlockPool(3, 0, NL, KV_DIM)
+        BlockPool(3, 0, GEOMETRY)
     evidence.record("error_cases", 11)

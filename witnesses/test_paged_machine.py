@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from impl.attention import causal_attention
 from impl.paged import BlockPool, PagedSequence, PoolExhausted
 from witnesses.synthetic import cache_delta
-from witnesses.test_paged_equiv import KV_DIM, NL, SCALE, contiguous, feed, round_inputs
+from witnesses.test_paged_equiv import GEOMETRY, NL, SCALE, contiguous, feed, round_inputs
 
 MAX_LIVE = 5
 STATS = Counter()  # summed over every run of the machine in this process
@@ -32,7 +32,7 @@ class PagedMachine(RuleBasedStateMachine):
 
     @initialize(num_blocks=st.integers(3, 10), bs=st.integers(1, 5))
     def make_pool(self, num_blocks, bs):
-        self.pool = BlockPool(num_blocks, bs, NL, KV_DIM)
+        self.pool = BlockPool(num_blocks, bs, GEOMETRY)
         STATS["runs"] += 1
 
     def pick(self, i: int):

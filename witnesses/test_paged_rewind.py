@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 from impl.model.session import Session
-from impl.paged import BlockPool, session_cache
+from impl.paged import BlockPool
 from witnesses.synthetic import cache_delta, tiny_llama, token_ids
 from witnesses.test_paged_equiv import BLOCK_SIZES, delta, feed
 from witnesses.test_paged_fork import PREFILL, diverged_forks
@@ -44,13 +43,12 @@ def test_speculative_rewind_on_random_models(evidence):
            seed=st.integers(0, 9999))
     def prop(n_pre, n_draft, data, bs, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
-        cfg = model.config
         accept = data.draw(st.integers(0, n_draft), label="accepted")
         n_real = data.draw(st.integers(1, 5), label="real")
         ids = token_ids(n_pre + n_draft + n_real, seed)
         pre, draft, real = ids[:n_pre], ids[n_pre : n_pre + n_draft], ids[n_pre + n_draft :]
-        pool = BlockPool(32, bs, cfg.n_layers, cfg.kv_dim)
-        s = Session(model, cache=session_cache(cfg, model.ropes, pool=pool))
+        pool = BlockPool(32, bs, model.config.kv_geometry)
+        s = Session(model, cache="paged", pool=pool)
         s.prefill(pre)
         other = s.fork()  # a sibling keeps the prefix blocks shared, as in beam/speculative serving
         s.prefill(draft)
@@ -70,17 +68,9 @@ def test_speculative_rewind_on_random_models(evidence):
     prop()
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from impl.model import load_model
-
-    return load_model()
-
-
 def test_real_weights_rewind_equals_the_fork_that_took_the_other_path(smollm2, evidence):
     """SmolLM2: A drafts 3 greedy tokens, rewinds to the fork point and takes B's forced path."""
-    cfg = smollm2.config
-    pool = BlockPool(16, 4, cfg.n_layers, cfg.kv_dim)
+    pool = BlockPool(16, 4, smollm2.config.kv_geometry)
     prompt = smollm2.tokenizer.encode("My favourite colour is")
     a = smollm2.session(cache="paged", pool=pool)
     a.prefill(prompt)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
+from impl.cache import KVGeometry
 from impl.model.session import Session
 from impl.quant import dequantize, fake_quant, quantize
-from impl.ring import RingCache, RingConfig, session_cache, smollm2_windows
+from impl.ring import RingCache, RingConfig, smollm2_windows
 from witnesses.synthetic import tiny_llama, token_ids
 from witnesses.test_ring_placement import WindowRowsCache, feed_in_chunks, ring_sessions
 
@@ -45,14 +45,15 @@ def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence)
     """Distinct magnitude per position, so a scale taken from another slot is visible."""
     bad = {"misread": 0, "checked": 0}
     for hint, window, heads in [(2, 4, 1), (1, 5, 2), (3, 8, 3), (2, 3, 2)]:
-        cfg = RingConfig(num_layers=2, num_kv_heads=heads, k_head_dim=6, v_head_dim=4, max_seq_len=64,
+        cfg = RingConfig(KVGeometry(2, heads, 6, v_head_dim=4), max_seq_len=64,
                          window=window, global_layers=(1,))
         ring = RingCache(cfg, hint=hint, precision="int8")
         written = {}
         for pos in range(3 * window + 1):
             m = np.float32(pos + 1)
-            k = (m * (np.arange(cfg.k_dim, dtype=np.float32) + 1)) * np.where(np.arange(cfg.k_dim) % 2, 1, -1)
-            v = -m * np.sqrt(np.arange(cfg.v_dim, dtype=np.float32) + 1)
+            g = cfg.geometry
+            k = (m * (np.arange(g.kv_dim, dtype=np.float32) + 1)) * np.where(np.arange(g.kv_dim) % 2, 1, -1)
+            v = -m * np.sqrt(np.arange(g.v_dim, dtype=np.float32) + 1)
             for layer in range(2):
                 ring.write_kv(layer, pos, k, v)
             written[pos] = (k, v)
@@ -83,8 +84,7 @@ def test_int8_attention_equals_f32_attention_over_fake_quantised_kv(evidence):
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
         ws = [None if p["global_mask"][i] else p["window"] for i in range(p["n_layers"])]
-        ring = Session(model, window=ws, cache=session_cache(model.config, model.ropes, window=ws, hint=p["hint"],
-                                                             precision="int8"))
+        ring = Session(model, window=ws, cache="ring", hint=p["hint"], precision="int8")
         ref = Session(model, window=ws, cache=WindowRowsCache(model, ws, quant=True))
         la, lb = feed_in_chunks([ring, ref], token_ids(p["n"], p["seed"]), p["chunks"])
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
@@ -99,21 +99,14 @@ def test_int8_changes_the_logits(evidence):
     """Control: int8 storage really quantises (else the exactness above compares f32 with itself)."""
     model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
     ids = token_ids(20, 3)
-    a = Session(model, window=4, cache=session_cache(model.config, model.ropes, window=4, precision="int8"))
-    b = Session(model, window=4, cache=session_cache(model.config, model.ropes, window=4))
+    a = Session(model, window=4, cache="ring", precision="int8")
+    b = Session(model, window=4, cache="ring")
     delta = float(np.max(np.abs(a.prefill(ids).astype(np.float64) - b.prefill(ids))))
     evidence.record("max_abs_delta", delta)
     assert delta > 0
 
 
 # ---- real weights: the agreement int8 keeps with float32 ------------------------------------
-
-@pytest.fixture(scope="module")
-def model():
-    from impl.model import load_model
-
-    return load_model()
-
 
 def _greedy(model, ids, window, precision, sessions=None):
     s = model.session(window=window, cache="ring", hint=64, precision=precision)
@@ -122,7 +115,7 @@ def _greedy(model, ids, window, precision, sessions=None):
     return s.generate(ids, GREEDY)
 
 
-def test_real_weights_int8_keeps_greedy_tokens_of_f32(model, oracle, evidence):
+def test_real_weights_int8_keeps_greedy_tokens_of_f32(smollm2, oracle, evidence):
     """SmolLM2 on the oracle's reference prompts, 12 greedy tokens, ring with a 1024 window on 25 of 30
     layers: f32 reproduces the oracle; int8's agreement with f32 is measured and recorded."""
     ws = smollm2_windows(1024)
@@ -130,8 +123,8 @@ def test_real_weights_int8_keeps_greedy_tokens_of_f32(model, oracle, evidence):
     for name in oracle.prompt_names:
         rec = oracle.prompt(name)
         ids = [int(t) for t in rec.ids]
-        g32 = _greedy(model, ids, ws, "f32")
-        g8 = _greedy(model, ids, ws, "int8")
+        g32 = _greedy(smollm2, ids, ws, "f32")
+        g8 = _greedy(smollm2, ids, ws, "int8")
         f32_off += sum(a != int(b) for a, b in zip(g32, rec.greedy))
         same = sum(a == b for a, b in zip(g8, g32))
         first = next((i for i, (a, b) in enumerate(zip(g8, g32)) if a != b), GREEDY)
@@ -145,13 +138,13 @@ def test_real_weights_int8_keeps_greedy_tokens_of_f32(model, oracle, evidence):
     assert f32_off == 0, "the f32 ring (no prompt reaches the window) must reproduce the oracle's greedy tokens"
 
 
-def test_real_weights_int8_on_a_wrapped_ring(model, oracle, evidence):
+def test_real_weights_int8_on_a_wrapped_ring(smollm2, oracle, evidence):
     """The long prompt with a 64 window on 25 layers, so the rings wrap: int8 vs f32, 12 greedy tokens."""
     ws = smollm2_windows(64)
     ids = [int(t) for t in oracle.prompt("long").ids]
     sessions = []
-    g32 = _greedy(model, ids, ws, "f32", sessions)
-    g8 = _greedy(model, ids, ws, "int8", sessions)
+    g32 = _greedy(smollm2, ids, ws, "f32", sessions)
+    g8 = _greedy(smollm2, ids, ws, "int8", sessions)
     same = sum(a == b for a, b in zip(g8, g32))
     # the measurement means something only if the windowed rings really wrapped
     local = [i for i, w in enumerate(ws) if w is not None]
@@ -162,5 +155,5 @@ def test_real_weights_int8_on_a_wrapped_ring(model, oracle, evidence):
     evidence.record("prompt_tokens", len(ids))
     evidence.record("int8_tokens_equal_f32", same)
     evidence.record("tokens_compared", GREEDY)
-    evidence.record("f32_continuation", model.tokenizer.decode(g32))
-    evidence.record("int8_continuation", model.tokenizer.decode(g8))
+    evidence.record("f32_continuation", smollm2.tokenizer.decode(g32))
+    evidence.record("int8_continuation", smollm2.tokenizer.decode(g8))

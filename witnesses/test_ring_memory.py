@@ -1,10 +1,11 @@
-"""RING-T4: a ring session pays for what it uses; int8 holds K/V in about a quarter; bytes() is exact."""
+"""RING-T4: a ring session pays for what it uses; int8 holds K/V in about a quarter; nbytes is exact."""
 from __future__ import annotations
 
 import numpy as np
 
+from impl.cache import KVGeometry
 from impl.model.session import Session
-from impl.ring import RingCache, RingConfig, reserved_bytes, session_cache
+from impl.ring import RingCache, RingConfig, reserved_bytes
 from witnesses.synthetic import tiny_llama, token_ids
 
 SMOLLM2_GLOBAL = (5, 11, 17, 23, 29)  # impl.ring.smollm2_windows(1024): every 6th layer global
@@ -12,7 +13,7 @@ SMOLLM2_GLOBAL = (5, 11, 17, 23, 29)  # impl.ring.smollm2_windows(1024): every 6
 
 def smollm2_ring() -> RingConfig:
     """SmolLM2-135M's KV geometry (30 layers, 3 KV heads of 64) with a 1024 window on 25 layers."""
-    return RingConfig(num_layers=30, num_kv_heads=3, k_head_dim=64, v_head_dim=64, max_seq_len=8192,
+    return RingConfig(KVGeometry(30, 3, 64), max_seq_len=8192,
                       window=1024, global_layers=SMOLLM2_GLOBAL)
 
 
@@ -20,8 +21,8 @@ def session_of(n: int, precision: str, hint: int = 64) -> RingCache:
     """A ring after n positions on every layer (zeros: memory does not depend on the values)."""
     cfg = smollm2_ring()
     ring = RingCache(cfg, hint=hint, precision=precision)
-    k = np.zeros((n, cfg.k_dim), np.float32)
-    for layer in range(cfg.num_layers):
+    k = np.zeros((n, cfg.geometry.kv_dim), np.float32)
+    for layer in range(cfg.geometry.n_layers):
         ring.write_rows(layer, 0, k, k)
     ring.advance(n)
     return ring
@@ -57,7 +58,7 @@ def held_arrays(obj) -> dict[int, np.ndarray]:
 
 def test_a_512_token_session_pays_at_least_4x_less_than_reserving(evidence):
     ring = session_of(512, "f32")
-    held, reserved = ring.bytes(), reserved_bytes(ring.config, "f32")
+    held, reserved = ring.nbytes, reserved_bytes(ring.config, "f32")
     evidence.record("session_bytes", held)
     evidence.record("session_mib", round(held / 2**20, 2))
     evidence.record("reserved_mib", round(reserved / 2**20, 2))
@@ -69,27 +70,27 @@ def test_a_512_token_session_pays_at_least_4x_less_than_reserving(evidence):
 
 def test_int8_holds_kv_in_about_a_quarter_of_f32(evidence):
     f32, i8 = session_of(512, "f32"), session_of(512, "int8")
-    ratio = i8.bytes() / f32.bytes()
-    evidence.record("int8_bytes", i8.bytes())
-    evidence.record("int8_mib", round(i8.bytes() / 2**20, 2))
+    ratio = i8.nbytes / f32.nbytes
+    evidence.record("int8_bytes", i8.nbytes)
+    evidence.record("int8_mib", round(i8.nbytes / 2**20, 2))
     evidence.record("int8_to_f32", round(ratio, 4))
     assert ratio == (64 + 4) / (4 * 64), "per (slot, head): 64 int8 values + one float32 scale vs 64 float32"
 
 
-def test_bytes_is_exactly_the_arrays_held(evidence):
-    """After real sessions (growth, wrap, staged chunks): bytes() == the sum of every buffer reachable
+def test_nbytes_is_exactly_the_arrays_held(evidence):
+    """After real sessions (growth, wrap, staged chunks): nbytes == the sum of every buffer reachable
     from the store, and an int8 store holds no float32 K/V buffer (only its scales are float32)."""
     model = tiny_llama(n_layers=3, n_kv_heads=2, group=2, head_dim=8)
     ws = [6, None, 6]
     unaccounted, f32_kv = 0, 0
     for precision in ("f32", "int8"):
         for n, hint, chunk in [(5, 2, 5), (23, 3, 9), (40, 1, 1), (40, 64, 40)]:
-            store = session_cache(model.config, model.ropes, window=ws, hint=hint, precision=precision)
-            s = Session(model, window=ws, cache=store)
+            s = Session(model, window=ws, cache="ring", hint=hint, precision=precision)
+            store = s.cache
             ids = token_ids(n, n)
             for i in range(0, n, chunk):
                 s.prefill(ids[i : i + chunk])
-            reported = store.bytes()  # commits a staged chunk first, then counts
+            reported = store.nbytes  # commits a staged chunk first, then counts
             arrays = held_arrays(store)
             unaccounted += abs(sum(a.nbytes for a in arrays.values()) - reported)
             if precision == "int8":
@@ -97,4 +98,4 @@ def test_bytes_is_exactly_the_arrays_held(evidence):
                               and a.shape[-1] in (8, 16))  # a K/V row or head of floats
     evidence.record("bytes_unaccounted", unaccounted)
     evidence.record("f32_kv_buffers_in_int8", f32_kv)
-    assert unaccounted == 0 and f32_kv == 0, f"bytes() off by {unaccounted}; {f32_kv} float32 K/V buffers in int8"
+    assert unaccounted == 0 and f32_kv == 0, f"nbytes off by {unaccounted}; {f32_kv} float32 K/V buffers in int8"

@@ -12,10 +12,11 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from impl.attention import window_lo
+from impl.cache import KVGeometry
 from impl.kv import KVCache
 from impl.model.session import Session
 from impl.quant import fake_quant
-from impl.ring import RingCache, RingConfig, session_cache
+from impl.ring import RingCache, RingConfig
 from witnesses.synthetic import tiny_llama, token_ids
 
 
@@ -30,16 +31,16 @@ class WindowRowsCache(KVCache):
 
     def __init__(self, model, windows, caps=None, quant: bool = False) -> None:
         c = model.config
-        super().__init__(c.n_layers, c.n_kv_heads, c.head_dim, model.ropes)
+        super().__init__(c.kv_geometry, model.ropes)
         self.windows = list(windows)
         self.caps = list(caps) if caps is not None else [None] * c.n_layers
         self.quant = quant
 
     def write(self, layer, start, k_raw, k, v):
         if self.quant:
-            t = k.shape[0]
-            k = fake_quant(k.reshape(t, self.n_kv_heads, self.head_dim), 8).reshape(t, -1)
-            v = fake_quant(v.reshape(t, self.n_kv_heads, self.head_dim), 8).reshape(t, -1)
+            t, g = k.shape[0], self.geometry
+            k = fake_quant(k.reshape(t, g.n_kv_heads, g.head_dim), 8).reshape(t, -1)
+            v = fake_quant(v.reshape(t, g.n_kv_heads, g.head_dim), 8).reshape(t, -1)
         super().write(layer, start, k_raw, k, v)
 
     def view(self, layer, hi):
@@ -85,8 +86,8 @@ def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
         ws = [None if p["global_mask"][i] else p["window"] for i in range(p["n_layers"])]
-        store = session_cache(model.config, model.ropes, window=ws, hint=p["hint"])
-        ring = Session(model, window=ws, cache=store)
+        ring = Session(model, window=ws, cache="ring", hint=p["hint"])
+        store = ring.cache
         ref = Session(model, window=ws, cache=WindowRowsCache(model, ws))
         ids = token_ids(p["n"], p["seed"])
         la, lb = feed_in_chunks([ring, ref], ids, p["chunks"])
@@ -94,7 +95,7 @@ def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
         n = len(store)
         for layer in range(p["n_layers"]):  # every held row, as stored
-            lo, _ = store.ring.span(layer, n - 1)
+            lo, _ = store.ring.span(layer, n - 1)  # [lo, n)
             k, v = store.ring.read(layer, lo, n)
             delta = max(delta, float(np.max(np.abs(k.astype(np.float64) - ref.cache.k[layer][lo:n]))),
                         float(np.max(np.abs(v.astype(np.float64) - ref.cache.v[layer][lo:n]))))
@@ -112,7 +113,7 @@ def test_growth_never_scrambles_any_held_position(evidence):
            heads=st.integers(1, 3), steps=st.lists(st.integers(1, 4), min_size=1, max_size=60),
            precision=st.sampled_from(["f32", "int8"]))
     def prop(hint, window, max_seq_len, heads, steps, precision):
-        cfg = RingConfig(num_layers=2, num_kv_heads=heads, k_head_dim=4, v_head_dim=2, max_seq_len=max_seq_len,
+        cfg = RingConfig(KVGeometry(2, heads, 4, v_head_dim=2), max_seq_len=max_seq_len,
                          window=window, global_layers=(1,))
         ring = RingCache(cfg, hint=hint, precision=precision)
         tags = {}  # (layer, pos) -> (k, v) as written
@@ -121,8 +122,8 @@ def test_growth_never_scrambles_any_held_position(evidence):
             pos += step
             for layer in range(2):
                 before = ring.slots(layer)
-                k = ((pos + 1) * (np.arange(cfg.k_dim) + 1) * (1 + layer)).astype(np.float32)
-                v = (-(pos + 1) * (np.arange(cfg.v_dim) + 1) * (1 + layer)).astype(np.float32)
+                k = ((pos + 1) * (np.arange(cfg.geometry.kv_dim) + 1) * (1 + layer)).astype(np.float32)
+                v = (-(pos + 1) * (np.arange(cfg.geometry.v_dim) + 1) * (1 + layer)).astype(np.float32)
                 ring.write_kv(layer, pos, k, v)
                 tags[layer, pos] = (k, v)
                 evidence.count("growths", int(ring.slots(layer) != before))
@@ -148,7 +149,7 @@ def test_growth_never_scrambles_any_held_position(evidence):
 
 def test_local_slots_cap_at_window_and_global_keep_growing(evidence):
     """The seed's geometry: 4 layers, window 4, layer 3 global, max_seq_len 64, hint 2."""
-    cfg = RingConfig(num_layers=4, num_kv_heads=1, k_head_dim=4, v_head_dim=4, max_seq_len=64, window=4,
+    cfg = RingConfig(KVGeometry(4, 1, 4), max_seq_len=64, window=4,
                      global_layers=(3,))
     ring = RingCache(cfg, hint=2)
     k = np.ones(4, np.float32)
@@ -173,7 +174,7 @@ def test_ring_session_vs_masked_contiguous_session(evidence):
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
         ws = [None if p["global_mask"][i] else p["window"] for i in range(p["n_layers"])]
-        ring = Session(model, window=ws, cache=session_cache(model.config, model.ropes, window=ws, hint=p["hint"]))
+        ring = Session(model, window=ws, cache="ring", hint=p["hint"])
         ref = Session(model, window=ws)
         la, lb = feed_in_chunks([ring, ref], token_ids(p["n"], p["seed"]), p["chunks"])
         delta = float(np.max(np.abs(la.astype(np.float64) - lb)))

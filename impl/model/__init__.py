@@ -43,12 +43,11 @@ class Model:
 
         ``window``: None, an int W, or one per layer (None = no window).
         ``cache``: None or "contiguous" (impl.kv.KVCache), "paged"
-        (impl.paged), "ring" (impl.ring), or a ready ``impl.kv.KVStore``
-        instance; ``cache_options`` go to that design's ``session_cache``
-        (e.g. ``block_size=``, ``pool=`` for paged; ``hint=``,
-        ``precision=`` for ring).
+        (impl.paged), "ring" (impl.ring), or a ready ``impl.cache.KVStore``;
+        ``cache_options`` go to ``impl.cache.make_cache`` (e.g.
+        ``block_size=``, ``pool=`` for paged; ``hint=``, ``precision=`` for ring).
         """
-        return Session(self.llama, window=window, cache=make_cache(self.llama, cache, window, **cache_options))
+        return Session(self.llama, window=window, cache=cache, **cache_options)
 
     def session_from_prefix(self, prefix: Session, suffix_ids: Sequence[int]) -> Session:
         """Fork ``prefix`` (its cache cloned; a paged cache shares blocks copy-on-write)
@@ -61,27 +60,6 @@ class Model:
     def final_norm(self, x: np.ndarray) -> np.ndarray:
         """The final RMSNorm applied to (..., hidden)."""
         return self.llama.final_norm(x)
-
-
-CACHE_DESIGNS = ("contiguous", "paged", "ring")
-
-
-def make_cache(llama: Llama, cache=None, window=None, **options):
-    """Build the KV store a session runs on (see ``Model.session``)."""
-    if cache is None or cache == "contiguous":
-        if options:
-            raise ValueError(f"the contiguous cache takes no options; got {sorted(options)}")
-        return None  # Session builds its KVCache
-    if isinstance(cache, str):
-        if cache not in CACHE_DESIGNS:
-            raise ValueError(f"cache={cache!r} is not a cache design; use one of {', '.join(CACHE_DESIGNS)}")
-        import importlib
-
-        mod = importlib.import_module(f"impl.{cache}")
-        return mod.session_cache(llama.config, llama.ropes, window=window, **options)
-    if options:
-        raise ValueError("cache options are only taken with a design name, not with a cache instance")
-    return cache
 
 
 _cache: dict[tuple[str, int], Model] = {}

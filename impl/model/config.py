@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.cache import KVGeometry
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -29,6 +31,11 @@ class ModelConfig:
     def kv_dim(self) -> int:
         """Width of one position's K (or V) row in the cache: n_kv_heads * head_dim."""
         return self.n_kv_heads * self.head_dim
+
+    @property
+    def kv_geometry(self) -> KVGeometry:
+        """The K/V shape every cache design is sized by (n_layers, n_kv_heads, head_dim)."""
+        return KVGeometry(self.n_layers, self.n_kv_heads, self.head_dim)
 
     @property
     def q_dim(self) -> int:

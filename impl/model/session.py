@@ -11,41 +11,30 @@ from typing import Sequence
 
 import numpy as np
 
+from impl.cache import KVStore, make_cache, normalize_window
 from impl.errors import CacheError
-from impl.kv import KVCache, KVStore
 from impl.model.llama import Llama
 
 
-def normalize_window(window, n_layers: int) -> list[int | None]:
-    """None, one W for every layer, or a per-layer sequence -> list of per-layer W."""
-    if window is None or isinstance(window, (int, np.integer, float)):
-        ws = [window] * n_layers
-    elif not isinstance(window, (list, tuple)):
-        raise CacheError(f"window={window!r} is not allowed: use None, an int >= 1, or a list with one per layer")
-    else:
-        ws = list(window)
-        if len(ws) != n_layers:
-            raise CacheError(
-                f"window has {len(ws)} entries but the model has {n_layers} layers; "
-                "give one int for all layers or exactly one per layer (None = no window)"
-            )
-    for i, w in enumerate(ws):
-        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1):
-            raise CacheError(f"window={w!r} (layer {i}) is not allowed: use an int >= 1 or None")
-    return [None if w is None else int(w) for w in ws]
-
-
 class Session:
-    """Greedy decoding state over one contiguous ``KVCache``.
+    """Greedy decoding state over one KV cache of any design (``impl.cache.KVStore``).
 
+    ``window``: None, one W, or one per layer (None = no window).
+    ``cache``: a design name for ``impl.cache.make_cache`` (None means
+    "contiguous"), with its ``options``; or a ready ``KVStore``.
     ``last_logits`` (vocab,) predicts the token after everything fed so far.
     """
 
-    def __init__(self, model: Llama, window=None, cache: KVStore | None = None) -> None:
+    def __init__(self, model: Llama, window=None, cache: str | KVStore | None = None, **options) -> None:
         c = model.config
         self.model = model
         self.window = normalize_window(window, c.n_layers)
-        self.cache = cache if cache is not None else KVCache(c.n_layers, c.n_kv_heads, c.head_dim, model.ropes)
+        if cache is None or isinstance(cache, str):
+            cache = make_cache(cache or "contiguous", c.kv_geometry, model.ropes, self.window, **options)
+        elif options:
+            raise CacheError(f"cache options {sorted(options)} are only taken with a design name, "
+                             f"not with a ready {type(cache).__name__}")
+        self.cache: KVStore = cache
         self.last_logits: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -96,13 +85,10 @@ class Session:
         return out
 
     def truncate(self, n: int) -> None:
-        """Rewind to the first ``n`` positions (speculative decoding, retries).
+        """Rewind to the first ``n`` positions (speculative decoding, retries): ``cache.truncate(n)``.
 
         ``last_logits`` is cleared: the next call must feed a token.
         """
-        if not hasattr(self.cache, "truncate"):
-            raise CacheError(f"this session's cache ({type(self.cache).__name__}) cannot rewind; "
-                             "use a contiguous or paged cache")
         self.cache.truncate(n)
         self.last_logits = None
 

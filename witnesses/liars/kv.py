@@ -18,8 +18,10 @@ from witnesses.liars import liar
 def write_head_minor(self, layer, start, k_raw, k, v):
     t = k.shape[0]
 
+    g = self.geometry
+
     def mix(a):
-        return np.ascontiguousarray(a).reshape(t, self.n_kv_heads, self.head_dim).transpose(0, 2, 1).reshape(t, -1)
+        return np.ascontiguousarray(a).reshape(t, g.n_kv_heads, g.head_dim).transpose(0, 2, 1).reshape(t, -1)
 
     self._k_raw[layer][start : start + t] = mix(k_raw)
     self._k[layer][start : start + t] = mix(k)
@@ -44,7 +46,7 @@ def _evict_with(self, start, n, rekey, renumber=True):
         return 0
     end, total = start + n, len(self)
     keep = total - end
-    for layer in range(self.n_layers):
+    for layer in range(self.geometry.n_layers):
         for a in (self._k_raw[layer], self._v[layer], self._k[layer]):
             a[start : start + keep] = a[end:total].copy()
         rekey(layer, start, keep, n)
@@ -60,14 +62,14 @@ def evict_composed(self, start, n):
         if not keep:
             return
         tab = self.ropes[layer]
-        d = self.head_dim
+        d = self.geometry.head_dim
         inv = 1.0 / (tab.theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
         ang = -float(shift) * inv
         ang = np.concatenate([ang, ang])
         cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
         from impl.rope import apply_rope
 
-        k = self._k[layer][start : start + keep].reshape(keep, self.n_kv_heads, d)
+        k = self._k[layer][start : start + keep].reshape(keep, self.geometry.n_kv_heads, d)
         self._k[layer][start : start + keep] = apply_rope(
             k, np.broadcast_to(cos, (keep, d)), np.broadcast_to(sin, (keep, d))).reshape(keep, -1)
 

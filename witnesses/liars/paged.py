@@ -61,7 +61,7 @@ def allocate_wraps_around(self):
 @liar("paged.gather_in_id_order", target="impl.paged:PagedSequence._gather",
       why="gathers the sequence's blocks in block-id order, not page-table order (right while ids ascend)")
 def gather_sorted(self, layer, rows):
-    bs, kv = self.pool.block_size, self.pool.kv_dim
+    bs, kv = self.pool.block_size, self.pool.geometry.kv_dim
     nb = -(-rows // bs)
     idx = np.asarray(sorted(self.blocks[:nb]), dtype=np.intp)
     st = self.pool.storage

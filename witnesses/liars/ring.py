@@ -11,7 +11,7 @@ from witnesses.liars import liar
           "max_seq_len a global layer asks for positions whose slots now hold later ones")
 def span_unclamped(self, layer, pos):
     reach = self.config.reach(layer)
-    return (0 if reach is None else max(0, pos + 1 - reach)), pos
+    return (0 if reach is None else max(0, pos + 1 - reach)), pos + 1
 
 
 @liar("ring.scale_from_neighbour", target="impl.ring:_RingLayer.take", factory=True,
@@ -40,13 +40,13 @@ def grow_as_deque(self, new_slots):
 
 
 @liar("ring.int8_keeps_f32", target="impl.ring:_RingLayer.__init__", factory=True,
-      why="an int8 ring that also allocates float32 K/V buffers (a 'debug copy'), which bytes() does not count")
+      why="an int8 ring that also allocates float32 K/V buffers (a 'debug copy'), which nbytes does not count")
 def make_init_with_f32_shadow(original):
     def __init__(self, codec, slots, cap):
         original(self, codec, slots, cap)
         if codec.name == "int8":
-            self.k_f32 = np.zeros((slots, codec.cfg.k_dim), np.float32)
-            self.v_f32 = np.zeros((slots, codec.cfg.v_dim), np.float32)
+            self.k_f32 = np.zeros((slots, codec.geometry.kv_dim), np.float32)
+            self.v_f32 = np.zeros((slots, codec.geometry.v_dim), np.float32)
 
     return __init__
 
