@@ -10,9 +10,10 @@ comparing these hashes; nothing here decides that.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from harness.cards import Card, display_path
 from harness.files import sha256_file
@@ -24,6 +25,16 @@ class BoundFile:
     path: str  # relative to the project root when inside it
     role: str  # card | witness | liar | support | covers | oracle
     sha256: str | None  # None: the file is missing
+
+
+def digest(files: Iterable[BoundFile]) -> str:
+    """sha256 hex over the sorted ``path\trole\tsha256`` lines of bound files (missing file: ``-``).
+
+    Equal digests mean the same set of files with the same bytes: the key
+    ``--changed`` replays by and the history strip calls a change flaky by.
+    """
+    lines = sorted(f"{f.path}\t{f.role}\t{f.sha256 or '-'}" for f in files)
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def bound_files(card: Card, root: Path, liars: Mapping[str, LiarSite],
@@ -41,6 +52,17 @@ def bound_files(card: Card, root: Path, liars: Mapping[str, LiarSite],
         if key not in seen:
             seen[key] = BoundFile(display_path(path, root), role, sha256_file(path))
     return tuple(seen.values())
+
+
+def oracle_files(card: Card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
+    """The oracle manifest a card that requires the oracle is bound to (when the oracle code is present)."""
+    if not any(r.startswith("oracle:") for r in card.requires):
+        return ()
+    try:
+        from harness.oracle.store import MANIFEST, resolve_oracle_dir
+    except ImportError:  # NOTE: the oracle extra (numpy) is optional for the harness itself
+        return ()
+    return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
 
 
 def support_files(root: Path, witness_files: list[Path]) -> list[Path]:

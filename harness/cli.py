@@ -25,13 +25,12 @@ import os
 import random
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import CardInvalid, HarnessError, LedgerError, UsageError
+from harness.cards import display_path
+from harness.errors import CardInvalid, HarnessError, UsageError
 from harness.project import project_root
-from harness.statuses import Gate
 
 SUBCOMMANDS = ("run", "list", "validate", "show", "status", "history", "new", "oracle")
 
@@ -76,6 +75,11 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, width=width, highlight=False)
 
 
+def _shown(path: Path, root: Path) -> str:
+    """``path`` relative to the project root when inside it; a folder ends in ``/``."""
+    return _shown_dir(path, root) if path.is_dir() else display_path(path, root)
+
+
 def _shown_dir(path: Path, root: Path) -> str:
     try:
         return path.relative_to(root).as_posix() + "/"
@@ -84,251 +88,40 @@ def _shown_dir(path: Path, root: Path) -> str:
 
 
 def _load(root: Path, folder: Path):
-    """Cards, the liar index, and the liar index's own problems (as :class:`harness.cards.Problem` objects).
+    from harness.pipeline import load
 
-    Raises UsageError when the folder holds no card file: ``run``, ``list``
-    and ``validate`` all refuse an empty folder alike.
-    """
-    from harness.cards import Problem, find_card_files, load_cards
-    from harness.liars import scan
-
-    if not find_card_files(folder):
-        raise UsageError(f"no cards found in {_shown_dir(folder, root)}; add one with `run_obligations.py new ID` "
-                         "or point --cards at the folder that holds them")
-    sites, liar_problems = scan(root)
-    result = load_cards(folder, root, sites)
-    extra = tuple(Problem(p.path, p.line, p.field, p.value, p.message) for p in liar_problems)
-    return result, sites, extra
-
-
-def _runnable(result, liar_problems, args: argparse.Namespace):
-    """The cards a run may use, or CardInvalid.
-
-    ``validate`` and ``run`` refuse the same things: a full run (no ids, no
-    tags) stops on any card that does not load and on any problem in the
-    liar index. A run of a selection goes ahead when none of the selected
-    ids matches a broken card and no selected card lists a liar whose
-    registration is broken; the other broken files are named as a warning.
-    """
-    from fnmatch import fnmatchcase
-
-    from harness.cards import select
-
-    broken = list(result.load_problems) + list(liar_problems)
-    if not broken:
-        return select(result.cards, args.ids, args.tag)
-    if not args.ids and not args.tag:
-        raise CardInvalid(broken)
-    hit = [p for p in result.load_problems
-           if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in args.ids)]
-    hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
-    if hit:
-        raise CardInvalid(hit)
-    selected = select(result.cards, args.ids, args.tag)
-    named = {n for c in selected for n in c.liars}
-    hit = [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
-    if hit:
-        raise CardInvalid(hit)
-    from harness.report import terminal
-
-    terminal.render_problems(_console(stderr=True), broken,
-                             f"warning: {len(broken)} problem(s) in cards that are not selected "
-                             f"(`run_obligations.py validate` lists them); running the selection:")
-    return selected
+    loaded = load(root, folder, _shown_dir(folder, root))
+    return loaded.result, loaded.sites, loaded.liar_problems
 
 
 # ---------------------------------------------------------------- run
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness import provenance, verdict
-    from harness.binding import bound_files
-    from harness.report import data, terminal
-    from harness.run import RunConfig
+    from harness.pipeline import RunRequest, prove
+    from harness.report.terminal import TerminalReporter
     from harness.schedule import default_jobs
 
     root = project_root()
-    folder = cards_dir(args, root)
-    console = _console()
-    jobs = default_jobs() if args.jobs is None else args.jobs
-    result, sites, liar_problems = _load(root, folder)
-    selected = _runnable(result, liar_problems, args)
-    seed = args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32))
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(f"--oracle-dir={args.oracle_dir!r} is not a folder; "
                          "export one with `run_obligations.py oracle export`")
-    outputs = _check_outputs(args, root)  # before any witness runs: a run that cannot record must not start
-    cfg = RunConfig(root=root, profile=args.profile, seed=seed, default_timeout=args.timeout,
-                    liars=not args.no_liars, oracle_dir=oracle_dir)
-    header = provenance.header(root, profile=args.profile, seed=seed, argv=args.argv, cards_dir=folder,
-                               liars=cfg.liars, default_timeout=cfg.default_timeout)
-    header["jobs"] = jobs
-    header["changed"] = bool(args.changed)
-    t0 = time.monotonic()
-    links = {c.id: tuple(str(p) for p in result.link_problems(c.id)) for c in selected}
-    bound = {c.id: bound_files(c, root, sites, _oracle_files(c, oracle_dir)) for c in selected}
-    replays, expected = _from_ledger(args, root, selected, links, bound)
-    to_run = [c for c in selected if c.id not in replays]
-    threads = "" if jobs == 1 else " (1 BLAS thread each)"
-    console.print(f"kvproof: {len(selected)} card(s) from {_shown_dir(folder, root)}, profile {args.profile}, "
-                  f"seed {seed} (replay with --profile {args.profile} --seed {seed}), -j {jobs}{threads}")
-    if args.changed:
-        console.print(f"--changed: {len(replays)} card(s) replayed (bound files unchanged since their last PROVEN "
-                      f"verdict), {len(to_run)} to run" + (f": {', '.join(c.id for c in to_run)}" if to_run else ""),
-                      soft_wrap=True)
-    runs = _execute(console, to_run, cfg, links, jobs, expected)
-    by_id = {r.card.id: r for r in runs}
-    reports = [replays[c.id] if c.id in replays else
-               data.CardReport(c, by_id[c.id], verdict.evaluate(c, by_id[c.id].outcomes), bound[c.id])
-               for c in selected]
-    doc = data.build(header, reports, finished=provenance.utc_now(), wall_s=time.monotonic() - t0)
-    terminal.render_run(console, doc)
-    terminal.render_timing(console, doc["timing"])
-    recorded = _record(args, root, doc, console, outputs)
-    if not recorded:
-        return 2
-    return 0 if doc["header"]["summary"]["gate"] == Gate.PASS else 1
-
-
-def _execute(console, to_run, cfg, links, jobs: int, expected):
-    """Run the cards' jobs with a progress bar (on a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from harness.run import count_jobs
-    from harness.schedule import run_cards
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("starting", total=sum(count_jobs(c, cfg, links[c.id]) for c in to_run))
-
-        def on_start(job, running) -> None:
-            progress.update(task, description="running " + ", ".join(j.label for j in running))
-
-        def on_done(job, settled: int) -> None:
-            progress.update(task, completed=settled)  # liars that did not need to run count as done
-
-        return run_cards(to_run, cfg, links, jobs=jobs, expected=expected, on_start=on_start, on_done=on_done)
-
-
-def _check_outputs(args: argparse.Namespace, root: Path) -> dict[str, Path]:
-    """Check every place the run will write, before anything runs; UsageError names the first that fails.
-
-    The reports folder must exist or be creatable and be writable, the
-    ledger in it must open for writing (an old ledger is migrated here),
-    and ``--json PATH`` must be a file path in a writable folder.
-    """
-    from harness.ledger import FILENAME, Ledger
-
-    reports = reports_dir(args, root)
-    source = "--reports" if getattr(args, "reports", None) else (
-        "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
-    _writable_folder(reports, f"{source}={str(reports)!r}", "give a folder you can write to with --reports DIR")
-    try:
-        Ledger(reports / FILENAME, create=True).close()
-    except LedgerError as exc:
-        raise UsageError(f"{source}: the ledger {reports / FILENAME} cannot be opened for writing: {exc}; "
-                         "fix its permissions, move it away, or give another --reports DIR") from None
-    out = {"reports": reports}
+    json_path = None
     if args.json:
-        path = Path(args.json).expanduser()
-        path = (path if path.is_absolute() else Path.cwd() / path)
-        if path.is_dir():
-            raise UsageError(f"--json={args.json!r} is a folder; give a file path such as {args.json.rstrip('/')}/"
-                             "verdicts.json")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise UsageError(f"--json={args.json!r}: the file exists and is not writable; fix its permissions "
-                             "or give another path")
-        _writable_folder(path.parent, f"--json={args.json!r}", "give a path in a folder you can write to")
-        out["json"] = path
-    return out
-
-
-def _writable_folder(folder: Path, what: str, fix: str) -> None:
-    """Create ``folder`` if needed and prove it writable by creating a file in it."""
-    import tempfile
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kvproof-write-check-"):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise UsageError(f"{what}: cannot write there ({reason}); {fix}") from None
-
-
-def _record(args: argparse.Namespace, root: Path, doc: dict[str, Any], console, outputs: dict[str, Path]) -> bool:
-    """Write ``--json``, the dated report folder and the ledger row. False (after saying why) if any failed."""
-    from harness.report import folder as report_folder
-    from harness.report import jsonfile
-
-    err = _console(stderr=True)
-    ok = True
-    if "json" in outputs:
-        try:
-            jsonfile.write(doc, outputs["json"])
-            console.print(f"wrote {outputs['json']}", soft_wrap=True)
-        except OSError as exc:
-            err.print(f"run_obligations.py: error: --json={args.json!r}: cannot write it: {exc}", soft_wrap=True)
-            ok = False
-    try:
-        final = report_folder.publish(outputs["reports"], doc, root)
-        console.print(f"report {_shown_dir(final, root)}index.html", soft_wrap=True)
-    except (OSError, LedgerError) as exc:
-        err.print(f"run_obligations.py: error: the report and ledger row could not be written to "
-                  f"{outputs['reports']}: {exc}", soft_wrap=True)
-        ok = False
-    if not ok:
-        err.print("run_obligations.py: error: this run's evidence was not recorded, so its verdicts do not count "
-                  "(exit 2); fix the output location and run again", soft_wrap=True)
-    return ok
-
-
-def _from_ledger(args: argparse.Namespace, root: Path, cards, links, bound):
-    """What the ledger knows before a run: replays (``--changed``) and each card's expected process times.
-
-    A card is replayed when its last original PROVEN verdict of this profile
-    was bound to exactly the files it is bound to now (same paths, roles and
-    sha256); a card with link problems is always run (it errors at once).
-    """
-    from dataclasses import asdict
-
-    from harness.ledger import bound_digest
-    from harness.report.data import Replayed
-    from harness.schedule import expected_from_entry
-
-    replays, expected = {}, {}
-    try:
-        ledger = _open_ledger(args, root)
-    except LedgerError as exc:
-        _console(stderr=True).print(f"[yellow]warning[/]: ledger not read ({exc}); every card runs", soft_wrap=True)
-        return replays, expected
-    if ledger is None:
-        return replays, expected
-    with ledger:
-        for card in cards:
-            if args.changed and not links[card.id]:
-                digest = bound_digest(asdict(b) for b in bound[card.id])
-                past = ledger.last_matching(card.id, digest, profile=args.profile)
-                if past is not None:
-                    replays[card.id] = Replayed(ledger.entry(past.run_id, card.id), past.run_id, past.started,
-                                                past.report_dir)
-                    continue
-            last = ledger.last(card.id)
-            if last is not None:
-                expected[card.id] = expected_from_entry(ledger.entry(last.evidence_run_id, card.id))
-    return replays, expected
-
-
-def _oracle_files(card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
-    """The oracle manifest a card that requires the oracle is bound to (when the oracle code is present)."""
-    if not any(r.startswith("oracle:") for r in card.requires):
-        return ()
-    try:
-        from harness.oracle.store import MANIFEST, resolve_oracle_dir
-    except ImportError:
-        return ()
-    return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
+        json_path = Path(args.json).expanduser()
+        json_path = json_path if json_path.is_absolute() else Path.cwd() / json_path
+    source = "--reports" if args.reports else (
+        "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    req = RunRequest(
+        root=root, cards_dir=cards_dir(args, root), reports_dir=reports_dir(args, root), reports_source=source,
+        ids=tuple(args.ids), tags=tuple(args.tag), profile=args.profile,
+        seed=args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
+        liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
+        changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
+        argv=tuple(args.argv))
+    reporter = TerminalReporter(_console(), _console(stderr=True), lambda p: _shown(p, root))
+    return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
 
 
 # ---------------------------------------------------------------- list / validate / show
@@ -368,6 +161,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from harness.cards import did_you_mean
     from harness.report import terminal
+    from harness.status import status_rows
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -382,9 +176,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
-            row = _status_rows(ledger, [card], root, sites, None)[0]
+            row = status_rows(ledger, [card], root, sites, None)[0]
             if row.last is not None:
-                last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id)}
+                last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id).to_json()}
                 note = "" if not row.changed else f" (STALE: {', '.join(row.changed)}; that verdict may not apply)"
     terminal.render_card(console, card, last, note)
     problems = result.link_problems(card.id)
@@ -396,26 +190,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- status / history
 
 
-def _status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None):
-    from dataclasses import asdict
-
-    from harness.binding import bound_files
-    from harness.status import card_status
-
-    rows = []
-    for card in cards:
-        last = ledger.last(card.id) if ledger is not None else None
-        recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
-        current = [asdict(b) for b in bound_files(card, root, sites, _oracle_files(card, oracle_dir))] \
-            if last is not None else []
-        rows.append(card_status(card.id, card.title, last, recorded, current))
-    return rows
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from harness.cards import select
     from harness.report import terminal
-    from harness.status import status_exit_code
+    from harness.status import status_exit_code, status_rows
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -424,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     ledger = _open_ledger(args, root)
     try:
-        rows = _status_rows(ledger, cards, root, sites, oracle_dir)
+        rows = status_rows(ledger, cards, root, sites, oracle_dir)
     finally:
         if ledger is not None:
             ledger.close()

@@ -32,7 +32,6 @@ opened or was written by a newer kvproof.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from harness.errors import LedgerError
 from harness.files import json_safe
+from harness.document import CardResult, RunDocument
 from harness.statuses import Verdict
 
 SCHEMA_VERSION = 2
@@ -122,15 +122,6 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-def bound_digest(files: Iterable[Mapping[str, Any]]) -> str:
-    """sha256 hex over the sorted ``path\\trole\\tsha256`` lines of bound files (missing file: ``-``).
-
-    Equal digests mean the same set of files with the same bytes.
-    """
-    lines = sorted(f"{f['path']}\t{f['role']}\t{f.get('sha256') or '-'}" for f in files)
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class PastVerdict:
     """One card verdict as recorded, with the run it came from."""
@@ -155,7 +146,7 @@ class PastVerdict:
         """The run whose witnesses actually produced this verdict."""
         return self.replay_of if self.replay_of is not None else self.run_id
 
-    def entry(self, ledger: "Ledger") -> dict[str, Any]:
+    def entry(self, ledger: "Ledger") -> CardResult:
         return ledger.entry(self.run_id, self.card_id)
 
 
@@ -224,35 +215,31 @@ class Ledger:
 
     # ------------------------------------------------------------ writing
 
-    def record(self, doc: Mapping[str, Any], report_dir: str | None = None,
+    def record(self, doc: RunDocument, report_dir: str | None = None,
                before_commit: Callable[[], None] | None = None) -> int:
-        """Write one run (the verdicts document) in one transaction; returns its run_id.
+        """Write one run in one transaction; returns its run_id.
 
         ``before_commit`` runs inside the transaction after every row is
         written (the CLI moves the report folder into place there): if it
         raises, nothing is recorded.
         """
-        head = doc["header"]
-        git = head.get("git") or {}
+        head = doc.header
         with self.transaction() as c:
             cur = c.execute(
                 "INSERT INTO runs (started, finished, duration_s, git_commit, git_dirty, host, profile, seed, "
                 "liars, command, gate, report_dir, header_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (head["started"], head.get("finished"), head.get("duration_s"), git.get("commit"),
-                 None if git.get("dirty") is None else int(git["dirty"]), (head.get("host") or {}).get("name"),
-                 head.get("profile"), head.get("seed"), int(bool(head.get("liars", True))), head.get("command"),
-                 head["summary"]["gate"], report_dir, _dumps(head)))
+                (head.started, head.finished, head.duration_s, head.git.commit,
+                 None if head.git.dirty is None else int(head.git.dirty), head.host.name, head.profile, head.seed,
+                 int(head.liars), head.command, head.summary.gate, report_dir, _dumps(doc.to_json()["header"])))
             run_id = int(cur.lastrowid)
-            for card in doc["cards"]:
-                cid = card["id"]
-                replay_of = (card.get("replayed_from") or {}).get("run_id")
+            for card in doc.cards:
+                replay_of = card.replayed_from.run_id if card.replayed_from else None
                 c.execute("INSERT INTO verdicts (run_id, card_id, verdict, reason, headline, duration_s, fingerprint, "
                           "bound_digest, entry_json, replay_of) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                          (run_id, cid, card["verdict"], card["reason"],
-                           (card.get("headline") or {}).get("text"), card.get("duration_s"), card.get("fingerprint"),
-                           bound_digest(card["bound_files"]), _dumps(card), replay_of))
+                          (run_id, card.id, card.verdict, card.reason, card.headline.text if card.headline else None,
+                           card.duration_s, card.fingerprint, card.bound_digest, _dumps(card.to_json()), replay_of))
                 c.executemany("INSERT OR IGNORE INTO bound_files VALUES (?,?,?,?,?)",
-                              [(run_id, cid, b["path"], b["role"], b["sha256"]) for b in card["bound_files"]])
+                              [(run_id, card.id, b.path, b.role, b.sha256) for b in card.bound_files])
                 if replay_of is None:  # a replay's evidence is the original run's rows
                     c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
             if before_commit is not None:
@@ -304,13 +291,13 @@ class Ledger:
                                  "ORDER BY rowid", (run_id, card_id))
         return [{"path": p, "role": r, "sha256": s} for p, r, s in rows]
 
-    def entry(self, run_id: int, card_id: str) -> dict[str, Any]:
-        """The card's whole entry of that run's verdicts document."""
+    def entry(self, run_id: int, card_id: str) -> CardResult:
+        """The card's whole result in that run (entries of older kvproof versions are upgraded as read)."""
         row = self.conn.execute("SELECT entry_json FROM verdicts WHERE run_id = ? AND card_id = ?",
                                 (run_id, card_id)).fetchone()
         if row is None:
             raise LedgerError(f"no verdict for card_id={card_id!r} in run_id={run_id}")
-        return json.loads(row[0])
+        return CardResult.from_json(json.loads(row[0]))
 
     def run_count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
@@ -320,17 +307,15 @@ def _dumps(value: Any) -> str:
     return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, sort_keys=False)
 
 
-def _evidence_rows(run_id: int, card: Mapping[str, Any]) -> Iterator[tuple]:
-    for w in list(card.get("witnesses", [])) + list(card.get("controls", [])):
-        evidence = w.get("evidence") or {}
-        nodes = [n["nodeid"] for n in w.get("nodes", [])]
-        # a parametrized witness keeps its evidence keyed by node id (see WitnessOutcome.evidence)
-        per_node = evidence if len(nodes) > 1 else {nodes[0] if nodes else w["test"]: evidence}
+def _evidence_rows(run_id: int, card: CardResult) -> Iterator[tuple]:
+    for w in card.witnesses + card.controls:
+        single = w.nodes[0].nodeid if w.nodes else w.test
+        per_node = w.evidence if w.evidence_per_node else {single: w.evidence}
         for nodeid, values in per_node.items():
             if not isinstance(values, Mapping):
                 continue
             for key, value in values.items():
-                yield (run_id, card["id"], w["id"], w["kind"], nodeid, key, _dumps(value))
+                yield (run_id, card.id, w.id, w.kind, nodeid, key, _dumps(value))
 
 
 def changed_files(recorded: Iterable[Mapping[str, Any]], current: Iterable[Mapping[str, Any]]) -> list[str]:

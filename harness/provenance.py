@@ -12,7 +12,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
+
+from harness.document import GitState, Host
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -23,11 +26,11 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def git_state(root: Path) -> dict[str, Any]:
-    """{"commit": sha or None, "dirty": bool or None} (dirty: tracked files modified)."""
+def git_state(root: Path) -> GitState:
+    """The commit and whether tracked files are modified; None for what git could not tell."""
     commit = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    return GitState(commit, bool(status) if status is not None else None)
 
 
 def library_versions() -> dict[str, Any]:
@@ -56,19 +59,22 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def header(root: Path, *, profile: str, seed: int | None, argv: list[str], cards_dir: Path,
-           liars: bool, default_timeout: float) -> dict[str, Any]:
-    """The ``header`` block of the verdicts document (without the summary and finish time)."""
-    return {
-        "started": utc_now(),
-        "git": git_state(root),
-        "host": {"name": socket.gethostname(), "platform": platform.platform(), "machine": platform.machine()},
-        "versions": library_versions(),
-        "profile": profile,
-        "seed": seed,
-        "liars": liars,
-        "default_timeout_s": default_timeout,
-        "command": shlex.join([Path(sys.argv[0]).name, *argv]),
-        "root": str(root),
-        "cards_dir": str(cards_dir),
-    }
+@dataclass(frozen=True)
+class Provenance:
+    """Where and when a run happened: start time, commit, machine, library versions."""
+
+    started: str
+    git: GitState
+    host: Host
+    versions: dict[str, Any]
+
+
+def gather(root: Path) -> Provenance:
+    """Everything about the run's surroundings, gathered now (before any witness starts)."""
+    return Provenance(utc_now(), git_state(root),
+                      Host(socket.gethostname(), platform.platform(), platform.machine()), library_versions())
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as the user typed it, for the report header and the replay hints."""
+    return shlex.join([Path(sys.argv[0]).name, *argv])

@@ -130,6 +130,7 @@ class CardRun:
     card: Card
     outcomes: CardOutcomes
     duration: float  # seconds, all processes of this card
+    honest_s: float = 0.0  # seconds, the honest process alone
 
 
 # ---------------------------------------------------------------- one process
@@ -362,7 +363,7 @@ def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> 
     """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
     duration = honest.duration + sum(r.duration for r in liar_runs)
     return CardRun(card, CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
-                   duration)
+                   duration, honest.duration)
 
 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:

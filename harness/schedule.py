@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness import procs
 from harness.cards import Card
+from harness.document import CardResult
 from harness.statuses import LiarStatus
 from harness.run import (CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
                          assemble, execute, honest_job, liar_job, liar_run, not_run)
@@ -59,14 +60,12 @@ class Expected:
         return self.liars_s.get(name, UNKNOWN_S)
 
 
-def expected_from_entry(entry: Mapping[str, Any] | None) -> Expected:
-    """Process durations from a card's entry of an earlier verdicts document (None: unknown)."""
-    if not entry:
+def expected_from_entry(entry: CardResult | None) -> Expected:
+    """Process durations from a card's result in an earlier run (None: unknown)."""
+    if entry is None:
         return Expected()
-    liars = {lv["name"]: float(lv.get("duration_s") or 0.0) for lv in entry.get("liars", [])
-             if lv.get("status") != LiarStatus.NOT_RUN}
-    honest = float(entry.get("duration_s") or 0.0) - sum(liars.values())
-    return Expected(max(honest, 0.0) or UNKNOWN_S, liars)
+    liars = {lv.name: float(lv.duration_s or 0.0) for lv in entry.liars if lv.status != LiarStatus.NOT_RUN}
+    return Expected(entry.honest_s or UNKNOWN_S, liars)
 
 
 @dataclass

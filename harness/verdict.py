@@ -73,10 +73,15 @@ class WitnessOutcome:
         return sum(n.duration for n in self.nodes)
 
     @property
+    def per_node(self) -> bool:
+        """True when :attr:`evidence` is keyed by node id (a parametrized witness ran several nodes)."""
+        return len(self.nodes) > 1
+
+    @property
     def evidence(self) -> Mapping[str, Any]:
         """The evidence of a single node; for parametrized witnesses, keyed by node id."""
-        if len(self.nodes) == 1:
-            return self.nodes[0].evidence
+        if not self.per_node:
+            return self.nodes[0].evidence if self.nodes else {}
         return {n.nodeid: n.evidence for n in self.nodes}
 
     def first(self, status: str) -> NodeResult | None:

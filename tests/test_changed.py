@@ -19,7 +19,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.ledger import Ledger, bound_digest
+from harness.binding import BoundFile, digest
+from harness.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -104,8 +105,8 @@ def test_a_replay_is_recorded_as_pointing_at_the_original_run(project):
     with Ledger(project / "reports" / "ledger.sqlite") as ledger:
         last = ledger.last("FX-ADD")
         assert last.run_id == 2 and last.replay_of == 1 and last.evidence_run_id == 1
-        digest = bound_digest(ledger.bound_files(2, "FX-ADD"))
-        assert ledger.last_matching("FX-ADD", digest).run_id == 1  # replays never become evidence
+        files_digest = digest(BoundFile(**f) for f in ledger.bound_files(2, "FX-ADD"))
+        assert ledger.last_matching("FX-ADD", files_digest).run_id == 1  # replays never become evidence
         n = ledger.conn.execute("SELECT COUNT(*) FROM evidence WHERE run_id = 2").fetchone()[0]
         assert n == 0  # the evidence stays with the run that produced it
     status = kvproof(project, "status")

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ledger import SCHEMA_VERSION, Ledger, LedgerError, bound_digest, changed_files
+from harness.binding import BoundFile, digest
+from harness.document import RunDocument
+from harness.ledger import SCHEMA_VERSION, Ledger, LedgerError, changed_files
 from harness.status import card_status, status_exit_code
 from harness.statuses import CardState
 
@@ -17,7 +19,15 @@ NEVER_RUN, STALE = CardState.NEVER_RUN, CardState.STALE
 FIXTURE_DOC = Path(__file__).parent / "fixtures" / "report-data" / "mixed-verdicts.json"
 
 
-def doc_at(started: str, **verdicts: str) -> dict:
+def bound_digest(files) -> str:
+    return digest(BoundFile(**f) for f in files)
+
+
+def doc_at(started: str, **verdicts: str) -> RunDocument:
+    return RunDocument.from_json(doc_json_at(started, **verdicts))
+
+
+def doc_json_at(started: str, **verdicts: str) -> dict:
     doc = json.loads(FIXTURE_DOC.read_text(encoding="utf-8"))
     doc["header"]["started"] = started
     for c in doc["cards"]:
@@ -42,7 +52,7 @@ def test_a_recorded_run_reads_back_with_its_evidence_and_bound_files(tmp_path):
         last = ledger.last("FX-LOOSE")
         assert (last.run_id, last.verdict, last.report_dir) == (run_id, "FAILED", "2026-01-01T00-00-00Z")
         assert last.headline == "max|Δ| = 1.000e-03 (≤ 0)"
-        assert ledger.entry(run_id, "FX-ADD")["liars"][0]["caught_by"] == ["exact", "commutes", "total"]
+        assert ledger.entry(run_id, "FX-ADD").liars[0].caught_by == ("exact", "commutes", "total")
         assert [f["role"] for f in ledger.bound_files(run_id, "FX-ADD")] == ["card", "witness", "liar", "covers"]
         rows = ledger.conn.execute("SELECT witness_id, key, value_json FROM evidence WHERE card_id='FX-LOOSE'")
         assert ("loose", "max_abs_delta", "0.001") in rows.fetchall()
@@ -59,13 +69,13 @@ def test_history_is_oldest_first_and_limited_to_the_newest(tmp_path):
 
 
 def test_last_proven_with_the_same_bound_files_is_one_query(tmp_path):
-    first = doc_at("2026-01-01T00:00:00Z")
-    second = doc_at("2026-01-02T00:00:00Z")
+    first = doc_json_at("2026-01-01T00:00:00Z")
+    second = doc_json_at("2026-01-02T00:00:00Z")
     add2 = next(c for c in second["cards"] if c["id"] == "FX-ADD")
     add2["bound_files"][-1]["sha256"] = "e" * 64  # its impl file changed between the runs
-    third = doc_at("2026-01-03T00:00:00Z", FX_ADD="FAILED")
+    third = doc_json_at("2026-01-03T00:00:00Z", FX_ADD="FAILED")
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        ids = [ledger.record(d) for d in (first, second, third)]
+        ids = [ledger.record(RunDocument.from_json(d)) for d in (first, second, third)]
         add1 = next(c for c in first["cards"] if c["id"] == "FX-ADD")
         assert ledger.last_matching("FX-ADD", bound_digest(add1["bound_files"])).run_id == ids[0]
         assert ledger.last_matching("FX-ADD", bound_digest(add2["bound_files"])).run_id == ids[1]

@@ -117,9 +117,17 @@ def test_longest_expected_chain_starts_first_with_several_jobs(project):
 
 
 def test_expected_durations_come_from_the_cards_last_entry():
-    entry = {"duration_s": 10.0, "liars": [{"name": "a", "duration_s": 3.0, "status": "caught"},
-                                           {"name": "b", "duration_s": 0.0, "status": "not_run"}]}
-    exp = expected_from_entry(entry)
+    import json
+
+    from harness.document import CardResult
+
+    doc = json.loads((REPO / "tests" / "fixtures" / "report-data" / "mixed-verdicts.json").read_text())
+    entry = {**doc["cards"][0], "duration_s": 10.0, "honest_s": 7.0,
+             "liars": [{"name": "a", "caught": True, "caught_by": ["w"], "status": "caught", "why": "",
+                        "duration_s": 3.0, "witnesses": []},
+                       {"name": "b", "caught": False, "caught_by": [], "status": "not_run", "why": "",
+                        "duration_s": 0.0, "witnesses": []}]}
+    exp = expected_from_entry(CardResult.from_json(entry))
     assert exp.honest_s == pytest.approx(7.0) and exp.liar("a") == 3.0 and exp.liar("b") == 1.0
     assert expected_from_entry(None) == Expected()
 

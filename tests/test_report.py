@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ledger import Ledger, bound_digest
+from harness.binding import BoundFile, digest
+from harness.document import RunDocument, WitnessResult
+from harness.ledger import Ledger
 from harness.report import data, html, junit, markdown
 from harness.report.view import build_view, history_marks, transition
 
@@ -52,12 +54,13 @@ def seeded_view(tmp_path) -> dict:
     FX-LOOSE was PROVEN before and is FAILED now; FX-WEAK's card file changed since."""
     doc = load_doc()
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        ledger.record(at(doc, "2026-01-01T10:00:00Z", FX_ADD="FAILED", FX_LOOSE="PROVEN"), "2026-01-01T10-00-00Z")
+        ledger.record(RunDocument.from_json(at(doc, "2026-01-01T10:00:00Z", FX_ADD="FAILED", FX_LOOSE="PROVEN")),
+                      "2026-01-01T10-00-00Z")
         second = at(doc, "2026-01-02T10:00:00Z", FX_LOOSE="PROVEN", FX_WEAK="PROVEN")
         next(c for c in second["cards"] if c["id"] == "FX-WEAK")["bound_files"][0]["sha256"] = "f" * 64
-        ledger.record(second, "2026-01-02T10-00-00Z")
+        ledger.record(RunDocument.from_json(second), "2026-01-02T10-00-00Z")
         past = ledger.histories([c["id"] for c in doc["cards"]])
-    return build_view(doc, past, root=PROJECT, report_dir="2026-01-03T10-00-00Z")
+    return build_view(RunDocument.from_json(doc), past, root=PROJECT, report_dir="2026-01-03T10-00-00Z")
 
 
 # ---------------------------------------------------------------- gold
@@ -187,10 +190,13 @@ def test_junit_keeps_failures_and_errors_apart_with_environment_properties(seede
 # ---------------------------------------------------------------- headline
 
 
-def _w(wid, *bounds, kind="witness"):
-    return {"id": wid, "kind": kind, "bounds": [
-        {"key": k, "op": op, "limit": lim, "actual": act, "holds": holds, "node": node}
-        for k, op, lim, act, holds, node in bounds]}
+def _w(wid, *bounds, kind="witness") -> WitnessResult:
+    from harness.document import CheckResult
+
+    checks = tuple(CheckResult(k, op, lim, act, holds, node) for k, op, lim, act, holds, node in bounds)
+    return WitnessResult(id=wid, kind=kind, test=f"witnesses/test_x.py::test_{wid}", status="passed", why="",
+                         duration_s=0.0, timeout_s=None, evidence={}, bounds=checks, reason="", message="",
+                         location="", failure="", hypothesis=None, nodes=())
 
 
 def test_headline_is_the_first_bounded_delta_not_the_largest_recorded_value():
@@ -200,23 +206,24 @@ def test_headline_is_the_first_bounded_delta_not_the_largest_recorded_value():
                  _w("logits", ("max_abs_delta", "le", 1.5e-4, 7.5e-5, True, "")),
                  _w("hidden", ("max_rel_delta", "le", 2e-5, 6.7e-6, True, ""))]
     head = data.headline(witnesses)
-    assert head["witness"] == "logits" and head["text"] == "max|Δ| = 7.500e-05 (≤ 1.5e-04)"
+    assert head.witness == "logits" and head.text == "max|Δ| = 7.500e-05 (≤ 1.5e-04)"
 
 
 def test_headline_of_a_parametrized_witness_is_its_worst_node():
     w = _w("p", ("max_abs_delta", "le", 0, 0.0, True, "a[1]"), ("max_abs_delta", "le", 0, 2.0, False, "a[2]"))
-    assert data.headline([w])["value"] == 2.0
+    assert data.headline([w]).value == 2.0
     ctl = _w("c", ("max_abs_delta", "gt", 0, 3.0, True, "c[1]"), ("max_abs_delta", "gt", 0, 0.5, True, "c[2]"))
-    assert data.headline([ctl])["value"] == 0.5
+    assert data.headline([ctl]).value == 0.5
 
 
 def test_headline_falls_back_to_any_numeric_bound_then_none():
-    assert data.headline([_w("t", ("mismatches", "eq", 0, 0, True, ""))])["text"] == "mismatches = 0 (= 0)"
+    assert data.headline([_w("t", ("mismatches", "eq", 0, 0, True, ""))]).text == "mismatches = 0 (= 0)"
     assert data.headline([_w("t", ("max_abs_delta", "le", 0, "was not recorded", None, ""))]) is None
     assert data.headline([]) is None
 
 
 def test_view_digest_matches_what_the_ledger_stores():
     doc = load_doc()
-    entry = doc["cards"][0]
-    assert bound_digest(entry["bound_files"]) == bound_digest(list(reversed(entry["bound_files"])))
+    files = [BoundFile(**b) for b in doc["cards"][0]["bound_files"]]
+    assert digest(files) == digest(reversed(files))
+    assert RunDocument.from_json(doc).cards[0].bound_digest == digest(files)

@@ -12,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+from harness.document import RunDocument
+
 import pytest
+
+from harness.document import RunDocument
 
 from harness.ledger import Ledger
 from harness.report import folder
@@ -23,10 +27,10 @@ FIXTURE_DOC = HERE / "fixtures" / "report-data" / "mixed-verdicts.json"
 ENTRY = HERE.parent / "run_obligations.py"
 
 
-def doc_at(started: str) -> dict:
+def doc_at(started: str) -> RunDocument:
     doc = json.loads(FIXTURE_DOC.read_text(encoding="utf-8"))
     doc["header"]["started"] = started
-    return doc
+    return RunDocument.from_json(doc)
 
 
 def rows(path: Path) -> int:

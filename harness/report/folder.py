@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from harness.document import RunDocument
 from harness.ledger import FILENAME, Ledger, PastVerdict
 from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
@@ -59,10 +60,10 @@ def sweep_partials(reports: Path) -> list[Path]:
     return removed
 
 
-def write_files(folder: Path, doc: Mapping[str, Any], view: Mapping[str, Any]) -> None:
-    """The four report files, rendered from the same document and view."""
+def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any]) -> None:
+    """The four report files: the document's JSON form, and three renderings of its view."""
     folder.mkdir(parents=True)
-    (folder / "verdicts.json").write_text(jsonfile.dumps(dict(doc)), encoding="utf-8")
+    (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8")
     (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
     (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8")
     (folder / "index.html").write_text(html.render(view), encoding="utf-8")
@@ -96,7 +97,7 @@ def point_latest(reports: Path, name: str) -> str:
         return page.name
 
 
-def publish(reports: Path, doc: Mapping[str, Any], root: Path, ledger: Ledger | None = None) -> Path:
+def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None) -> Path:
     """Write the dated report folder for ``doc`` and record the run in the ledger; returns the folder.
 
     ``ledger`` defaults to ``reports/ledger.sqlite``. History shown in the
@@ -107,9 +108,9 @@ def publish(reports: Path, doc: Mapping[str, Any], root: Path, ledger: Ledger | 
     own = ledger is None
     ledger = ledger or Ledger(reports / FILENAME)
     try:
-        ids = [c["id"] for c in doc["cards"]]
+        ids = [c.id for c in doc.cards]
         past: dict[str, Sequence[PastVerdict]] = ledger.histories(ids, limit=HISTORY_LIMIT - 1)
-        base = folder_name(doc["header"]["started"])
+        base = folder_name(doc.header.started)
         for _attempt in range(5):
             name = _free_name(reports, base)
             final = reports / name

@@ -1,4 +1,4 @@
-"""Write the verdicts document (``--json PATH``) exactly as the builder made it."""
+"""The verdicts document as standard JSON (``--json PATH`` and ``verdicts.json``)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.document import RunDocument
 from harness.files import json_safe
 
 
@@ -13,12 +14,12 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write(doc: dict[str, Any], path: Path) -> None:
-    """Write atomically: a reader never sees half a file."""
+def write(doc: RunDocument, path: Path) -> None:
+    """Write the document's JSON form atomically: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(dumps(doc), encoding="utf-8")
+        tmp.write_text(dumps(doc.to_json()), encoding="utf-8")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)  # after a failed replace (e.g. path is a folder) no stray file stays

@@ -1,7 +1,9 @@
 """Render the verdicts document, cards and problems to a rich console. Computes nothing."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,9 +21,9 @@ def verdict_text(verdict: str) -> str:
     return f"[{STYLE.get(verdict, 'bold')}]{verdict}[/]"
 
 
-def render_run(console: Console, doc: dict[str, Any]) -> None:
-    """The results table, then one or two lines per card that is not PROVEN, then the gate."""
-    head = doc["header"]
+def render_run(console: Console, view: Mapping[str, Any]) -> None:
+    """The results table, then one or two lines per card that is not PROVEN, then the gate (from the report view)."""
+    head, s = view["header"], view["summary"]
     table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
     for name, kw in (("id", {"no_wrap": True}), ("title", {"overflow": "fold", "ratio": 1}),
                      ("regime", {"justify": "center"}), ("verdict", {"no_wrap": True}),
@@ -29,7 +31,7 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
                      ("liars", {"justify": "right"}), ("headline", {"no_wrap": True}),
                      ("time", {"justify": "right", "overflow": "fold"})):
         table.add_column(name, **kw)
-    for c in doc["cards"]:
+    for c in view["cards"]:
         n = c["counts"]
         table.add_row(escape(c["id"]), escape(c["title"]), c["regime"], verdict_text(c["verdict"]),
                       fraction(n["witnesses_passed"], n["witnesses_total"]),
@@ -39,18 +41,17 @@ def render_run(console: Console, doc: dict[str, Any]) -> None:
                       f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
                       else f"{c['duration_s']:.2f} s")
     console.print(table)
-    for c in doc["cards"]:
+    for c in view["cards"]:
         if c["verdict"] == Verdict.PROVEN:
             continue
         console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}",
                       soft_wrap=True)
         if c["detail"]:
             console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
-    s = head["summary"]
-    counts = ", ".join(f"{n} {k}" for k, n in s["counts"].items() if n)
+    counts = ", ".join(f"{k['n']} {k['verdict']}" for k in s["counts"] if k["n"])
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
-    console.print(f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration_s']:.1f} s "
+    console.print(f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration']} "
                   f"(profile {head['profile']}, seed {head['seed']})")
 
 
@@ -175,3 +176,51 @@ def render_history(console: Console, card_id: str, rows: Iterable[tuple[Any, dic
         table.add_row(_when(past.started), verdict_text(past.verdict), escape(text), escape(past.headline or "–"),
                       commit, escape(past.report_dir or "–"))
     console.print(table)
+
+
+class TerminalReporter:
+    """The :class:`harness.pipeline.Reporter` of the command line: progress bar, results, where files went."""
+
+    def __init__(self, console: Console, err: Console, shown: Callable[[Path], str]) -> None:
+        self.console, self.err, self.shown = console, err, shown
+
+    def warning(self, problems, title: str) -> None:
+        render_problems(self.err, problems, title)
+
+    def starting(self, req, selected, replayed, to_run) -> None:
+        threads = "" if req.jobs == 1 else " (1 BLAS thread each)"
+        self.console.print(f"kvproof: {len(selected)} card(s) from {self.shown(req.cards_dir)}, profile "
+                           f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
+                           f"-j {req.jobs}{threads}")
+        if req.changed:
+            names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
+            self.console.print(f"--changed: {len(replayed)} card(s) replayed (bound files unchanged since their last "
+                               f"PROVEN verdict), {len(to_run)} to run{names}", soft_wrap=True)
+
+    @contextmanager
+    def progress(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=self.console, transient=True, disable=not self.console.is_terminal) as bar:
+            task = bar.add_task("starting", total=total)
+
+            def on_start(job, running) -> None:
+                bar.update(task, description="running " + ", ".join(j.label for j in running))
+
+            def on_done(job, settled: int) -> None:
+                bar.update(task, completed=settled)  # liars that did not need to run count as done
+
+            yield on_start, on_done
+
+    def results(self, view: Mapping[str, Any]) -> None:
+        render_run(self.console, view)
+        render_timing(self.console, view["timing"])
+
+    def wrote(self, what: str, path: Path) -> None:
+        self.console.print(f"{'wrote' if what == 'json' else what} {self.shown(path) if what != 'json' else path}",
+                           soft_wrap=True)
+
+    def error(self, text: str) -> None:
+        self.err.print(f"run_obligations.py: {escape(text)}" if text.startswith("error") else
+                       f"[yellow]warning[/]: {escape(text.removeprefix('warning: '))}", soft_wrap=True)

@@ -17,7 +17,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from harness.ledger import PastVerdict, bound_digest
+from harness.document import RunDocument
+from harness.ledger import PastVerdict
 from harness.refs import RefSite, resolve_ref
 from harness.report.data import OP_TEXT, fmt_limit, fmt_value, replay_command
 from harness.statuses import VERDICTS, Outcome, Verdict
@@ -145,7 +146,7 @@ def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
                      for c in w["bounds"]]
     bounded = {c["key"] for c in w["bounds"]}
     evidence = w.get("evidence") or {}
-    per_node = evidence if len(w.get("nodes", [])) > 1 else {"": evidence}
+    per_node = evidence if w.get("evidence_per_node") else {"": evidence}
     out["recorded"] = [{"node": _node_label(node), "key": k, "text": display_value(v)}
                        for node, values in per_node.items() if isinstance(values, Mapping)
                        for k, v in values.items() if k not in bounded]
@@ -207,9 +208,8 @@ def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[PastVerdict], root: Path,
-              report_dir: str | None) -> dict[str, Any]:
+              report_dir: str | None, replay: str) -> dict[str, Any]:
     out = copy.deepcopy(dict(card))
-    replay = replay_command(head, card["id"])
     replayed = card.get("replayed_from") or None
     # the verdict's date: a replayed verdict keeps the date of the run that produced its evidence
     out["date"] = display_date(replayed["started"] if replayed else head.get("started"))
@@ -223,7 +223,7 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     out["failing"] = [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED] \
         if card["verdict"] != Verdict.PROVEN else []
     marks = history_marks(past, {"started": head.get("started"), "verdict": card["verdict"],
-                                 "digest": bound_digest(card["bound_files"]), "report_dir": report_dir,
+                                 "digest": card["bound_digest"], "report_dir": report_dir,
                                  "replayed_from": replayed["started"] if replayed else None})
     out["history"] = marks
     change = marks[-1]["change"] if marks else None
@@ -232,17 +232,20 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     return out
 
 
-def build_view(doc: Mapping[str, Any], past: Mapping[str, Sequence[PastVerdict]] | None = None, *,
+def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | None = None, *,
                root: Path, report_dir: str | None = None) -> dict[str, Any]:
-    """Everything the dated report shows, in display order.
+    """Everything every report shows (terminal, HTML, Markdown, JUnit), in display order, as plain data.
 
     ``past`` maps card id -> its earlier verdicts, oldest first (this run
     not included); ``root`` is where ref paths are read from; ``report_dir``
     the folder name this report is written to (for the history links).
+    Templates receive plain data: the document's JSON form, extended.
     """
     past = past or {}
+    doc = run.to_json()
     head = doc["header"]
-    cards = [card_view(c, head, past.get(c["id"], ()), root, report_dir) for c in doc["cards"]]
+    cards = [card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]))
+             for c in doc["cards"]]
     summary = head["summary"]
     by_regime = [{"regime": r, "name": REGIME_NAMES.get(r, r), "total": sum(c["regime"] == r for c in cards),
                   "counts": _counts([c for c in cards if c["regime"] == r])}
@@ -262,4 +265,5 @@ def build_view(doc: Mapping[str, Any], past: Mapping[str, Sequence[PastVerdict]]
         "cards": cards,
         "not_proven": not_proven,
         "report_dir": report_dir,
+        "timing": doc["timing"],
     }

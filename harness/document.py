@@ -1,0 +1,312 @@
+"""The run document: what one run decided, as frozen dataclasses, with one JSON form.
+
+Built once per run by :mod:`harness.report.data`, then read by the ledger,
+the report view and ``--changed`` replays. It crosses into dicts at exactly
+two boundaries, both here: :meth:`RunDocument.to_json` / :meth:`from_json`
+(the ``verdicts.json`` file, ``obligations/verdicts.schema.json``) and
+:meth:`CardResult.to_json` / :meth:`CardResult.from_json` (one card's entry
+as the ledger stores it).
+
+What consumers used to re-derive is a field: a card's honest-run time
+(:attr:`CardResult.honest_s`), the digest of its bound files
+(:attr:`CardResult.bound_digest`) and whether a witness's evidence is keyed
+by node id (:attr:`WitnessResult.evidence_per_node`). Documents written
+before those fields existed (schema version 1, ledgers of earlier runs) get
+them derived once, in :func:`_upgrade_card`, when they are read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import cattrs
+
+from harness.binding import BoundFile, digest
+from harness.statuses import Gate, Kind, LiarStatus, Outcome, Verdict
+
+SCHEMA = "kvproof.verdicts"
+SCHEMA_VERSION = 2  # 2: honest_s, bound_digest, evidence_per_node
+
+
+# ---------------------------------------------------------------- one card
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One bound evaluated on one node's evidence; ``holds`` None: could not be evaluated (``actual`` says why)."""
+
+    key: str
+    op: str
+    limit: Any
+    actual: Any
+    holds: bool | None
+    node: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    nodeid: str
+    outcome: Outcome
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WitnessResult:
+    """A witness or control as judged: status, evidence, each bound check, and the failure if any."""
+
+    id: str
+    kind: Kind
+    test: str
+    status: Outcome
+    why: str
+    duration_s: float
+    timeout_s: float | None
+    evidence: Mapping[str, Any]  # key -> value, or node id -> {key -> value} when evidence_per_node
+    bounds: tuple[CheckResult, ...]
+    reason: str
+    message: str
+    location: str
+    failure: str
+    hypothesis: Mapping[str, Any] | None
+    nodes: tuple[NodeEntry, ...]
+    evidence_per_node: bool = False
+
+
+@dataclass(frozen=True)
+class LiarResult:
+    name: str
+    caught: bool
+    caught_by: tuple[str, ...]
+    status: LiarStatus
+    why: str
+    duration_s: float
+    witnesses: tuple[WitnessResult, ...]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The measure shown beside a verdict (see :func:`harness.report.data.headline`)."""
+
+    key: str
+    value: Any
+    text: str
+    witness: str
+    op: str
+    limit: Any
+    holds: bool | None
+
+
+@dataclass(frozen=True)
+class Counts:
+    witnesses_passed: int
+    witnesses_total: int
+    controls_held: int
+    controls_total: int
+    liars_caught: int
+    liars_total: int
+    liars_run: int
+
+
+@dataclass(frozen=True)
+class ReplayedFrom:
+    """The original run a ``--changed`` replay took its verdict from."""
+
+    run_id: int
+    started: str
+    report_dir: str | None
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CardResult:
+    """One card's claim, verdict and evidence in one run."""
+
+    id: str
+    title: str
+    module: str
+    regime: str
+    version: int
+    fingerprint: str
+    card_path: str
+    tags: tuple[str, ...]
+    requires: tuple[str, ...]
+    refs: tuple[str, ...]
+    theorem: str
+    proof: str
+    notes: str
+    verdict: Verdict
+    reason: str
+    duration_s: float  # every process of the card (0 for a replay: this run spent nothing on it)
+    headline: Headline | None
+    counts: Counts
+    detail: str = ""
+    replayed_from: ReplayedFrom | None = None
+    bound_files: tuple[BoundFile, ...]
+    witnesses: tuple[WitnessResult, ...]
+    controls: tuple[WitnessResult, ...]
+    liars: tuple[LiarResult, ...]
+    honest_s: float = 0.0  # the honest process alone (duration_s minus the liar processes)
+    bound_digest: str = ""  # harness.binding.digest(bound_files)
+
+    def to_json(self) -> dict[str, Any]:
+        return _CONVERTER.unstructure(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CardResult":
+        return _CONVERTER.structure(_upgrade_card(data), cls)
+
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class NotProven:
+    id: str
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    total: int
+    counts: Mapping[str, int]  # verdict -> cards, every verdict listed
+    by_regime: Mapping[str, Mapping[str, int]]  # regime -> verdict -> cards
+    gate: Gate
+    not_proven: tuple[NotProven, ...]
+    replayed: int = 0
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str | None
+    dirty: bool | None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    platform: str
+    machine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunHeader:
+    """When, where and how the run happened, and its summary."""
+
+    schema: str
+    schema_version: int
+    started: str
+    git: GitState
+    host: Host
+    versions: Mapping[str, Any]  # library -> version (None when unknown)
+    profile: str
+    seed: int | None
+    liars: bool
+    default_timeout_s: float
+    command: str
+    root: str
+    cards_dir: str
+    jobs: int | None = None
+    changed: bool = False
+    finished: str | None
+    duration_s: float
+    summary: Summary
+    numerics: str | None = None  # impl's numerics path (impl.linear.numerics_path()), when impl says
+
+
+@dataclass(frozen=True)
+class Slowest:
+    id: str
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class SlowestLiar:
+    name: str
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class TimingRow:
+    id: str
+    total_s: float
+    honest_s: float
+    startup_s: float
+    liars_s: float
+    liar_runs: int
+    slowest_witness: Slowest | None
+    slowest_liar: SlowestLiar | None
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_s: float | None
+    jobs: int | None
+    process_s: float
+    processes: int
+    replayed: int
+    cards: tuple[TimingRow, ...]
+
+
+@dataclass(frozen=True)
+class RunDocument:
+    header: RunHeader
+    cards: tuple[CardResult, ...]
+    timing: Timing
+
+    @property
+    def gate(self) -> Gate:
+        return self.header.summary.gate
+
+    def to_json(self) -> dict[str, Any]:
+        return _CONVERTER.unstructure(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RunDocument":
+        data = dict(data)
+        data["cards"] = [_upgrade_card(c) for c in data.get("cards", [])]
+        data.setdefault("timing", {"wall_s": None, "jobs": None, "process_s": 0.0, "processes": 0, "replayed": 0,
+                                   "cards": []})  # documents of the first kvproof versions had no timing
+        return _CONVERTER.structure(data, cls)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    # NOTE: evidence values, limits and Hypothesis details are plain JSON already; keep them as they are
+    conv.register_structure_hook(Any, lambda value, _: value)
+    return conv
+
+
+_CONVERTER = _converter()
+
+
+def _upgrade_card(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A card entry with the fields of schema version 2, derived for entries written before them."""
+    card = dict(data)
+    liars = card.get("liars", [])
+    if "honest_s" not in card:
+        ran = sum(entry.get("duration_s") or 0.0 for entry in liars if entry.get("status") != LiarStatus.NOT_RUN)
+        total = (card.get("replayed_from") or {}).get("duration_s", card.get("duration_s", 0.0)) \
+            if card.get("replayed_from") else card.get("duration_s", 0.0)
+        card["honest_s"] = round(max(float(total or 0.0) - ran, 0.0), 3)
+    if "bound_digest" not in card:
+        card["bound_digest"] = digest(BoundFile(**b) for b in card.get("bound_files", []))
+    counts = dict(card.get("counts") or {})
+    counts.setdefault("liars_run", sum(entry.get("status") != LiarStatus.NOT_RUN for entry in liars))
+    card["counts"] = counts
+    card["witnesses"] = [_upgrade_witness(w) for w in card.get("witnesses", [])]
+    card["controls"] = [_upgrade_witness(w) for w in card.get("controls", [])]
+    card["liars"] = [{**entry, "witnesses": [_upgrade_witness(w) for w in entry.get("witnesses", [])]}
+                     for entry in liars]
+    return card
+
+
+def _upgrade_witness(data: Mapping[str, Any]) -> dict[str, Any]:
+    w = dict(data)
+    w.setdefault("evidence_per_node", len(w.get("nodes", [])) > 1)  # the rule WitnessOutcome.evidence follows
+    w["bounds"] = [{"node": "", "detail": "", **b} for b in w.get("bounds", [])]
+    return w

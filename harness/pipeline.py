@@ -1,0 +1,324 @@
+"""One run, start to finish: select -> plan -> execute -> judge -> record -> publish.
+
+:func:`prove` is the whole of ``run_obligations.py run``, callable
+in-process (tests call it; the command line only parses arguments into a
+:class:`RunRequest` and hands it a :class:`Reporter`). Each step is one
+function below, in order, and each hands the next a typed value:
+
+- select: :func:`load` the cards and the liar index, :func:`runnable` decides
+  what may run (the same refusals as ``validate``);
+- plan: :func:`check_outputs` proves every output location writable before
+  anything runs; :func:`plan` binds each card to its files and asks the
+  ledger what ``--changed`` may replay and how long each process took last
+  time;
+- execute: :func:`harness.schedule.run_cards`, one fresh pytest process per
+  (card, liar);
+- judge: :func:`harness.verdict.evaluate` per card;
+- record: :func:`harness.report.data.build` makes the
+  :class:`~harness.document.RunDocument`;
+- publish: ``--json``, the dated report folder and the ledger row
+  (:func:`record`), and the reporter shows the report view.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
+
+from harness import provenance, verdict
+from harness.binding import BoundFile, bound_files, digest, oracle_files
+from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
+from harness.document import RunDocument
+from harness.errors import CardInvalid, LedgerError, UsageError
+from harness.ledger import FILENAME, Ledger
+from harness.liars import LiarSite, scan
+from harness.report import data
+from harness.report import folder as report_folder
+from harness.report import jsonfile
+from harness.report.view import build_view
+from harness.run import CardRun, RunConfig, count_jobs
+from harness.schedule import Expected, expected_from_entry, run_cards
+from harness.statuses import Gate
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked for, already parsed. Paths absolute."""
+
+    root: Path
+    cards_dir: Path
+    reports_dir: Path
+    reports_source: str  # how the reports folder was named, for messages: "--reports=...", ...
+    ids: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    profile: str = "ci"
+    seed: int | None = 0
+    liars: bool = True
+    timeout: float = 60.0
+    jobs: int = 1
+    changed: bool = False
+    json_path: Path | None = None
+    json_arg: str = ""  # --json as typed, for messages
+    oracle_dir: Path | None = None
+    argv: tuple[str, ...] = ()
+
+
+class Reporter(Protocol):
+    """What the pipeline tells the person running it (the terminal, or nothing in tests)."""
+
+    def warning(self, problems: Sequence[Problem], title: str) -> None: ...
+    def starting(self, req: RunRequest, selected: Sequence[Card], replayed: Sequence[str],
+                 to_run: Sequence[Card]) -> None: ...
+    def progress(self, total: int) -> ContextManager[tuple[Callable, Callable]]: ...
+    def results(self, view: Mapping[str, Any]) -> None: ...
+    def wrote(self, what: str, path: Path) -> None: ...
+    def error(self, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What :func:`prove` produced: the document, and whether every output recorded it."""
+
+    doc: RunDocument
+    recorded: bool
+    report_dir: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 gate PASS, 1 gate FAIL, 2 the evidence was not recorded (the verdicts do not count)."""
+        if not self.recorded:
+            return 2
+        return 0 if self.doc.gate == Gate.PASS else 1
+
+
+@dataclass(frozen=True)
+class Loaded:
+    result: LoadResult
+    sites: Mapping[str, LiarSite]
+    liar_problems: tuple[Problem, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every selected card with what it is bound to, and what the ledger already knows."""
+
+    cards: tuple[Card, ...]
+    links: Mapping[str, tuple[str, ...]]  # card id -> link problems (the card errors without running)
+    bound: Mapping[str, tuple[BoundFile, ...]]
+    replays: Mapping[str, data.Replayed] = field(default_factory=dict)
+    expected: Mapping[str, Expected] = field(default_factory=dict)
+
+    @property
+    def to_run(self) -> list[Card]:
+        return [c for c in self.cards if c.id not in self.replays]
+
+
+# ---------------------------------------------------------------- select
+
+
+def load(root: Path, folder: Path, shown: str) -> Loaded:
+    """Cards, the liar index and its problems; UsageError when ``folder`` holds no card (``shown`` names it)."""
+    if not find_card_files(folder):
+        raise UsageError(f"no cards found in {shown}; add one with `run_obligations.py new ID` "
+                         "or point --cards at the folder that holds them")
+    sites, liar_problems = scan(root)
+    result = load_cards(folder, root, sites)
+    extra = tuple(Problem(p.path, p.line, p.field, p.value, p.message) for p in liar_problems)
+    return Loaded(result, sites, extra)
+
+
+def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: Reporter | None) -> list[Card]:
+    """The cards a run may use, or CardInvalid.
+
+    ``validate`` and ``run`` refuse the same things: a full run (no ids, no
+    tags) stops on any card that does not load and on any problem in the
+    liar index. A run of a selection goes ahead when none of the selected
+    ids matches a broken card and no selected card lists a liar whose
+    registration is broken; the other broken files are named as a warning.
+    """
+    result, liar_problems = loaded.result, loaded.liar_problems
+    broken = list(result.load_problems) + list(liar_problems)
+    if not broken:
+        return select(result.cards, ids, tags)
+    if not ids and not tags:
+        raise CardInvalid(broken)
+    hit = [p for p in result.load_problems
+           if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in ids)]
+    hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
+    if hit:
+        raise CardInvalid(hit)
+    selected = select(result.cards, ids, tags)
+    named = {n for c in selected for n in c.liars}
+    hit = [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
+    if hit:
+        raise CardInvalid(hit)
+    if reporter is not None:
+        reporter.warning(broken, f"warning: {len(broken)} problem(s) in cards that are not selected "
+                                 f"(`run_obligations.py validate` lists them); running the selection:")
+    return selected
+
+
+# ---------------------------------------------------------------- plan
+
+
+def check_outputs(req: RunRequest) -> None:
+    """Prove every place the run writes to writable, before anything runs; UsageError names the first that is not.
+
+    The reports folder must exist or be creatable and be writable, the
+    ledger in it must open for writing (an old ledger is migrated here),
+    and ``--json PATH`` must be a file path in a writable folder.
+    """
+    reports = req.reports_dir
+    what = f"{req.reports_source}={str(reports)!r}"
+    _writable_folder(reports, what, "give a folder you can write to with --reports DIR")
+    try:
+        Ledger(reports / FILENAME, create=True).close()
+    except LedgerError as exc:
+        raise UsageError(f"{req.reports_source}: the ledger {reports / FILENAME} cannot be opened for writing: "
+                         f"{exc}; fix its permissions, move it away, or give another --reports DIR") from None
+    path, arg = req.json_path, req.json_arg
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"--json={arg!r} is a folder; give a file path such as {arg.rstrip('/')}/verdicts.json")
+    if path.exists() and not _can_write(path):
+        raise UsageError(f"--json={arg!r}: the file exists and is not writable; fix its permissions "
+                         "or give another path")
+    _writable_folder(path.parent, f"--json={arg!r}", "give a path in a folder you can write to")
+
+
+def _can_write(path: Path) -> bool:
+    import os
+
+    return os.access(path, os.W_OK)
+
+
+def _writable_folder(folder: Path, what: str, fix: str) -> None:
+    """Create ``folder`` if needed and prove it writable by creating a file in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kvproof-write-check-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write there ({exc.strerror or exc}); {fix}") from None
+
+
+def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Reporter | None) -> Plan:
+    """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
+
+    A card is replayed when its last original PROVEN verdict of this profile
+    was bound to exactly the files it is bound to now (same paths, roles and
+    sha256); a card with link problems is always run (it errors at once).
+    """
+    links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.id)) for c in cards}
+    bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir)) for c in cards}
+    replays: dict[str, data.Replayed] = {}
+    expected: dict[str, Expected] = {}
+    path = req.reports_dir / FILENAME
+    try:
+        ledger = Ledger(path, create=False) if path.is_file() else None
+    except LedgerError as exc:
+        if reporter is not None:
+            reporter.error(f"warning: ledger not read ({exc}); every card runs")
+        ledger = None
+    if ledger is not None:
+        with ledger:
+            for card in cards:
+                if req.changed and not links[card.id]:
+                    past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
+                    if past is not None:
+                        replays[card.id] = data.Replayed(ledger.entry(past.run_id, card.id), past.run_id,
+                                                         past.started, past.report_dir)
+                        continue
+                last = ledger.last(card.id)
+                if last is not None:
+                    expected[card.id] = expected_from_entry(ledger.entry(last.evidence_run_id, card.id))
+    return Plan(tuple(cards), links, bound, replays, expected)
+
+
+# ---------------------------------------------------------------- execute and judge
+
+
+def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None) -> dict[str, CardRun]:
+    """Run every card that is not replayed; card id -> its runs."""
+    cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout,
+                    liars=req.liars, oracle_dir=req.oracle_dir)
+    to_run = the_plan.to_run
+    total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
+    if reporter is None:
+        runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected)
+    else:
+        with reporter.progress(total) as (on_start, on_done):
+            runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected,
+                             on_start=on_start, on_done=on_done)
+    return {r.card.id: r for r in runs}
+
+
+def judge(the_plan: Plan, runs: Mapping[str, CardRun]) -> list[data.CardReport | data.Replayed]:
+    """Each card's verdict, in card order; replayed cards as they were."""
+    return [the_plan.replays[c.id] if c.id in the_plan.replays else
+            data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes), the_plan.bound[c.id])
+            for c in the_plan.cards]
+
+
+# ---------------------------------------------------------------- record and publish
+
+
+def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None) -> tuple[bool, Path | None]:
+    """Write ``--json``, the dated report folder and the ledger row; (all written?, the report folder)."""
+    ok, final = True, None
+    if req.json_path is not None:
+        try:
+            jsonfile.write(doc, req.json_path)
+            if reporter is not None:
+                reporter.wrote("json", req.json_path)
+        except OSError as exc:
+            ok = False
+            if reporter is not None:
+                reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {exc}")
+    try:
+        final = report_folder.publish(req.reports_dir, doc, req.root)
+        if reporter is not None:
+            reporter.wrote("report", final / "index.html")
+    except (OSError, LedgerError) as exc:
+        ok = False
+        if reporter is not None:
+            reporter.error(f"error: the report and ledger row could not be written to {req.reports_dir}: {exc}")
+    if not ok and reporter is not None:
+        reporter.error("error: this run's evidence was not recorded, so its verdicts do not count (exit 2); "
+                       "fix the output location and run again")
+    return ok, final
+
+
+def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str = "") -> Proof:
+    """Run the selected cards and record the verdicts; see the module docstring for the steps.
+
+    Raises UsageError or CardInvalid before anything runs when the request
+    cannot be carried out or recorded, and KeyboardInterrupt (nothing
+    recorded) when interrupted.
+    """
+    loaded = load(req.root, req.cards_dir, shown_cards or str(req.cards_dir))
+    cards = runnable(loaded, req.ids, req.tags, reporter)
+    check_outputs(req)
+    prov = provenance.gather(req.root)
+    t0 = time.monotonic()
+    the_plan = plan(req, loaded, cards, reporter)
+    if reporter is not None:
+        reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
+    runs = execute(req, the_plan, reporter)
+    settings = data.RunSettings(
+        profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
+        command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
+        jobs=req.jobs, changed=req.changed)
+    doc = data.build(prov, settings, judge(the_plan, runs), finished=provenance.utc_now(),
+                     wall_s=time.monotonic() - t0)
+    if reporter is not None:
+        reporter.results(build_view(doc, {}, root=req.root))
+    recorded, final = record(req, doc, reporter)
+    return Proof(doc, recorded, final)
