@@ -15,10 +15,7 @@ Two kinds of :class:`Problem`:
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,33 +23,18 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from harness.cardcheck import Problem, line_index, schema_problems, semantic_problems, short
+from harness.cardcheck import load_schema  # noqa: F401  (re-exported: harness.schemadoc reads it here)
 from harness.liars import LiarSite
-from harness.project import SCHEMA_PATH
+from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
+from harness.refs import resolve_ref, resolve_symbol, resolve_test
 from harness.statuses import Kind
-from harness.refs import RefSite, parse_module, resolve_ref, resolve_symbol, resolve_test  # noqa: F401
 from harness.suggest import did_you_mean
 
 TOLERANCE_OPS = ("le", "lt")
 BOUND_OPS = ("le", "lt", "ge", "gt", "eq", "ne")
 
 # ---------------------------------------------------------------- data types
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with one card: where, which field, what value, what is allowed."""
-
-    path: str  # card file, as shown to the user (relative to the project root when possible)
-    line: int  # 1-based; 0 when unknown
-    field: str  # dotted field path, e.g. witnesses[0].test; "" for the whole file
-    value: str  # repr of the offending value, shortened; "" when there is none
-    message: str  # what is wrong, what is allowed, the fix
-    kind: str = "load"  # "load" (card unusable) or "link" (dangling ref/test/liar/file)
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
-        what = f"{self.field}={self.value}" if self.field and self.value else (self.field or "")
-        return f"{where}: {what}: {self.message}" if what else f"{where}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -138,156 +120,11 @@ class LoadResult:
 # ---------------------------------------------------------------- helpers
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _field_path(parts: Iterable[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-@functools.lru_cache(maxsize=1)
-def load_schema() -> dict:
-    """The card JSON Schema (obligations/card.schema.json)."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-
-
 def display_path(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(path)
-
-
-# ---------------------------------------------------------------- YAML with lines
-
-
-def _line_index(node: yaml.Node, prefix: tuple = ()) -> tuple[dict[str, int], dict[str, int], list]:
-    """Map dotted field paths to the 1-based line of their value and of their key.
-
-    Also returns duplicate mapping keys as ``(field, line)``; ``safe_load``
-    would silently keep only the last one.
-    """
-    values: dict[str, int] = {}
-    keys: dict[str, int] = {}
-    dups: list[tuple[str, int]] = []
-
-    def walk(n: yaml.Node, parts: tuple) -> None:
-        values[_field_path(parts)] = n.start_mark.line + 1
-        if isinstance(n, yaml.MappingNode):
-            seen: set = set()
-            for k, v in n.value:
-                name = k.value
-                sub = parts + (name,)
-                if name in seen:
-                    dups.append((_field_path(sub), k.start_mark.line + 1))
-                seen.add(name)
-                keys[_field_path(sub)] = k.start_mark.line + 1
-                walk(v, sub)
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                walk(v, parts + (i,))
-
-    walk(node, prefix)
-    return values, keys, dups
-
-
-def _line_for(values: Mapping[str, int], parts: tuple) -> int:
-    parts = tuple(parts)
-    while True:
-        key = _field_path(parts)
-        if key in values:
-            return values[key]
-        if not parts:
-            return 0
-        parts = parts[:-1]
-
-
-# ---------------------------------------------------------------- schema problems
-
-
-def _numeric_text(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _yaml_float(text: str) -> str:
-    """``1e-3`` -> ``1.0e-3``: the spelling YAML 1.1 (PyYAML) reads as a float."""
-    mant, _, exp = text.strip().lower().partition("e")
-    if "." not in mant:
-        mant += ".0"
-    return f"{mant}e{exp}" if exp else mant
-
-
-def _schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Problem]:
-    import jsonschema
-
-    schema = load_schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    problems = []
-    for err in validator.iter_errors(data):
-        parts = tuple(err.absolute_path)
-        where = _field_path(parts)
-        line = _line_for(values, parts)
-        kind = err.validator
-        sch = err.schema if isinstance(err.schema, dict) else {}
-        if kind == "additionalProperties" and isinstance(err.instance, dict):
-            allowed = sorted(sch.get("properties", {}))
-            for extra in sorted(set(err.instance) - set(allowed)):
-                sub = parts + (extra,)
-                problems.append(Problem(
-                    shown, keys.get(_field_path(sub), line), _field_path(sub), "",
-                    f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}"))
-            continue
-        if kind == "required" and isinstance(err.instance, dict):
-            for missing in [k for k in err.validator_value if k not in err.instance]:
-                hint = sch.get("properties", {}).get(missing, {}).get("description", "")
-                problems.append(Problem(
-                    shown, line, _field_path(parts + (missing,)), "",
-                    f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else "")))
-            continue
-        value = _short(err.instance)
-        if kind == "type":
-            expected = err.validator_value
-            expected = " or ".join(expected) if isinstance(expected, list) else expected
-            msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
-            if isinstance(err.instance, str) and "number" in str(expected) and _numeric_text(err.instance):
-                msg += (f" (YAML reads {err.instance} as text because a float needs a dot: "
-                        f"write {_yaml_float(err.instance)})")
-        elif kind == "enum":
-            msg = f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; " \
-                  f"allowed: {', '.join(map(str, err.validator_value))}"
-            if sch.get("description"):
-                msg += f" ({sch['description']})"
-        elif kind == "pattern":
-            msg = f"does not match; expected {sch.get('x-allowed', 'pattern ' + str(err.validator_value))}"
-        elif kind == "propertyNames":
-            msg = "bound key must be an identifier such as max_abs_delta"
-        elif kind == "minItems":
-            msg = f"needs at least {err.validator_value} item(s)"
-        elif kind == "minLength":
-            msg = "must not be empty"
-        elif kind == "uniqueItems":
-            msg = "has duplicate items; list each once"
-        elif kind == "minProperties":
-            msg = "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}"
-        elif kind in ("maximum", "exclusiveMaximum"):
-            sign = "<=" if kind == "maximum" else "<"
-            msg = f"too large; must be {sign} {err.validator_value:g}"
-        elif kind in ("minimum", "exclusiveMinimum"):
-            sign = ">=" if kind == "minimum" else ">"
-            msg = f"too small; must be {sign} {err.validator_value}"
-        else:
-            msg = err.message
-        problems.append(Problem(shown, line, where, value, msg))
-    return problems
 
 
 # ---------------------------------------------------------------- loading
@@ -313,124 +150,6 @@ def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[s
     return tuple(dict.fromkeys(files))
 
 
-# C0 and C1 control characters, DEL and the Unicode line/paragraph separators; \n and \t are
-# allowed in the prose fields only.
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
-_PROSE_FIELDS = {"theorem", "proof", "notes"}
-
-
-def _walk_strings(value: Any, parts: tuple = ()) -> Iterable[tuple[tuple, str]]:
-    if isinstance(value, str):
-        yield parts, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _walk_strings(v, parts + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _walk_strings(v, parts + (i,))
-
-
-def _control_problems(data: dict, shown: str, values: dict) -> list[Problem]:
-    """Control characters (NUL, ESC, ...) in any text field; newlines and tabs only in prose."""
-    problems = []
-    for parts, text in _walk_strings(data):
-        prose = len(parts) == 1 and parts[0] in _PROSE_FIELDS or parts[-1:] == ("notes",) or parts[-1:] == ("reason",)
-        bad = _CONTROL_RE.search(text) or (None if prose else re.search(r"[\n\r\t]", text.rstrip("\n")))
-        if bad:
-            char = bad.group(0)
-            problems.append(Problem(
-                shown, _line_for(values, parts), _field_path(parts), _short(text),
-                f"contains the control character U+{ord(char):04X}; reports would show it raw. "
-                "Remove it (write plain text" + ("" if prose else " on one line") + ")"))
-    return problems
-
-
-def path_problem(value: str, root: Path) -> str:
-    """Why ``value`` (a project-relative path) may not be used, or ``""``.
-
-    Paths in cards are relative to the project root and must stay inside it:
-    no absolute path, no ``..`` part, and no symlink leading out.
-    """
-    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", value):
-        return "is an absolute path; paths in cards are relative to the project root, e.g. impl/kv.py"
-    if ".." in re.split(r"[\\/]", value):
-        return "leaves the project root with `..`; paths in cards must name files inside the project"
-    try:
-        (root / value).resolve().relative_to(root.resolve())
-    except ValueError:
-        return f"resolves outside the project root {root} (through a symlink); name a file inside the project"
-    return ""
-
-
-def _path_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
-    """Every file a card names (refs, witness tests, covers) resolves inside the project root."""
-    named: list[tuple[tuple, str]] = []
-    named += [(("refs", i), r.split("::", 1)[0]) for i, r in enumerate(data.get("refs") or [])]
-    named += [(("covers", i), c) for i, c in enumerate(data.get("covers") or [])]
-    for group in ("witnesses", "controls"):
-        named += [((group, i, "test"), w["test"].split("::", 1)[0]) for i, w in enumerate(data.get(group) or [])]
-    problems = []
-    for parts, file in named:
-        why = path_problem(file, root)
-        if why:
-            problems.append(Problem(shown, _line_for(values, parts), _field_path(parts),
-                                    _short(_get(data, parts)), why))
-    return problems
-
-
-def _get(data: Any, parts: tuple) -> Any:
-    for p in parts:
-        data = data[p]
-    return data
-
-
-def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
-    """Bound limits must be finite (``.nan`` or ``.inf`` would make a bound that checks nothing); so must timeouts."""
-    problems = []
-    for group in ("witnesses", "controls"):
-        for i, w in enumerate(data.get(group) or []):
-            timeout = w.get("timeout")
-            if isinstance(timeout, float) and math.isnan(timeout):
-                fp = f"{group}[{i}].timeout"
-                problems.append(Problem(shown, values.get(fp, 0), fp, "nan",
-                                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`"))
-            for key, ops in (w.get("bounds") or {}).items():
-                for op, limit in ops.items():
-                    if isinstance(limit, float) and not math.isfinite(limit):
-                        fp = f"{group}[{i}].bounds.{key}.{op}"
-                        what = "NaN compares false with everything" if math.isnan(limit) else \
-                            "an infinite limit holds (or fails) for every finite value"
-                        problems.append(Problem(
-                            shown, values.get(fp, 0), fp, _short(limit),
-                            f"a bound limit must be a finite number ({what}, so the bound would check "
-                            f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}"))
-    return problems
-
-
-def _semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
-    """Checks the schema cannot express: finite bounds, paths inside the root, control
-    characters, tolerance reasons, unique witness ids."""
-    problems = _bound_problems(data, shown, values) + _path_problems(data, shown, values, root)
-    problems += _control_problems(data, shown, values)
-    seen: dict[str, str] = {}
-    for group in ("witnesses", "controls"):
-        for i, w in enumerate(data.get(group) or []):
-            where = f"{group}[{i}]"
-            if w["id"] in seen:
-                problems.append(Problem(shown, values.get(f"{where}.id", 0), f"{where}.id", _short(w["id"]),
-                                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card"))
-            seen.setdefault(w["id"], where)
-            for key, ops in (w.get("bounds") or {}).items():
-                for op, limit in ops.items():
-                    if op in TOLERANCE_OPS and isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0 and not w.get("reason"):
-                        fp = f"{where}.bounds.{key}.{op}"
-                        problems.append(Problem(
-                            shown, values.get(fp, 0), fp, _short(limit),
-                            f"a tolerance above zero needs a reason; add `reason:` to {where} "
-                            f"saying why {limit!r} is right"))
-    return problems
-
-
 def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
     """Load one card file. Returns (card or None, load problems, the id if readable)."""
     shown = display_path(path, root)
@@ -453,18 +172,18 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     except yaml.YAMLError as exc:
         return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
     if node is None or not isinstance(data, dict):
-        return None, [Problem(shown, 1, "", _short(data) if data is not None else "",
+        return None, [Problem(shown, 1, "", short(data) if data is not None else "",
                               "a card must be a YAML mapping of fields (id:, title:, ...); "
                               "see obligations/card.schema.json")], None
-    values, keys, dups = _line_index(node)
+    values, keys, dups = line_index(node)
     problems = [Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one")
                 for f, line in dups]
-    problems += _schema_problems(data, shown, values, keys)
+    problems += schema_problems(data, shown, values, keys)
     problems.sort(key=lambda p: p.line)
     card_id = data.get("id") if isinstance(data.get("id"), str) else None
     if problems:
         return None, problems, card_id
-    problems = _semantic_problems(data, shown, values, root)
+    problems = semantic_problems(data, shown, values, root)
     if problems:
         problems.sort(key=lambda p: p.line)
         return None, problems, card_id
@@ -487,7 +206,7 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
     out = []
 
     def add(fp: str, value: str, msg: str) -> None:
-        out.append(Problem(card.display_path, card.line_of(fp), fp, _short(value), msg, kind="link"))
+        out.append(Problem(card.display_path, card.line_of(fp), fp, short(value), msg, kind="link"))
 
     for i, ref in enumerate(card.refs):
         site = resolve_ref(root, ref)
@@ -547,7 +266,7 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
             line = card.line_of("id") if card else 0
             if card_id in first_seen:
                 where = "%s:%d" % first_seen[card_id]
-                problems.append(Problem(shown, line, "id", _short(card_id),
+                problems.append(Problem(shown, line, "id", short(card_id),
                                         f"duplicate card id (first defined at {where}); give this card its own id"))
                 continue
             first_seen[card_id] = (shown, line)
