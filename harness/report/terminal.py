@@ -1,6 +1,7 @@
 """Render the verdicts document, cards and problems to a rich console. Computes nothing."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -15,6 +16,13 @@ from harness.report.view import replayed_text
 
 STYLE = {Verdict.PROVEN: "bold green", Verdict.FAILED: "bold red", Verdict.VACUOUS: "bold magenta",
          Verdict.UNVERIFIED: "bold yellow", Verdict.ERROR: "bold white on red", CardState.STALE: "bold cyan"}
+
+
+def console(stderr: bool = False) -> Console:
+    """A console for stdout (or stderr): the terminal's width, or 160 columns in logs (CI reads them wide)."""
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else int(os.environ.get("COLUMNS", "160"))
+    return Console(stderr=stderr, width=width, highlight=False)
 
 
 def verdict_text(verdict: str) -> str:

@@ -1,0 +1,234 @@
+"""The bodies of the run_obligations.py subcommands: each takes the parsed arguments and returns an exit code.
+
+``run`` hands a :class:`harness.pipeline.RunRequest` to
+:func:`harness.pipeline.prove`; the others read cards (:mod:`harness.cards`)
+and the ledger (:mod:`harness.ledger`) and print with
+:mod:`harness.report.terminal`. Argument parsing and error handling live in
+:mod:`harness.cli`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+from pathlib import Path
+
+from harness.cards import display_path
+from harness.errors import UsageError
+from harness.project import project_root
+from harness.report.terminal import console as make_console
+
+
+# ---------------------------------------------------------------- context
+
+
+def cards_dir(args: argparse.Namespace, root: Path) -> Path:
+    raw = getattr(args, "cards", None) or os.environ.get("KVPROOF_CARDS_DIR")
+    if not raw:
+        return root / "obligations"
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if not path.is_dir():
+        source = "--cards" if getattr(args, "cards", None) else "KVPROOF_CARDS_DIR"
+        raise UsageError(f"{source}={raw!r} is not a folder; give a folder of card YAML files")
+    return path.resolve()
+
+
+def reports_dir(args: argparse.Namespace, root: Path) -> Path:
+    raw = getattr(args, "reports", None) or os.environ.get("KVPROOF_REPORTS_DIR")
+    if not raw:
+        return root / "reports"
+    path = Path(raw).expanduser()
+    return (path if path.is_absolute() else Path.cwd() / path).resolve()
+
+
+def _open_ledger(args: argparse.Namespace, root: Path):
+    """The ledger for reading, or None when no run has written one yet."""
+    from harness.ledger import FILENAME, Ledger
+
+    path = reports_dir(args, root) / FILENAME
+    return Ledger(path, create=False) if path.is_file() else None
+
+
+def _shown(path: Path, root: Path) -> str:
+    """``path`` relative to the project root when inside it; a folder ends in ``/``."""
+    return _shown_dir(path, root) if path.is_dir() else display_path(path, root)
+
+
+def _shown_dir(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix() + "/"
+    except ValueError:
+        return str(path) + "/"
+
+
+def _load(root: Path, folder: Path):
+    from harness.pipeline import load
+
+    loaded = load(root, folder, _shown_dir(folder, root))
+    return loaded.result, loaded.sites, loaded.liar_problems
+
+
+# ---------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.pipeline import RunRequest, prove
+    from harness.report.terminal import TerminalReporter
+    from harness.schedule import default_jobs
+
+    root = project_root()
+    oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
+    if oracle_dir is not None and not oracle_dir.is_dir():
+        raise UsageError(f"--oracle-dir={args.oracle_dir!r} is not a folder; "
+                         "export one with `run_obligations.py oracle export`")
+    json_path = None
+    if args.json:
+        json_path = Path(args.json).expanduser()
+        json_path = json_path if json_path.is_absolute() else Path.cwd() / json_path
+    source = "--reports" if args.reports else (
+        "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    req = RunRequest(
+        root=root, cards_dir=cards_dir(args, root), reports_dir=reports_dir(args, root), reports_source=source,
+        ids=tuple(args.ids), tags=tuple(args.tag), profile=args.profile,
+        seed=args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
+        liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
+        changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
+        argv=tuple(args.argv))
+    reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
+    return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
+
+
+# ---------------------------------------------------------------- list / validate / show
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.report import terminal
+
+    root = project_root()
+    result, _, liar_problems = _load(root, cards_dir(args, root))
+    terminal.render_list(make_console(), result.cards)
+    broken = list(result.load_problems) + list(liar_problems)
+    if broken:
+        terminal.render_problems(make_console(stderr=True), broken,
+                                 f"{len(broken)} problem(s) kept some cards or liars from loading "
+                                 "(`run_obligations.py validate` explains each):")
+        return 2
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.report import terminal
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    console = make_console()
+    result, _, liar_problems = _load(root, folder)
+    problems = list(result.problems) + list(liar_problems)
+    if problems:
+        bad = len({p.path for p in problems})
+        terminal.render_problems(console, problems, f"{len(problems)} problem(s) in {bad} file(s):")
+        return 2
+    console.print(f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from harness.cards import did_you_mean
+    from harness.report import terminal
+    from harness.status import status_rows
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    result, sites, _ = _load(root, folder)
+    card = next((c for c in result.cards if c.id == args.id), None)
+    if card is None:
+        ids = [c.id for c in result.cards]
+        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; "
+                         f"`run_obligations.py list` shows the ids")
+    console = make_console()
+    last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
+    ledger = _open_ledger(args, root)
+    if ledger is not None:
+        with ledger:
+            row = status_rows(ledger, [card], root, sites, None)[0]
+            if row.last is not None:
+                last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id).to_json()}
+                note = "" if not row.changed else f" (STALE: {', '.join(row.changed)}; that verdict may not apply)"
+    terminal.render_card(console, card, last, note)
+    problems = result.link_problems(card.id)
+    if problems:
+        terminal.render_problems(console, problems, "problems:")
+    return 0
+
+
+# ---------------------------------------------------------------- status / history
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from harness.cards import select
+    from harness.report import terminal
+    from harness.status import status_exit_code, status_rows
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    result, sites, _ = _load(root, folder)
+    cards = select(result.cards, args.ids, ())
+    oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
+    ledger = _open_ledger(args, root)
+    try:
+        rows = status_rows(ledger, cards, root, sites, oracle_dir)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    console = make_console()
+    terminal.render_status(console, rows)
+    if ledger is None:
+        console.print(f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
+                      "run the obligations once (`run_obligations.py run`)")
+    if result.load_problems:
+        terminal.render_problems(make_console(stderr=True), result.load_problems,
+                                 f"{len(result.load_problems)} problem(s) kept some cards from loading:")
+    return status_exit_code(rows)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from harness.report import terminal
+    from harness.report.view import history_marks
+
+    root = project_root()
+    ledger = _open_ledger(args, root)
+    console = make_console()
+    if ledger is None:
+        console.print(f"no runs recorded in {_shown_dir(reports_dir(args, root), root)} yet")
+        return 0
+    with ledger:
+        if not args.ids:
+            terminal.render_runs(console, ledger.runs(args.limit))
+            return 0
+        known = {cid for (cid,) in ledger.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
+        for card_id in args.ids:
+            if card_id not in known:
+                from harness.cards import did_you_mean
+
+                raise UsageError(f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
+                                 "`run_obligations.py history` lists the runs")
+            past = ledger.history(card_id)
+            terminal.render_history(console, card_id, list(zip(past, history_marks(past, None)))[-args.limit:])
+    return 0
+
+
+# ---------------------------------------------------------------- new
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from harness.cards import display_path
+    from harness.scaffold import scaffold
+
+    root = project_root()
+    card_path, witness_rel = scaffold(root, cards_dir(args, root), args.id)
+    console = make_console()
+    console.print(f"created {display_path(card_path, root)} and {witness_rel}")
+    console.print(f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
+                  f"(it is FAILED until the witness is written)")
+    return 0
