@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from harness.checktext import bound_text
 from harness.cardcheck import Problem, line_index, schema_problems, semantic_problems, short
 from harness.cardcheck import load_schema  # noqa: F401  (re-exported: harness.schemadoc reads it here)
 from harness.liars import LiarSite
@@ -46,7 +47,7 @@ class Bound:
     limit: Any
 
     def __str__(self) -> str:
-        return f"{self.key} {self.op} {self.limit!r}"
+        return bound_text(self.key, self.op, self.limit)
 
 
 @dataclass(frozen=True)

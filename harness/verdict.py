@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.cards import Bound, Card, Witness
+from harness.checktext import check_text, reason_value, unevaluated_text
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 
 
@@ -126,9 +127,8 @@ class BoundCheck:
 
     def describe(self) -> str:
         if self.holds is None:
-            return f"`{self.key}` {self.actual}"  # actual carries the reason text
-        detail = f"; {self.detail}" if self.detail else ""
-        return f"{self.key} = {_fmt(self.actual)} (bound {self.op} {_fmt(self.limit)}{detail})"
+            return unevaluated_text(self.key, self.actual, reason=True)  # actual carries the reason text
+        return check_text(self.key, self.op, self.limit, self.actual, self.detail, reason=True)
 
 
 @dataclass(frozen=True)
@@ -166,12 +166,6 @@ class CardVerdict:
 
 
 # ---------------------------------------------------------------- bounds
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3e}"
-    return repr(value)
 
 
 def _is_number(x: Any) -> bool:
@@ -246,8 +240,8 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
             return check(nearest, True, f"nearest of {n} observed")
         if lo == hi == limit:
             return check(lo, False, f"min = max of {n} observed")
-        return check(f"observed {n} value(s) in [{_fmt(lo)}, {_fmt(hi)}], which contains the limit {_fmt(limit)}: "
-                     f"their summary cannot tell whether one equals it (bound ne {_fmt(limit)}); count those "
+        return check(f"observed {n} value(s) in [{reason_value(lo)}, {reason_value(hi)}], which contains the limit {reason_value(limit)}: "
+                     f"their summary cannot tell whether one equals it (bound ne {reason_value(limit)}); count those "
                      f"examples with evidence.count('{key}_equal', int(x == {limit!r})) and bound that with eq: 0",
                      None, "")
     if nans:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.binding import BoundFile, digest
+from harness.checktext import check_text
 from harness.document import (SCHEMA, SCHEMA_VERSION, CardResult, CheckResult, Counts, Headline, LiarResult,
                               NodeEntry, NotProven, ReplayedFrom, RunDocument, RunHeader, Slowest, SlowestLiar,
                               Summary, Timing, TimingRow, WitnessResult)
@@ -54,12 +55,6 @@ def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def fmt_value(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3e}"
-    return repr(value) if isinstance(value, str) else str(value)
-
-
 def fraction(a: int, b: int) -> str:
     """``3/4``, or ``–`` when there is nothing to count."""
     return f"{a}/{b}" if b else "–"
@@ -72,9 +67,6 @@ def liars_fraction(counts: Mapping[str, Any]) -> str:
     return fraction(counts["liars_caught"], counts["liars_total"])
 
 
-OP_TEXT = {"le": "≤", "lt": "<", "ge": "≥", "gt": ">", "eq": "=", "ne": "≠"}
-
-
 def _worst(op: str, checks: list[CheckResult]) -> CheckResult:
     """The check furthest on the wrong side of its bound: max for le/lt, min for ge/gt, else the first broken."""
     if op in ("le", "lt"):
@@ -82,13 +74,6 @@ def _worst(op: str, checks: list[CheckResult]) -> CheckResult:
     if op in ("ge", "gt"):
         return min(checks, key=lambda c: (not math.isnan(c.actual), c.actual))
     return next((c for c in checks if c.holds is False), checks[0])
-
-
-def fmt_limit(value: Any) -> str:
-    """A bound's limit as a card author would write it: 0, 3, 1.5e-04, 0.25."""
-    if isinstance(value, float) and value != 0 and math.isfinite(value) and not 1e-3 <= abs(value) < 1e4:
-        return f"{value:.1e}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def headline(witnesses: Iterable[WitnessResult]) -> Headline | None:
@@ -112,8 +97,8 @@ def headline(witnesses: Iterable[WitnessResult]) -> Headline | None:
             for (key, op), checks in by_bound.items():
                 worst = _worst(op, checks)
                 value, limit = worst.actual, worst.limit
-                shown = fmt_value(float(value)) if key in labels else fmt_value(value)
-                text = f"{labels.get(key, key)} = {shown} ({OP_TEXT[op]} {fmt_limit(limit)})"
+                shown = float(value) if key in labels else value
+                text = check_text(key, op, limit, shown, label=labels.get(key, ""))
                 return Headline(key, value, text, w.id, op, limit, worst.holds)
     return None
 

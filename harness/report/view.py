@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from harness.document import RunDocument
 from harness.ledger import PastVerdict
 from harness.refs import RefSite, resolve_ref
-from harness.report.data import OP_TEXT, fmt_limit, fmt_value, replay_command
+from harness.checktext import check_text, fmt_value, unevaluated_text
+from harness.report.data import replay_command
 from harness.statuses import VERDICTS, Outcome, Verdict
 from harness.verdict import observed_summary
 
@@ -112,9 +113,8 @@ def ref_source(root: Path, ref: str, max_lines: int = SOURCE_LINES) -> dict[str,
 
 def _check_text(c: Mapping[str, Any]) -> str:
     if c["holds"] is None:
-        return f"{c['key']}: {c['actual']}" if isinstance(c["actual"], str) else f"{c['key']}: not evaluated"
-    detail = f"; {c['detail']}" if c.get("detail") else ""
-    return f"{c['key']} = {fmt_value(c['actual'])} ({OP_TEXT[c['op']]} {fmt_limit(c['limit'])}{detail})"
+        return unevaluated_text(c["key"], c["actual"])
+    return check_text(c["key"], c["op"], c["limit"], c["actual"], c.get("detail") or "")
 
 
 def display_value(value: Any, limit: int = VALUE_CHARS) -> str:
