@@ -5,8 +5,8 @@ bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
 runs N witness processes at a time (:mod:`harness.schedule`).
 
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
-1 some selected card is not PROVEN, 2 bad usage or invalid cards,
-130 interrupted. Mistakes a user can make end in a message, never a
+1 some selected card is not PROVEN, 2 bad usage, invalid cards, or a run
+whose evidence could not be recorded, 130 interrupted. Mistakes a user can make end in a message, never a
 traceback.
 
 The project root (where ``impl/``, ``witnesses/`` and ``obligations/`` live,
