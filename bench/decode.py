@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from bench import timing  # noqa: E402
 from bench.timing import best_of  # noqa: E402
 
 
@@ -63,9 +64,9 @@ def impl_decode(model, ctx: int, steps: int) -> float:
     s.step(tok)  # warm
     per = []
     for _ in range(steps):
-        t = time.perf_counter()
+        t = timing.clock()
         tok = int(np.argmax(s.step(tok)))
-        per.append(time.perf_counter() - t)
+        per.append(timing.clock() - t)
     return 1.0 / statistics.median(per)
 
 
@@ -87,6 +88,8 @@ def hf_measure(gguf: Path, tok, contexts: list[int], steps: int, n_prefill: int,
         return None
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    if timing.clock is time.process_time:
+        torch.set_num_threads(1)
     t = time.perf_counter()
     m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
                                              attn_implementation="eager")
@@ -106,10 +109,10 @@ def hf_measure(gguf: Path, tok, contexts: list[int], steps: int, n_prefill: int,
             past, nxt = cache_of(r), r.logits[:, -1:].argmax(-1)
             per = []
             for _ in range(steps + 1):
-                t = time.perf_counter()
+                t = timing.clock()
                 r = m(nxt, use_cache=True, **{kw: past})
                 past, nxt = cache_of(r), r.logits[:, -1:].argmax(-1)
-                per.append(time.perf_counter() - t)
+                per.append(timing.clock() - t)
             out["decode"][ctx] = 1.0 / statistics.median(per[1:])
         ids = torch.tensor([prompt_ids(tok, n_prefill)])
         m(ids[:, :8])
@@ -127,9 +130,19 @@ def main() -> int:
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     ap.add_argument("--attention", choices=["numpy", "kernel"],
                     help="impl's attention path (default: KVPROOF_ATTENTION or numpy)")
+    ap.add_argument("--single-thread", action="store_true",
+                    help="pin impl, numpy's BLAS and torch to one thread and time CPU seconds: "
+                         "ratios that survive a busy machine (absolute tok/s are per core)")
     a = ap.parse_args()
     if a.attention:
         os.environ["KVPROOF_ATTENTION"] = a.attention
+    pin = None
+    if a.single_thread:
+        from threadpoolctl import threadpool_limits
+
+        pin = threadpool_limits(1)  # OpenBLAS and OpenMP (impl's kernel) in this process  # noqa: F841
+        os.environ["OMP_NUM_THREADS"] = "1"
+        timing.clock = time.process_time
     contexts = [int(c) for c in a.contexts.split(",")]
 
     from impl.errors import ImplError
@@ -153,6 +166,8 @@ def main() -> int:
     print(f"# kvproof bench/decode.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {platform.machine()}, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, numpy {np.__version__}, BLAS: {blas}")
     print(f"# numerics: {numerics_path()}")
+    if a.single_thread:
+        print("# --single-thread: one thread everywhere, CPU seconds (process_time); tok/s are per core")
     print(f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token)")
     lim, gbs = limit_tokens_per_s(weight_matrices(model.llama), a.repeats)
     print(f"limit (gemv stream)  {lim:8.1f} tok/s  ({gbs:.1f} GB/s)")
