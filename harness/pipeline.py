@@ -315,7 +315,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     settings = data.RunSettings(
         profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
         command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
-        jobs=req.jobs, changed=req.changed)
+        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root))
     doc = data.build(prov, settings, judge(the_plan, runs), finished=provenance.utc_now(),
                      wall_s=time.monotonic() - t0)
     if reporter is not None:

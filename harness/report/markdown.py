@@ -42,6 +42,7 @@ def render(view: Mapping[str, Any]) -> str:
            f"profile {head['profile']}, seed {head['seed']} · liars {head['liars']} · "
            f"{counts} of {summary['total']} card(s)"
            + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "") + f" in {head['duration']}", "",
+           *([f"numerics: {_inline(head['numerics'])}", ""] if head.get("numerics") else []),
            "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |",
            "|---|---|:-:|---|---|---|--:|--:|--:|--:|"]
     for c in view["cards"]:

@@ -186,6 +186,7 @@ def _header_view(head: Mapping[str, Any]) -> dict[str, Any]:
         "liars": "on" if head.get("liars", True) else "off (--no-liars)",
         "duration": f"{head.get('duration_s', 0.0):.1f} s",
         "command": head.get("command", ""),
+        "numerics": head.get("numerics"),
         "gate": head["summary"]["gate"],
     }
 
@@ -201,6 +202,8 @@ def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
              ("kvproof.liars", str(head.get("liars", True)).lower()), ("kvproof.command", head.get("command", "")),
              ("kvproof.gate", head["summary"]["gate"])]
     props += [(f"version.{k}", v or "") for k, v in (head.get("versions") or {}).items()]
+    if head.get("numerics"):
+        props.append(("kvproof.numerics", head["numerics"]))
     return props
 
 
