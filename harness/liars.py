@@ -199,32 +199,48 @@ def _load_module_file(path: Path) -> None:
     spec.loader.exec_module(module)
 
 
-def apply(name: str, root: Path) -> Applied:
-    """Patch liar ``name`` (found under ``root/witnesses/liars``) into the running process.
-
-    Raises :class:`LiarError` when the name is unknown, or the target
-    cannot be imported or does not exist.
-    """
+def _site(name: str, root: Path) -> LiarSite:
+    """Where ``name`` is registered under ``root``; LiarError when it is not, or more than once."""
     sites, problems = scan(root)
     clash = [p for p in problems if p.field == "name" and p.value == repr(name)]
     if clash:
         raise LiarError(f"liar={name!r}: {clash[0]}")
     if name not in sites:
         raise LiarError(f"liar={name!r} is not registered in {root / LIARS_DIR}")
+    return sites[name]
+
+
+def _load(name: str, site: LiarSite) -> Liar:
+    """The registered liar, importing its module unless this process already has it from ``site.path``."""
     known = _REGISTRY.get(name)
     code = getattr(known.replacement, "__code__", None) if known else None
-    if code is None or Path(code.co_filename).resolve() != sites[name].path:  # not loaded from this root yet
+    if code is None or Path(code.co_filename).resolve() != site.path:  # not loaded from this root yet
         try:
-            _load_module_file(sites[name].path)
+            _load_module_file(site.path)
         except LiarError:
             raise
         except Exception as exc:  # the liar module itself is broken
-            raise LiarError(f"liar={name!r}: importing {sites[name].path} raised "
+            raise LiarError(f"liar={name!r}: importing {site.path} raised "
                             f"{type(exc).__name__}: {exc}") from exc
     if name not in _REGISTRY:
-        raise LiarError(f"liar={name!r}: {sites[name].path} did not register it when imported")
-    spec = _REGISTRY[name]
-    module_name, _, qual = spec.target.partition(":")
+        raise LiarError(f"liar={name!r}: {site.path} did not register it when imported")
+    return _REGISTRY[name]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What ``module:Qual.name`` names: the attribute ``attr`` of ``owner`` (a module or class)."""
+
+    module: str
+    owner: object
+    attr: str
+    original: object  # as stored on owner: a staticmethod/classmethod stays wrapped
+    in_module: bool  # a module-level name (no class in between)
+
+
+def _resolve(name: str, target: str) -> _Target:
+    """Import the target's module and find the attribute; LiarError when either is missing."""
+    module_name, _, qual = target.partition(":")
     try:
         owner: object = importlib.import_module(module_name)
     except Exception as exc:
@@ -233,38 +249,72 @@ def apply(name: str, root: Path) -> Applied:
     *path, attr = qual.split(".")
     for part in path:
         if not hasattr(owner, part):
-            raise LiarError(f"liar={name!r}: target={spec.target!r}: {part!r} not found")
+            raise LiarError(f"liar={name!r}: target={target!r}: {part!r} not found")
         owner = getattr(owner, part)
     try:
         original = inspect.getattr_static(owner, attr)
     except AttributeError:
         where = getattr(owner, "__name__", owner)
-        raise LiarError(f"liar={name!r}: target={spec.target!r}: {attr!r} not found in {where}") from None
+        raise LiarError(f"liar={name!r}: target={target!r}: {attr!r} not found in {where}") from None
+    return _Target(module_name, owner, attr, original, not path)
+
+
+@dataclass(frozen=True)
+class _Patch:
+    """One target swapped for its replacement (and the ``from module import f`` copies rebound)."""
+
+    target: _Target
+    plain: object  # the original function, unwrapped from staticmethod/classmethod
+    had_own: bool  # the owner held the attribute itself (not inherited from a base class)
+    rebound: tuple[tuple[object, str], ...]  # (module, name) that held ``plain``
+
+    def undo(self) -> None:
+        t = self.target
+        if self.had_own:
+            setattr(t.owner, t.attr, t.original)
+        else:
+            delattr(t.owner, t.attr)
+        for mod, aname in self.rebound:
+            setattr(mod, aname, self.plain)
+
+
+def _rebind(t: _Target, plain: object, replacement: object) -> tuple[tuple[object, str], ...]:
+    """Point every attribute that *is* ``plain`` in the target's top-level package at ``replacement``."""
+    top = t.module.split(".")[0]
+    rebound = []
+    for mname, mod in list(sys.modules.items()):
+        if mod is None or mod is t.owner or not (mname == top or mname.startswith(top + ".")):
+            continue
+        for aname, value in list(vars(mod).items()):
+            if value is plain:
+                setattr(mod, aname, replacement)
+                rebound.append((mod, aname))
+    return tuple(rebound)
+
+
+def _swap(spec: Liar, t: _Target) -> _Patch:
+    """Set the replacement (wrapped like the original) on the owner; returns how to undo it."""
+    original = t.original
     plain = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     replacement = spec.replacement(plain) if spec.factory else spec.replacement
     if isinstance(original, staticmethod):
         replacement = staticmethod(replacement)
     elif isinstance(original, classmethod):
         replacement = classmethod(replacement)
-    had_own = inspect.isclass(owner) and attr in vars(owner) or not inspect.isclass(owner)
-    setattr(owner, attr, replacement)
-    rebound: list[tuple[object, str]] = []
-    if not path:  # a module-level function: rebind `from module import f` copies in the same package
-        top = module_name.split(".")[0]
-        for mname, mod in list(sys.modules.items()):
-            if mod is None or mod is owner or not (mname == top or mname.startswith(top + ".")):
-                continue
-            for aname, value in list(vars(mod).items()):
-                if value is plain:
-                    setattr(mod, aname, replacement)
-                    rebound.append((mod, aname))
+    had_own = inspect.isclass(t.owner) and t.attr in vars(t.owner) or not inspect.isclass(t.owner)
+    setattr(t.owner, t.attr, replacement)
+    # a module-level function: rebind `from module import f` copies in the same package
+    rebound = _rebind(t, plain, replacement) if t.in_module else ()
+    return _Patch(t, plain, had_own, rebound)
 
-    def undo() -> None:
-        if had_own:
-            setattr(owner, attr, original)
-        else:
-            delattr(owner, attr)
-        for mod, aname in rebound:
-            setattr(mod, aname, plain)
 
-    return Applied(name, spec.target, original, undo)
+def apply(name: str, root: Path) -> Applied:
+    """Patch liar ``name`` (found under ``root/witnesses/liars``) into the running process.
+
+    Raises :class:`LiarError` when the name is unknown or registered twice,
+    its module fails to import or does not register it, or the target
+    cannot be imported or does not exist.
+    """
+    spec = _load(name, _site(name, root))
+    target = _resolve(name, spec.target)
+    return Applied(name, spec.target, target.original, _swap(spec, target).undo)

@@ -34,14 +34,13 @@ slower than one thread each.
 
 A card's run is three steps, so a scheduler can interleave cards:
 :func:`honest_job` -> :func:`execute` -> :func:`after_honest` (which liars
-to run) -> :func:`execute` per liar -> :func:`assemble`. :func:`run_card`
-does them in order for one card.
+to run) -> :func:`execute` per liar -> :func:`assemble`;
+:func:`harness.schedule.run_cards` runs them for many cards.
 """
 from __future__ import annotations
 
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO
 
 from harness import procs, protocol
 from harness.cards import Card, Witness
@@ -183,6 +182,109 @@ def _command(cfg: RunConfig, plan: Path, nodes: list[str]) -> list[str]:
     return cmd + nodes
 
 
+class _EventTail:
+    """The events file as the plugin appends to it: each :meth:`read` decodes the lines completed since the last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0  # where the last read stopped (a tell() cookie)
+        self.partial = ""  # an unfinished last line, kept for the next read
+
+    def read(self) -> list[protocol.Event]:
+        with open(self.path, encoding="utf-8") as fh:
+            fh.seek(self.pos)
+            chunk = fh.read()
+            self.pos = fh.tell()
+        *lines, self.partial = (self.partial + chunk).split("\n")
+        return [protocol.decode(line) for line in lines if line.strip()]
+
+
+@dataclass
+class _Watch:
+    """What the events said so far about the running process. Times are ``time.monotonic()`` seconds."""
+
+    idle_since: float  # when the last node finished (or the process started)
+    running: tuple[str, float, float] | None = None  # nodeid, seen at, timeout
+    timed_out: tuple[str, float] | None = None  # nodeid ("" outside any node), seconds allowed
+
+    def note(self, ev: protocol.Event, now: float, out: JobResult) -> None:
+        """Take in one event: track the running node; results, collection and liar errors go to ``out``."""
+        if isinstance(ev, protocol.NodeStarted):
+            self.running = (ev.nodeid, now, ev.timeout)
+        elif isinstance(ev, protocol.NodeFinished):
+            self.running, self.idle_since = None, now
+            out.results[ev.result.nodeid] = ev.result
+        elif isinstance(ev, protocol.CollectError):
+            out.collect_errors.append(ev)
+        elif isinstance(ev, protocol.LiarApplied) and not ev.ok:
+            out.liar_error = ev.error or "could not be applied"
+
+    def overdue(self, now: float, startup_timeout: float) -> tuple[str, float] | None:
+        """(nodeid, timeout) of a node running longer than its timeout + :data:`GRACE_S`; ("", startup_timeout)
+        after that long without a node running; else None."""
+        if self.running is not None and now - self.running[1] > self.running[2] + GRACE_S:
+            return self.running[0], self.running[2]
+        if self.running is None and now - self.idle_since > startup_timeout:
+            return "", startup_timeout
+        return None
+
+
+def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO) -> subprocess.Popen:
+    """Start the witness process in its own session, holding the read end of the runner's watchdog pipe."""
+    watchdog = procs.watchdog_fd()
+    return subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg, watchdog),
+                            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, pass_fds=(watchdog,))
+
+
+def _wait(proc: subprocess.Popen, job: Job, cfg: RunConfig, events: Path, out: JobResult,
+          cancel: threading.Event | None) -> _Watch:
+    """Poll every :data:`POLL_S` until ``proc`` exits or a timeout fires (``proc`` killed, ``timed_out`` set).
+
+    Events go into ``out`` as they arrive. Raises :class:`Cancelled` (``proc`` killed) once ``cancel`` is set.
+    """
+    tail = _EventTail(events)
+    watch = _Watch(idle_since=time.monotonic())
+    while True:
+        code = proc.poll()  # NOTE: before the read, so every event written before the exit is seen
+        new = tail.read()
+        now = time.monotonic()
+        for ev in new:
+            watch.note(ev, now, out)
+        if code is not None:
+            return watch
+        if cancel is not None and cancel.is_set():
+            _kill(proc)
+            raise Cancelled(job.label)
+        watch.timed_out = watch.overdue(now, cfg.startup_timeout)
+        if watch.timed_out:
+            _kill(proc)
+            return watch
+        time.sleep(POLL_S)
+
+
+def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
+    """A timeout is ERROR for the node that ran too long (with its stack); a process that died while a node
+    ran crashed in that node. Either way ``out.stopped`` says why the later nodes did not run."""
+    if watch.timed_out is not None:
+        nodeid, seconds = watch.timed_out
+        stack = _tail(stacks, 40)
+        if nodeid:
+            out.results[nodeid] = NodeResult(
+                nodeid, Outcome.ERROR, seconds, message=f"timeout: still running after {seconds:g} s",
+                failure=("stack when the timeout fired:\n" + stack) if stack else "")
+            out.stopped = f"the process was stopped after {nodeid} timed out"
+        else:
+            out.stopped = f"pytest was silent for {seconds:g} s outside any test (collection or fixture teardown hung)"
+    elif watch.running is not None:
+        nodeid = watch.running[0]
+        out.results[nodeid] = NodeResult(
+            nodeid, Outcome.ERROR, time.monotonic() - watch.running[1],
+            message=f"the interpreter died while this test ran ({_exit_text(out.exit_code)})",
+            failure=out.output_tail)
+        out.stopped = f"the interpreter died in {nodeid}"
+
+
 def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | None = None) -> JobResult:
     """Run ``job`` in a fresh pytest process and collect what it streamed.
 
@@ -199,51 +301,9 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     out = JobResult()
     t0 = time.monotonic()
     with open(log, "wb") as logf:
-        watchdog = procs.watchdog_fd()
-        proc = subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg, watchdog),
-                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, pass_fds=(watchdog,))
-        running: tuple[str, float, float] | None = None  # nodeid, seen at, timeout
-        idle_since = time.monotonic()
-        timed_out: tuple[str, float] | None = None
-        pos = 0
-        buffer = ""
+        proc = _start(job, cfg, plan, logf)
         try:
-            while True:
-                code = proc.poll()
-                with open(events, encoding="utf-8") as fh:
-                    fh.seek(pos)
-                    chunk = fh.read()
-                    pos = fh.tell()
-                buffer += chunk
-                *lines, buffer = buffer.split("\n")
-                now = time.monotonic()
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    ev = protocol.decode(line)
-                    if isinstance(ev, protocol.NodeStarted):
-                        running = (ev.nodeid, now, ev.timeout)
-                    elif isinstance(ev, protocol.NodeFinished):
-                        running, idle_since = None, now
-                        out.results[ev.result.nodeid] = ev.result
-                    elif isinstance(ev, protocol.CollectError):
-                        out.collect_errors.append(ev)
-                    elif isinstance(ev, protocol.LiarApplied) and not ev.ok:
-                        out.liar_error = ev.error or "could not be applied"
-                if code is not None:
-                    break
-                if cancel is not None and cancel.is_set():
-                    _kill(proc)
-                    raise Cancelled(job.label)
-                if running is not None and now - running[1] > running[2] + GRACE_S:
-                    timed_out = (running[0], running[2])
-                elif running is None and now - idle_since > cfg.startup_timeout:
-                    timed_out = ("", cfg.startup_timeout)
-                if timed_out:
-                    _kill(proc)
-                    break
-                time.sleep(POLL_S)
+            watch = _wait(proc, job, cfg, events, out, cancel)
         finally:
             if proc.poll() is None:
                 _kill(proc)
@@ -251,23 +311,7 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     out.exit_code = proc.returncode
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
-    if timed_out is not None:
-        nodeid, seconds = timed_out
-        stack = _tail(stacks, 40)
-        if nodeid:
-            out.results[nodeid] = NodeResult(
-                nodeid, Outcome.ERROR, seconds, message=f"timeout: still running after {seconds:g} s",
-                failure=("stack when the timeout fired:\n" + stack) if stack else "")
-            out.stopped = f"the process was stopped after {nodeid} timed out"
-        else:
-            out.stopped = f"pytest was silent for {seconds:g} s outside any test (collection or fixture teardown hung)"
-    elif running is not None:
-        nodeid = running[0]
-        out.results[nodeid] = NodeResult(
-            nodeid, Outcome.ERROR, time.monotonic() - running[1],
-            message=f"the interpreter died while this test ran ({_exit_text(out.exit_code)})",
-            failure=out.output_tail)
-        out.stopped = f"the interpreter died in {nodeid}"
+    _blame(out, watch, stacks)
     return out
 
 

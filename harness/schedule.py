@@ -32,7 +32,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness import procs
 from harness.cards import Card
@@ -83,14 +83,127 @@ class _Ready:
     job: Job = field(compare=False)
     liar_index: int = field(compare=False, default=-1)
 
+    @property
+    def card_index(self) -> int:
+        return self.key[1]
 
-def _next(done: queue.Queue) -> Any:
-    # NOTE: a timeout keeps the wait short, so Ctrl-C is seen promptly on every platform
-    while True:
+    @property
+    def folder(self) -> Path:
+        """The job's work folder, relative to the run's scratch folder."""
+        name = "honest" if self.liar_index < 0 else f"liar-{self.liar_index}"
+        return Path(f"{self.card_index:03d}-{self.job.card.id}") / name
+
+
+class _Queue:
+    """Which job starts next, and each card's bookkeeping until its :class:`CardRun` is assembled.
+
+    Lives on the calling thread only. ``settled`` counts planned processes that will no longer run.
+    """
+
+    def __init__(self, cards: Sequence[Card], cfg: RunConfig, jobs: int, expected: Mapping[str, Expected],
+                 link_problems: Mapping[str, tuple[str, ...]]) -> None:
+        self.cfg, self.jobs, self.expected = cfg, jobs, expected
+        self.states = [_CardState(i, c) for i, c in enumerate(cards)]
+        self.results: dict[int, CardRun] = {}
+        self.ready: list[_Ready] = []
+        self.settled = 0
+        for st in self.states:
+            problems = link_problems.get(st.card.id, ())
+            if problems:
+                self.results[st.index] = not_run(st.card, problems)
+            else:
+                self.ready.append(_Ready(self._honest_key(st), honest_job(st.card)))
+                st.waiting = 1
+
+    def _honest_key(self, st: _CardState) -> tuple[float, int, int]:
+        exp = self.expected.get(st.card.id, Expected())
+        chain = exp.honest_s + max((exp.liar(n) for n in st.card.liars if self.cfg.liars), default=0.0)
+        # jobs == 1: plain card order (each card's liars follow it, see _liar_key)
+        return (-(0.0 if self.jobs == 1 else chain), st.index, -1)
+
+    def _liar_key(self, st: _CardState, i: int, name: str) -> tuple[float, int, int]:
+        if self.jobs == 1:  # a liar goes before every later card (negative priority beats 0)
+            return (-1.0, st.index, i)
+        return (-self.expected.get(st.card.id, Expected()).liar(name), st.index, i)
+
+    def pop(self) -> _Ready:
+        """The ready job to start now (there must be one)."""
+        self.ready.sort()
+        return self.ready.pop(0)
+
+    def finished(self, item: _Ready, res: JobResult) -> None:
+        """Book ``item``'s result; queue a card's liars after its honest run; assemble a card whose jobs are done."""
+        st = self.states[item.card_index]
+        st.waiting -= 1
+        self.settled += 1
+        if item.liar_index < 0:
+            self._honest_finished(st, res)
+        else:
+            st.liars[item.job.liar] = liar_run(st.card, item.job.liar, res)
+        if st.waiting == 0:
+            assert st.honest is not None
+            runs = tuple(st.liars[n] for n in st.honest.liars)
+            self.results[st.index] = assemble(st.card, st.honest, runs)
+
+    def _honest_finished(self, st: _CardState, res: JobResult) -> None:
+        st.honest = after_honest(st.card, self.cfg, res)
+        for i, name in enumerate(st.card.liars):
+            if name in st.honest.liars:
+                self.ready.append(_Ready(self._liar_key(st, i, name), liar_job(st.card, name), i))
+                st.waiting += 1
+        if self.cfg.liars:
+            self.settled += len(st.card.liars) - len(st.honest.liars)
+
+    def card_runs(self) -> list[CardRun]:
+        assert len(self.results) == len(self.states), "every card must have finished"
+        return [self.results[i] for i in range(len(self.states))]
+
+
+class _Workers:
+    """One thread per started job, each blocked in :func:`harness.run.execute`; results come back on a queue."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.cancel = threading.Event()
+        self.done: queue.Queue[tuple[_Ready, JobResult | BaseException]] = queue.Queue()
+        self.running: dict[int, tuple[_Ready, threading.Thread]] = {}  # by start order
+        self.serial = 0
+
+    def _work(self, item: _Ready, workdir: Path) -> None:
         try:
-            return done.get(timeout=0.2)
-        except queue.Empty:
-            continue
+            self.done.put((item, execute(item.job, self.cfg, workdir, self.cancel)))
+        except BaseException as exc:  # Cancelled, or a bug: re-raised on the calling thread
+            self.done.put((item, exc))
+
+    def start(self, item: _Ready, workdir: Path) -> list[Job]:
+        """Start ``item`` in ``workdir``; returns the jobs running now, in start order (``item`` last)."""
+        thread = threading.Thread(target=self._work, args=(item, workdir), name=f"kvproof-{item.job.label}",
+                                  daemon=True)
+        self.serial += 1
+        self.running[self.serial] = (item, thread)
+        thread.start()
+        return [r.job for r, _ in self.running.values()]
+
+    def next_done(self) -> tuple[_Ready, JobResult]:
+        """Wait for a job to end and join its thread; re-raises what its thread raised."""
+        # NOTE: a timeout keeps the wait short, so Ctrl-C is seen promptly on every platform
+        while True:
+            try:
+                item, outcome = self.done.get(timeout=0.2)
+                break
+            except queue.Empty:
+                continue
+        key = next(k for k, (r, _) in self.running.items() if r is item)
+        self.running.pop(key)[1].join()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return item, outcome
+
+    def stop(self) -> None:
+        """Cancel every job (its process group is killed) and join every thread."""
+        self.cancel.set()
+        for _, thread in self.running.values():
+            thread.join()
 
 
 def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str, tuple[str, ...]] | None = None,
@@ -111,88 +224,27 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
     jobs = max(1, int(jobs))
     if jobs > 1 and cfg.blas_threads is None:
         cfg = replace(cfg, blas_threads=1)
-    link_problems = link_problems or {}
-    expected = expected or {}
-    states = [_CardState(i, c) for i, c in enumerate(cards)]
-    results: dict[int, CardRun] = {}
-    ready: list[_Ready] = []
-    for st in states:
-        problems = link_problems.get(st.card.id, ())
-        if problems:
-            results[st.index] = not_run(st.card, problems)
-            continue
-        exp = expected.get(st.card.id, Expected())
-        chain = exp.honest_s + max((exp.liar(n) for n in st.card.liars if cfg.liars), default=0.0)
-        # jobs == 1: plain card order (each card's liars follow it, see _Ready keys of liars below)
-        prio = 0.0 if jobs == 1 else chain
-        ready.append(_Ready((-prio, st.index, -1), honest_job(st.card)))
-        st.waiting = 1
-
+    todo = _Queue(cards, cfg, jobs, expected or {}, link_problems or {})
     procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
     base = procs.owned_tempdir()
-    cancel = threading.Event()
-    done: queue.Queue[tuple[_Ready, JobResult | BaseException]] = queue.Queue()
-    running: dict[int, tuple[_Ready, threading.Thread]] = {}
-    settled = 0
-    serial = 0
-
-    def work(item: _Ready, workdir: Path) -> None:
-        try:
-            done.put((item, execute(item.job, cfg, workdir, cancel)))
-        except BaseException as exc:  # Cancelled, or a bug: re-raised on the calling thread
-            done.put((item, exc))
-
+    workers = _Workers(cfg)
     try:
-        while ready or running:
-            while ready and len(running) < jobs:
-                ready.sort()
-                item = ready.pop(0)
-                st = states[item.key[1]]
-                name = "honest" if item.liar_index < 0 else f"liar-{item.liar_index}"
-                thread = threading.Thread(target=work, args=(item, base / f"{st.index:03d}-{st.card.id}" / name),
-                                          name=f"kvproof-{item.job.label}", daemon=True)
-                serial += 1
-                running[serial] = (item, thread)
-                thread.start()
+        while todo.ready or workers.running:
+            while todo.ready and len(workers.running) < jobs:
+                item = todo.pop()
+                running = workers.start(item, base / item.folder)
                 if on_start:
-                    on_start(item.job, [r.job for r, _ in running.values()])
-            item, outcome = _next(done)
-            key = next(k for k, (r, _) in running.items() if r is item)
-            running.pop(key)[1].join()
-            if isinstance(outcome, BaseException):
-                raise outcome
-            st = states[item.key[1]]
-            st.waiting -= 1
-            settled += 1
-            if item.liar_index < 0:
-                st.honest = after_honest(st.card, cfg, outcome)
-                exp = expected.get(st.card.id, Expected())
-                for i, name in enumerate(st.card.liars):
-                    if name in st.honest.liars:
-                        prio = 0.0 if jobs == 1 else exp.liar(name)
-                        # jobs == 1: a liar goes before every later card (negative priority beats 0)
-                        key_prio = -1.0 if jobs == 1 else -prio
-                        ready.append(_Ready((key_prio, st.index, i), liar_job(st.card, name), i))
-                        st.waiting += 1
-                if cfg.liars:
-                    settled += len(st.card.liars) - len(st.honest.liars)
-            else:
-                st.liars[item.job.liar] = liar_run(st.card, item.job.liar, outcome)
-            if st.waiting == 0:
-                assert st.honest is not None
-                runs = tuple(st.liars[n] for n in st.honest.liars)
-                results[st.index] = assemble(st.card, st.honest, runs)
+                    on_start(item.job, running)
+            item, res = workers.next_done()
+            todo.finished(item, res)
             if on_done:
-                on_done(item.job, settled)
+                on_done(item.job, todo.settled)
     except BaseException:
-        cancel.set()
-        for _, thread in running.values():
-            thread.join()
+        workers.stop()
         raise
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    assert len(results) == len(states), "every card must have finished"
-    return [results[i] for i in range(len(states))]
+    return todo.card_runs()
 
 
 __all__ = ["Expected", "default_jobs", "expected_from_entry", "run_cards"]

@@ -127,6 +127,128 @@ def _versions() -> dict[str, str]:
     return out
 
 
+DIGITS_DOC = (
+    "no Digits pre-tokenizer (SmolLM2's tokenizer.json has one), but no vocabulary token longer "
+    "than one character contains an ASCII digit, so ASCII digits are always single tokens either "
+    "way; non-ASCII numerics (e.g. ' \u00bd') can differ. The prompts contain none."
+)
+
+
+class _Bar:
+    """The export's one progress bar: a tick per model load, prompt forward and greedy token; a description
+    saying what runs now."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.steps = 2 + len(REFERENCE_PROMPTS) * (1 + GREEDY_NEW_TOKENS) + 2 * GREEDY_NEW_TOKENS
+        self.task = progress.add_task("loading transformers", total=self.steps)
+
+    def say(self, desc: str) -> None:
+        self.progress.update(self.task, description=desc)
+
+    def advance(self, desc: str | None = None) -> None:
+        self.progress.update(self.task, advance=1, **({"description": desc} if desc else {}))
+
+    def done(self) -> None:
+        self.progress.update(self.task, completed=self.steps, description="done")
+
+
+def _export_prompts(ref: _Reference, writer: ExportWriter, bar: _Bar) -> list[dict[str, Any]]:
+    """Per reference prompt: ids, logits, hidden states, argmax and greedy tokens; returns the manifest's prompts."""
+    prompts_meta = []
+    for name, text in REFERENCE_PROMPTS.items():
+        bar.say(f"prompt {name}: forward")
+        ids = ref.encode(text)
+        if name == "long":
+            assert len(ids) >= MIN_LONG_TOKENS, f"long prompt has {len(ids)} tokens"
+        logits, hidden, raw = ref.forward(ids)
+        assert hidden.shape == (ref.n_layers + 1, len(ids), ref.model.config.hidden_size), hidden.shape
+        bar.advance(f"prompt {name}: greedy")
+        greedy = ref.greedy(ids, GREEDY_NEW_TOKENS, bar.advance)
+        for fld, arr in (
+            ("ids", ids),
+            ("logits", logits),
+            ("hidden", hidden),
+            ("hidden_last_raw", raw),
+            ("argmax", np.argmax(logits, axis=-1).astype(np.int32)),
+            ("greedy", greedy),
+        ):
+            writer.save(prompt_path(name, fld), arr)
+        prompts_meta.append({"name": name, "text": text, "n_tokens": int(len(ids)), "greedy_text": ref.tokenizer.decode(greedy)})
+    return prompts_meta
+
+
+def _export_eviction(ref: _Reference, writer: ExportWriter, bar: _Bar) -> dict[str, Any]:
+    """The eviction fixture: segment ids, greedy after prefix+query and after prefix+poison+query; returns the
+    manifest's ``eviction``."""
+    bar.say("eviction fixture: greedy")
+    seg = {k: ref.encode(v) for k, v in EVICTION_SEGMENTS.items()}
+    never = ref.greedy(np.concatenate([seg["prefix"], seg["query"]]), GREEDY_NEW_TOKENS, bar.advance)
+    poisoned = ref.greedy(np.concatenate([seg["prefix"], seg["poison"], seg["query"]]), GREEDY_NEW_TOKENS, bar.advance)
+    for k, arr in seg.items():
+        writer.save(eviction_path(f"{k}_ids"), arr)
+    writer.save(eviction_path("never_greedy"), never)
+    writer.save(eviction_path("poisoned_greedy"), poisoned)
+    return {
+        "segments": dict(EVICTION_SEGMENTS),
+        "never_greedy": "greedy after prefix+query",
+        "poisoned_greedy": "greedy after prefix+poison+query",
+        "never_text": ref.tokenizer.decode(never),
+        "poisoned_text": ref.tokenizer.decode(poisoned),
+    }
+
+
+def _model_doc(ref: _Reference) -> dict[str, Any]:
+    cfg = ref.model.config
+    return {
+        "n_layers": ref.n_layers,
+        "hidden": int(cfg.hidden_size),
+        "vocab": int(cfg.vocab_size),
+        "n_heads": int(cfg.num_attention_heads),
+        "n_kv_heads": int(cfg.num_key_value_heads),
+        "rope_theta": float(cfg.rope_parameters["rope_theta"]) if getattr(cfg, "rope_parameters", None) else None,
+        "rms_norm_eps": float(cfg.rms_norm_eps),
+    }
+
+
+def _tokenizer_doc(ref: _Reference) -> dict[str, Any]:
+    backend = ref.tokenizer.backend_tokenizer
+    return {
+        "call": "tokenizer(text, add_special_tokens=False)",
+        "bos_added": False,
+        "default_call_adds_bos": ref.default_call_adds_special(),
+        "bos_token": ref.tokenizer.bos_token,
+        "bos_token_id": ref.tokenizer.bos_token_id,
+        "pre_tokenizer": backend.pre_tokenizer.__getstate__().decode() if backend.pre_tokenizer else None,
+        "post_processor": backend.post_processor.__getstate__().decode() if backend.post_processor else None,
+        "digits": DIGITS_DOC,
+    }
+
+
+def _manifest(ref: _Reference, weights_path: Path, weights_sha256: str, t0: float,
+              prompts: list[dict[str, Any]], eviction: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without its ``files`` table (:meth:`ExportWriter.commit` adds that); ``t0`` from perf_counter."""
+    return {
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "export_seconds": round(time.perf_counter() - t0, 1),
+        "weights": {"file": weights_path.name, "path": str(weights_path), "sha256": weights_sha256, "bytes": weights_path.stat().st_size},
+        "versions": _versions(),
+        "reference": {
+            "library": "transformers",
+            "load": "AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, attn_implementation='eager')",
+            "device": "cpu",
+            "use_cache": False,
+            "greedy": "argmax over the last position of a full-sequence forward, repeated",
+            "greedy_new_tokens": GREEDY_NEW_TOKENS,
+            "hidden_states": HIDDEN_STATES_DOC,
+        },
+        "model": _model_doc(ref),
+        "tokenizer": _tokenizer_doc(ref),
+        "prompts": prompts,
+        "eviction": eviction,
+    }
+
+
 def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console: Console | None = None) -> dict[str, Any]:
     """Compute the reference and write it atomically to ``target``.
 
@@ -136,96 +258,14 @@ def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console
     """
     console = console or Console(stderr=True)
     t0 = time.perf_counter()
-    n_prompts = len(REFERENCE_PROMPTS)
-    steps = 2 + n_prompts * (1 + GREEDY_NEW_TOKENS) + 2 * GREEDY_NEW_TOKENS
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress, ExportWriter(target) as writer:
-        task = progress.add_task("loading transformers", total=steps)
-
-        def advance(desc: str | None = None) -> None:
-            progress.update(task, advance=1, **({"description": desc} if desc else {}))
-
+        bar = _Bar(progress)
         ref = _Reference(weights_path)
-        advance("loading tokenizer + model")
-        cfg = ref.model.config
-        prompts_meta = []
-        for name, text in REFERENCE_PROMPTS.items():
-            progress.update(task, description=f"prompt {name}: forward")
-            ids = ref.encode(text)
-            if name == "long":
-                assert len(ids) >= MIN_LONG_TOKENS, f"long prompt has {len(ids)} tokens"
-            logits, hidden, raw = ref.forward(ids)
-            assert hidden.shape == (ref.n_layers + 1, len(ids), cfg.hidden_size), hidden.shape
-            advance(f"prompt {name}: greedy")
-            greedy = ref.greedy(ids, GREEDY_NEW_TOKENS, advance)
-            for fld, arr in (
-                ("ids", ids),
-                ("logits", logits),
-                ("hidden", hidden),
-                ("hidden_last_raw", raw),
-                ("argmax", np.argmax(logits, axis=-1).astype(np.int32)),
-                ("greedy", greedy),
-            ):
-                writer.save(prompt_path(name, fld), arr)
-            prompts_meta.append({"name": name, "text": text, "n_tokens": int(len(ids)), "greedy_text": ref.tokenizer.decode(greedy)})
-
-        progress.update(task, description="eviction fixture: greedy")
-        seg = {k: ref.encode(v) for k, v in EVICTION_SEGMENTS.items()}
-        never = ref.greedy(np.concatenate([seg["prefix"], seg["query"]]), GREEDY_NEW_TOKENS, advance)
-        poisoned = ref.greedy(np.concatenate([seg["prefix"], seg["poison"], seg["query"]]), GREEDY_NEW_TOKENS, advance)
-        for k, arr in seg.items():
-            writer.save(eviction_path(f"{k}_ids"), arr)
-        writer.save(eviction_path("never_greedy"), never)
-        writer.save(eviction_path("poisoned_greedy"), poisoned)
-        progress.update(task, description="writing")
-
-        backend = ref.tokenizer.backend_tokenizer
-        manifest = {
-            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "export_seconds": round(time.perf_counter() - t0, 1),
-            "weights": {"file": weights_path.name, "path": str(weights_path), "sha256": weights_sha256, "bytes": weights_path.stat().st_size},
-            "versions": _versions(),
-            "reference": {
-                "library": "transformers",
-                "load": "AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, attn_implementation='eager')",
-                "device": "cpu",
-                "use_cache": False,
-                "greedy": "argmax over the last position of a full-sequence forward, repeated",
-                "greedy_new_tokens": GREEDY_NEW_TOKENS,
-                "hidden_states": HIDDEN_STATES_DOC,
-            },
-            "model": {
-                "n_layers": ref.n_layers,
-                "hidden": int(cfg.hidden_size),
-                "vocab": int(cfg.vocab_size),
-                "n_heads": int(cfg.num_attention_heads),
-                "n_kv_heads": int(cfg.num_key_value_heads),
-                "rope_theta": float(cfg.rope_parameters["rope_theta"]) if getattr(cfg, "rope_parameters", None) else None,
-                "rms_norm_eps": float(cfg.rms_norm_eps),
-            },
-            "tokenizer": {
-                "call": "tokenizer(text, add_special_tokens=False)",
-                "bos_added": False,
-                "default_call_adds_bos": ref.default_call_adds_special(),
-                "bos_token": ref.tokenizer.bos_token,
-                "bos_token_id": ref.tokenizer.bos_token_id,
-                "pre_tokenizer": backend.pre_tokenizer.__getstate__().decode() if backend.pre_tokenizer else None,
-                "post_processor": backend.post_processor.__getstate__().decode() if backend.post_processor else None,
-                "digits": (
-                    "no Digits pre-tokenizer (SmolLM2's tokenizer.json has one), but no vocabulary token longer "
-                    "than one character contains an ASCII digit, so ASCII digits are always single tokens either "
-                    "way; non-ASCII numerics (e.g. ' \u00bd') can differ. The prompts contain none."
-                ),
-            },
-            "prompts": prompts_meta,
-            "eviction": {
-                "segments": dict(EVICTION_SEGMENTS),
-                "never_greedy": "greedy after prefix+query",
-                "poisoned_greedy": "greedy after prefix+poison+query",
-                "never_text": ref.tokenizer.decode(never),
-                "poisoned_text": ref.tokenizer.decode(poisoned),
-            },
-        }
-        written = writer.commit(manifest)
-        progress.update(task, completed=steps, description="done")
+        bar.advance("loading tokenizer + model")
+        prompts = _export_prompts(ref, writer, bar)
+        eviction = _export_eviction(ref, writer, bar)
+        bar.say("writing")
+        written = writer.commit(_manifest(ref, weights_path, weights_sha256, t0, prompts, eviction))
+        bar.done()
     return written
