@@ -39,7 +39,8 @@ from harness.report import data
 from harness.report import folder as report_folder
 from harness.report import jsonfile
 from harness.report.view import build_view
-from harness.run import CardRun, RunConfig, count_jobs
+from harness.outcomes import CardRun, count_jobs
+from harness.run import RunConfig
 from harness.schedule import Expected, expected_from_entry, run_cards
 from harness.statuses import Gate
 

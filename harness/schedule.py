@@ -38,8 +38,10 @@ from harness import procs
 from harness.cards import Card
 from harness.document import CardResult
 from harness.statuses import LiarStatus
-from harness.run import (CardRun, HonestPart, Job, JobResult, LiarRun, RunConfig, after_honest,
-                         assemble, execute, honest_job, liar_job, liar_run, not_run)
+from harness.outcomes import (CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run,
+                              not_run)
+from harness.run import Job, JobResult, RunConfig, execute
+from harness.verdict import LiarRun
 
 UNKNOWN_S = 1.0  # expected seconds of a process never seen before
 

@@ -19,7 +19,7 @@ from harness.document import (SCHEMA, SCHEMA_VERSION, CardResult, CheckResult, C
                               Summary, Timing, TimingRow, WitnessResult)
 from harness.provenance import Provenance
 from harness.cards import Card, Witness
-from harness.run import CardRun
+from harness.outcomes import CardRun
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
 from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict
 

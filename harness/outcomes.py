@@ -1,0 +1,115 @@
+"""A card's processes -> its outcomes: which witness each node result belongs to, when liars run, the card's run.
+
+:func:`honest_job` -> :func:`harness.run.execute` -> :func:`after_honest`
+(which liars to run) -> ``execute`` per :func:`liar_job` -> :func:`liar_run`
+-> :func:`assemble`; :mod:`harness.schedule` interleaves these steps across
+cards. Nothing here starts a process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import protocol
+from harness.cards import Card, Witness
+from harness.run import Job, JobResult, RunConfig, exit_text
+from harness.statuses import Outcome
+from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
+
+
+@dataclass(frozen=True)
+class CardRun:
+    """Everything the runs of one card produced, ready for :func:`harness.verdict.evaluate`."""
+
+    card: Card
+    outcomes: CardOutcomes
+    duration: float  # seconds, all processes of this card
+    honest_s: float = 0.0  # seconds, the honest process alone
+
+
+
+def _covers(collector: str, file: str) -> bool:
+    """Does a collection error of ``collector`` (a module or folder node id) hide ``file``?"""
+    return bool(collector) and (file == collector or file.startswith(collector.rstrip("/") + "/"))
+
+
+def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[WitnessOutcome, ...]:
+    """Map node results of one process onto the witnesses that named them."""
+    out = []
+    for w in witnesses:
+        nodes = tuple(r for nid, r in res.results.items() if protocol.node_matches(w.test, nid))
+        if nodes:
+            out.append(WitnessOutcome(w.id, nodes))
+            continue
+        err = next((e for e in res.collect_errors if _covers(e.nodeid, w.file)), None)
+        if err is not None:
+            last = [ln for ln in err.text.strip().splitlines() if ln.strip()][-1:] or ["?"]
+            node = NodeResult(w.test, Outcome.ERROR, message=f"collection error: {last[0].strip()}",
+                              failure=err.text)
+            out.append(WitnessOutcome(w.id, (node,)))
+        elif res.liar_error:
+            out.append(WitnessOutcome(w.id, (), f"not run: liar could not be applied: {res.liar_error}"))
+        elif res.stopped:
+            out.append(WitnessOutcome(w.id, (), f"not run: {res.stopped}"))
+        else:
+            tail = [ln for ln in res.output_tail.splitlines() if ln.strip()][-1:] or [""]
+            node = NodeResult(w.test, Outcome.ERROR, message=f"pytest did not run this node ({exit_text(res.exit_code)}): "
+                                                       f"{tail[0].strip()}", failure=res.output_tail)
+            out.append(WitnessOutcome(w.id, (node,)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class HonestPart:
+    """What a card's honest run decided: its witness and control outcomes and which liars to run next."""
+
+    witnesses: tuple[WitnessOutcome, ...]
+    controls: tuple[WitnessOutcome, ...]
+    duration: float
+    liars: tuple[str, ...]  # to run now, in card order
+    liars_skipped: str = ""  # why the listed liars are not run
+
+
+def honest_job(card: Card) -> Job:
+    return Job(card, card.all_witnesses)
+
+
+def liar_job(card: Card, name: str) -> Job:
+    return Job(card, card.witnesses, name)
+
+
+def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
+    """Judge the honest run's witnesses; liars run only when every witness and control held."""
+    wo = witness_outcomes(card.witnesses, res)
+    co = witness_outcomes(card.controls, res)
+    judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
+    all_held = all(v.status == Outcome.PASSED for v in judged)
+    if not card.liars:
+        return HonestPart(wo, co, res.duration, ())
+    if not cfg.liars:
+        return HonestPart(wo, co, res.duration, (), "--no-liars")
+    if not all_held:
+        return HonestPart(wo, co, res.duration, (), "the honest run did not hold")
+    return HonestPart(wo, co, res.duration, tuple(card.liars))
+
+
+def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
+    return LiarRun(name, witness_outcomes(card.witnesses, res), res.liar_error, res.duration)
+
+
+def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> CardRun:
+    """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
+    duration = honest.duration + sum(r.duration for r in liar_runs)
+    return CardRun(card, CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
+                   duration, honest.duration)
+
+
+def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:
+    """A card with link problems is ERROR without starting a process."""
+    return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
+
+
+def count_jobs(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = ()) -> int:
+    """Upper bound on processes for ``card`` (for the progress bar)."""
+    if link_problems:
+        return 1
+    return 1 + (len(card.liars) if cfg.liars else 0)
