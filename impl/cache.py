@@ -2,7 +2,7 @@
 
 Three designs implement ``KVStore``: contiguous (``impl.kv.KVCache``), paged
 (``impl.paged.PagedSequence`` over a ``BlockPool``) and ring
-(``impl.ring.RingKVStore`` over a ``RingCache``). They share one vocabulary:
+(``impl.ring_store.RingKVStore`` over an ``impl.ring.RingCache``). They share one vocabulary:
 
     geometry          KVGeometry(n_layers, n_kv_heads, head_dim): what one
                       position's K/V is, the words ModelConfig uses
@@ -167,7 +167,7 @@ def make_cache(design: str, geometry: KVGeometry, ropes: Sequence[RopeTable], wi
     elif design == "paged":
         from impl.paged import PagedSequence as cls
     elif design == "ring":
-        from impl.ring import RingKVStore as cls
+        from impl.ring_store import RingKVStore as cls
     else:
         raise CacheError(f"cache={design!r} is not a cache design; use one of {', '.join(CACHE_DESIGNS)}")
     return cls.build(geometry, ropes, normalize_window(window, geometry.n_layers), **options)

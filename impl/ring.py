@@ -28,9 +28,9 @@ its own past. A global layer that has run past ``max_seq_len`` is saturated
 (``is_saturated``): it still answers, over its most recent ``max_seq_len``
 positions, and says so.
 
-``RingKVStore`` adapts a ``RingCache`` to the ``impl.cache.KVStore`` protocol a
-``Session`` runs on; ``RingKVStore.build`` makes one (``make_cache("ring", ...)``,
-``Model.session(cache="ring")``).
+``impl.ring_store.RingKVStore`` puts a ``RingCache`` behind the
+``impl.cache.KVStore`` protocol a ``Session`` runs on
+(``make_cache("ring", ...)``, ``Model.session(cache="ring")``).
 """
 from __future__ import annotations
 
@@ -39,21 +39,15 @@ from typing import Sequence
 
 import numpy as np
 
-from impl.cache import KVGeometry, KVStore, Window, check_positive_int
+from impl.cache import KVGeometry, check_positive_int
 from impl.errors import CacheError
 from impl.quant import dequantize, quantize
-from impl.rope import RopeTable
 
 Position = int  # absolute token position, 0-based
 Slot = int  # row index inside one layer's ring buffer
 Encoded = dict  # codec field name -> (T, ...) array: one precision's stored form of T rows
 
 PRECISIONS = ("f32", "int8")
-OVERFLOW = ("refuse", "clamp")
-
-
-class ContextFull(CacheError):
-    """The session would run a layer that needs all its history past ``max_seq_len``."""
 
 
 @dataclass(frozen=True)
@@ -101,13 +95,19 @@ class RingConfig:
 
 # ---- codecs: how one precision stores rows ------------------------------------------------
 
-class F32Codec:
-    """Rows stored as given: k (T, kv_dim), v (T, v_dim) float32."""
+class Codec:
+    """How one precision stores rows of one geometry: alloc(slots), encode(k, v), decode(rows)."""
 
-    name = "f32"
+    name: str
 
     def __init__(self, geometry: KVGeometry) -> None:
         self.geometry = geometry
+
+
+class F32Codec(Codec):
+    """Rows stored as given: k (T, kv_dim), v (T, v_dim) float32."""
+
+    name = "f32"
 
     def alloc(self, slots: int) -> Encoded:
         g = self.geometry
@@ -120,13 +120,10 @@ class F32Codec:
         return enc["k"], enc["v"]
 
 
-class Int8Codec:
+class Int8Codec(Codec):
     """Per (row, KV head) symmetric int8: integers plus one float32 scale each (impl.quant)."""
 
     name = "int8"
-
-    def __init__(self, geometry: KVGeometry) -> None:
-        self.geometry = geometry
 
     def alloc(self, slots: int) -> Encoded:
         g = self.geometry
@@ -153,7 +150,8 @@ class Int8Codec:
 CODECS = {"f32": F32Codec, "int8": Int8Codec}
 
 
-def _rows(enc: Encoded, sel) -> Encoded:
+def take_rows(enc: Encoded, sel) -> Encoded:
+    """The rows ``sel`` (a slice or an index array) of every field of ``enc``."""
     return {name: a[sel] for name, a in enc.items()}
 
 
@@ -218,7 +216,7 @@ class _RingLayer:
             )
         self.ensure(start + t - 1)
         if t > self.slots:  # only the last `slots` rows survive the wrap
-            enc, start, t = _rows(enc, slice(t - self.slots, t)), start + t - self.slots, self.slots
+            enc, start, t = take_rows(enc, slice(t - self.slots, t)), start + t - self.slots, self.slots
         idx = np.arange(start, start + t) % self.slots  # (T,) distinct slots
         for name, a in enc.items():
             self.buf[name][idx] = a
@@ -231,8 +229,8 @@ class _RingLayer:
             raise CacheError(f"read of positions {lo}..{hi - 1}: the ring holds {h_lo}..{h_hi - 1} only")
         s = lo % self.slots
         if s + (hi - lo) <= self.slots:
-            return _rows(self.buf, slice(s, s + hi - lo))
-        return _rows(self.buf, np.arange(lo, hi) % self.slots)
+            return take_rows(self.buf, slice(s, s + hi - lo))
+        return take_rows(self.buf, np.arange(lo, hi) % self.slots)
 
     def arrays(self) -> list[np.ndarray]:
         return list(self.buf.values())
@@ -350,159 +348,6 @@ class RingCache:
         return c
 
 
-# ---- the KVStore adapter -----------------------------------------------------------------------
-
-class RingKVStore(KVStore):
-    """A ``RingCache`` behind the ``impl.cache.KVStore`` protocol (rows == positions).
-
-    The ring never evicts or renumbers, so it keeps no pre-RoPE keys:
-    ``write`` ignores ``k_raw``. ``pos`` is computed (0..len-1), not held.
-
-    NOTE: a multi-row chunk that would wrap a ring cannot be written in
-    place: ``Llama.forward`` writes all T rows of a layer before its T
-    queries attend, and row s would overwrite row s - cap that query s - 1
-    still needs. Such a chunk is staged (in the cache's own precision, so a
-    staged row reads back the same bits as a committed one) and committed
-    to the ring by the next ``reserve`` (or ``nbytes``, ``clone``,
-    ``is_saturated``), i.e. once the forward that wrote it has finished: a
-    failed forward's ``truncate`` then drops it without having displaced a
-    row the retry needs. Decode steps and chunks that end within the cap
-    are written in place (a step at the cap reuses the slot of pos - cap,
-    which no query at pos or later reads).
-
-    ``overflow``: "refuse" raises ContextFull from ``reserve`` instead of
-    letting a global layer run past ``max_seq_len``; "clamp" runs on over
-    the most recent ``max_seq_len`` positions with ``is_saturated()`` true.
-    """
-
-    def __init__(self, ring: RingCache, overflow: str = "refuse") -> None:
-        if overflow not in OVERFLOW:
-            raise CacheError(f"overflow={overflow!r} is not allowed: use one of {', '.join(OVERFLOW)}")
-        self.ring, self.overflow = ring, overflow
-        self._n = 0
-        self._staged: dict[int, tuple[Position, Encoded]] = {}  # layer -> (start, rows [start, n))
-
-    @classmethod
-    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], *, hint: int = 64,
-              precision: str = "f32", max_seq_len: int | None = None, overflow: str = "refuse") -> "RingKVStore":
-        """``make_cache("ring", ...)``: the ring store for a model session.
-
-        ``window`` (the session's, one per layer): None marks a global layer;
-        every windowed layer must share the same W (the ring's one window).
-        ``max_seq_len`` defaults to the length of the model's RoPE tables
-        (``ModelConfig.max_pos``); ``ropes`` are otherwise unused (the ring
-        never renumbers, so it never re-rotates). Raises CacheError for a
-        window list with two different windows.
-        """
-        local = sorted({w for w in window if w is not None})
-        if len(local) > 1:
-            raise CacheError(f"window={list(window)}: the ring takes one window for its local layers, got {local}; "
-                             "use one W (None for global layers)")
-        cfg = RingConfig(geometry, max_seq_len=int(max_seq_len or ropes[0].max_pos),
-                         window=local[0] if local else None,
-                         global_layers=tuple(i for i, w in enumerate(window) if w is None))
-        return cls(RingCache(cfg, hint=hint, precision=precision), overflow=overflow)
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def geometry(self) -> KVGeometry:
-        return self.ring.config.geometry
-
-    @property
-    def pos(self) -> np.ndarray:
-        """(len,) int64: row i is position i."""
-        return np.arange(self._n, dtype=np.int64)
-
-    def _limit(self) -> int | None:
-        """Positions the session may reach without saturating, or None if it can run on."""
-        c = self.ring.config
-        caps = [c.cap(i) for i in range(c.geometry.n_layers) if c.reach(i) is None or c.reach(i) > c.cap(i)]
-        return min(caps) if caps else None
-
-    def reserve(self, t: int) -> np.ndarray:
-        self.flush()
-        limit = self._limit()
-        if self.overflow == "refuse" and limit is not None and self._n + t > limit:
-            raise ContextFull(
-                f"reserve(t={t}) at length {self._n}: the ring's max_seq_len={limit} would be exceeded and a "
-                "global layer would lose history; start a new session, raise max_seq_len, or pass "
-                'overflow="clamp" to run on over the most recent positions (is_saturated() then reports it)'
-            )
-        start, self._n = self._n, self._n + t
-        return np.arange(start, self._n, dtype=np.int64)
-
-    def truncate(self, n: int) -> None:
-        """Keep rows [0, n). Raises CacheError unless n is an int in 0..len.
-
-        Exact for a failed forward (its rows never displaced a row a later
-        query needs). Dropping positions whose writes already reused the
-        slots of older ones leaves the ring short of that history: a later
-        ``view`` that needs it raises CacheError rather than reading a
-        reused slot.
-        """
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self._n:
-            raise CacheError(f"truncate(n={n!r}): n must be an int in 0..{self._n} (the cache length)")
-        self.ring.truncate(n)
-        for layer, (start, enc) in list(self._staged.items()):
-            if n <= start:
-                del self._staged[layer]
-            else:
-                self._staged[layer] = (start, _rows(enc, slice(0, n - start)))
-        self._n = int(n)
-
-    def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-        t = k.shape[0]
-        if t == 1 or start + t <= self.ring.layers[layer].cap:
-            self.ring.write_rows(layer, start, k, v)  # nothing a query of this chunk needs is overwritten
-        else:
-            self._staged[layer] = (start, self.ring.codec.encode(k, v))
-
-    def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
-        lo, _ = self.ring.span(layer, hi - 1)
-        staged = self._staged.get(layer)
-        if staged is None:
-            k, v = self.ring.read(layer, lo, hi)
-            return k, v, lo
-        s0, enc = staged
-        parts = []
-        if lo < s0:
-            parts.append(self.ring.read(layer, lo, s0))
-        parts.append(self.ring.codec.decode(_rows(enc, slice(max(lo, s0) - s0, hi - s0))))
-        k = np.concatenate([p[0] for p in parts])  # fresh arrays: a flush may reuse the slots below them
-        v = np.concatenate([p[1] for p in parts])
-        return k, v, lo
-
-    def _flush_layer(self, layer: int) -> None:
-        start, enc = self._staged.pop(layer)
-        self.ring.put_encoded(layer, start, enc)
-
-    def flush(self) -> None:
-        """Commit staged rows to the rings and advance the ring to the store's length."""
-        for layer in list(self._staged):
-            self._flush_layer(layer)
-        if len(self.ring) < self._n:
-            self.ring.advance(self._n - len(self.ring))
-
-    def clone(self) -> "RingKVStore":
-        self.flush()
-        c = RingKVStore(self.ring.clone(), self.overflow)
-        c._n = self._n
-        return c
-
-    # ---- the ring's own questions, after committing ------------------------------------------
-    def is_saturated(self) -> bool:
-        self.flush()
-        return self.ring.is_saturated()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the rings' buffers at their current sizes (nothing is staged after a flush)."""
-        self.flush()
-        return self.ring.nbytes
-
-
 def smollm2_windows(window: int = 1024, n_layers: int = 30, every: int = 6) -> list[int | None]:
     """Per-layer windows for SmolLM2 run as a hybrid: W on most layers, every ``every``-th layer global.
 
@@ -518,5 +363,4 @@ def reserved_bytes(config: RingConfig, precision: str = "f32") -> int:
     return sum(config.cap(i) for i in range(config.geometry.n_layers)) * per_row
 
 
-__all__: Sequence[str] = ["RingConfig", "RingCache", "RingKVStore", "ContextFull", "smollm2_windows",
-                          "reserved_bytes"]
+__all__: Sequence[str] = ["RingConfig", "RingCache", "smollm2_windows", "reserved_bytes"]

@@ -5,7 +5,8 @@ import pytest
 from impl.cache import KVGeometry, make_cache
 from impl.errors import CacheError
 from impl.model.session import Session
-from impl.ring import ContextFull, RingCache, RingConfig, RingKVStore, reserved_bytes, smollm2_windows
+from impl.ring import RingCache, RingConfig, reserved_bytes, smollm2_windows
+from impl.ring_store import ContextFull, RingKVStore
 
 
 def cfg(**kw):

@@ -7,7 +7,8 @@ from hypothesis import given, strategies as st
 
 from impl.cache import KVGeometry
 from impl.model.session import Session
-from impl.ring import ContextFull, RingCache, RingConfig
+from impl.ring import RingCache, RingConfig
+from impl.ring_store import ContextFull
 from witnesses.synthetic import tiny_llama, token_ids
 from witnesses.test_ring_placement import WindowRowsCache
 
