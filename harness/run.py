@@ -62,6 +62,8 @@ from harness.verdict import NodeResult
 GRACE_S = 0.5
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+CAUGHT_EARLIER = ("the liar was already caught: a liar run stops at the first witness that fails "
+                  "or errors under it")
 MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
 
 
@@ -164,10 +166,12 @@ def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     return env
 
 
-def _command(cfg: RunConfig, plan: Path, nodes: list[str]) -> list[str]:
+def _command(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
     cmd = [cfg.python, "-m", "harness._pytest_main", "-p", "harness.plugin", "--kvproof-plan", str(plan),
            "--rootdir", str(cfg.root), "--confcutdir", str(cfg.root), "-p", "no:cacheprovider",
            "-q", "--no-header", "-rN"]
+    if first_failure:
+        cmd.append("--exitfirst")  # a liar is caught by the first witness that fails under it
     if cfg.seed is not None:
         cmd.append(f"--hypothesis-seed={cfg.seed}")
     return cmd + nodes
@@ -223,7 +227,8 @@ class _Watch:
 def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO) -> subprocess.Popen:
     """Start the witness process in its own session, holding the read end of the runner's watchdog pipe."""
     watchdog = procs.watchdog_fd()
-    return subprocess.Popen(_command(cfg, plan, job.node_ids), cwd=cfg.root, env=_env(cfg, watchdog),
+    return subprocess.Popen(_command(cfg, plan, job.node_ids, first_failure=job.liar is not None), cwd=cfg.root,
+                            env=_env(cfg, watchdog),
                             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, pass_fds=(watchdog,))
 
@@ -303,6 +308,9 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
     _blame(out, watch, stacks)
+    caught = any(r.outcome in (Outcome.FAILED, Outcome.ERROR) for r in out.results.values())
+    if job.liar and caught and not out.stopped:
+        out.stopped = CAUGHT_EARLIER
     return out
 
 
