@@ -134,5 +134,6 @@ def clone_shallow(self):
 @liar("kv.one_row_matmul_decode", target="impl.linear:Linear.__call__",
       why="a plain x @ W: a decode step takes numpy's one-row (gemv) path, a prefill the multi-row (gemm) path")
 def linear_plain_matmul(self, x):
+    # NOTE: through Linear.weight(), whatever layout the blocks have (16-column panels for the C kernel)
     x = np.ascontiguousarray(x, dtype=np.float32)
-    return np.concatenate([x @ blk for blk in self.blocks], axis=1)
+    return x @ self.weight().T
