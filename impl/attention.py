@@ -98,7 +98,7 @@ def causal_attention(
     """Attention for T new queries whose K/V are already in rows [start, start+T).
 
     q: (T, Hkv, G, D); returns (T, Hkv * G * D) float32. ``cache`` is any
-    ``impl.kv.KVStore``: it provides ``pos`` and ``view(layer, hi)``.
+    ``impl.cache.KVStore``: it provides ``pos`` and ``view(layer, hi)``.
     """
     t = q.shape[0]
     pos = cache.pos

@@ -119,14 +119,6 @@ class KVStore(Protocol):
     def clone(self) -> "KVStore":
         """An independent copy (a paged cache may share blocks copy-on-write)."""
 
-    def rollback(self, n: int) -> None:
-        """``truncate(n)`` by its former name.
-
-        NOTE: kept only for impl/model/llama.py's failure path (``cache.rollback(start)``);
-        delete once that line says ``cache.truncate(start)``.
-        """
-        self.truncate(n)
-
 
 def normalize_window(window, n_layers: int) -> list[Window]:
     """None, one W for every layer, or a per-layer sequence -> list of per-layer W.

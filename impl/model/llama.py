@@ -183,7 +183,7 @@ class Llama:
             else:
                 logits = None
         except BaseException:
-            cache.rollback(start)
+            cache.truncate(start)
             raise
         if return_hidden:
             return logits, np.stack(hidden)
