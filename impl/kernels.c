@@ -1,0 +1,427 @@
+
+/* y = x @ W for a weight packed in 16-column panels; one per-element order for every row count.
+ *
+ * Layout: w is (P, K, 16) float32, panel p holding columns [16p, 16p+16) of W (K, C),
+ * zero-padded past C. x is (T, K) with row stride ldx, y is (T, P*16) with row stride ldy.
+ *
+ * The invariant: every output element y[t, c] is computed as
+ *     y = 0
+ *     for each k-block [k0, k0 + KC):               (KC = 64, fixed)
+ *         acc = 0; for k in the block: acc = fma(x[t, k], w[k, c], acc)
+ *         y = (first block) ? acc : y + acc
+ * one fused multiply-add per step (an intrinsic, never left to the compiler's
+ * contraction; built with -ffp-contract=off), whatever T is and whichever tile
+ * computes it. Tiles differ only in how many (row, column) elements they carry
+ * in registers at once. The two-level sum keeps the rounding error below
+ * OpenBLAS's (a plain k-sequential sum was about 2x worse than sgemm).
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#define NR 16 /* panel width (floats) */
+
+#if defined(__AVX512F__)
+#define VL 16
+typedef __m512 vec;
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps((p), (v))
+#define VBCAST(s) _mm512_set1_ps(s)
+#define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define VADD(a, b) _mm512_add_ps((a), (b))
+#define ISA "avx512f"
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VL 8
+typedef __m256 vec;
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps((p), (v))
+#define VBCAST(s) _mm256_set1_ps(s)
+#define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define VADD(a, b) _mm256_add_ps((a), (b))
+#define ISA "avx2+fma"
+#else
+/* Portable: GCC vector extension, fused by fmaf() per lane (exactly rounded, so any lane
+ * order gives the same bits). */
+#define VL 4
+typedef float vec __attribute__((vector_size(16)));
+static inline vec VZERO(void) { vec z = {0, 0, 0, 0}; return z; }
+static inline vec VLOAD(const float *p) { vec v; __builtin_memcpy(&v, p, sizeof v); return v; }
+#define VSTORE(p, v) do { vec t_ = (v); __builtin_memcpy((p), &t_, sizeof t_); } while (0)
+static inline vec VBCAST(float s) { vec v = {s, s, s, s}; return v; }
+static inline vec VFMA(vec a, vec b, vec c) {
+    vec r;
+    for (int i = 0; i < 4; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+}
+#define VADD(a, b) ((a) + (b))
+#define ISA "generic-fmaf"
+#endif
+
+#define NV (NR / VL)   /* vectors per panel row */
+#ifndef TP
+#define TP (VL == 16 ? 2 : 1) /* panels per prefill tile */
+#endif
+#define MR 6           /* rows per prefill tile */
+#ifndef KC
+#define KC 64
+#endif
+
+const char *kv_isa(void) { return ISA; }
+int kv_vl(void) { return VL; }
+
+/* One tile: R rows x NP panels over k in [k0, k1). pstride = K*NR floats between panels. */
+#define DEFINE_TILE(R, NP)                                                                   \
+    static inline void tile_##R##_##NP(const float *restrict x, long ldx,                    \
+                                       const float *restrict w, long pstride, long k0,       \
+                                       long k1, float *restrict y, long ldy, int add) {        \
+        vec acc[R][NP * NV];                                                                 \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                 \
+        _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                           \
+            acc[r][j] = VZERO();                                                             \
+        for (long k = k0; k < k1; k++) {                                                     \
+            vec wv[NP * NV];                                                                 \
+            _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                            \
+            _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                            \
+                wv[p * NV + v] = VLOAD(w + p * pstride + k * NR + v * VL);                   \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                           \
+                vec xb = VBCAST(x[r * ldx + k]);                                             \
+                _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                   \
+                    acc[r][j] = VFMA(xb, wv[j], acc[r][j]);                                  \
+            }                                                                                \
+        }                                                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                 \
+        _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                           \
+            VSTORE(y + r * ldy + j * VL,                                                     \
+                   add ? VADD(VLOAD(y + r * ldy + j * VL), acc[r][j]) : acc[r][j]);          \
+    }
+
+
+#define TILES_FOR(R) DEFINE_TILE(R, 1) DEFINE_TILE(R, 2)
+TILES_FOR(1) TILES_FOR(2) TILES_FOR(3) TILES_FOR(4) TILES_FOR(5) TILES_FOR(6)
+DEFINE_TILE(1, 4)
+
+typedef void (*tile_fn)(const float *restrict, long, const float *restrict, long, long, long,
+                        float *restrict, long, int);
+static const tile_fn TILES[MR + 1][3] = {
+    {0, 0, 0},
+    {0, tile_1_1, tile_1_2}, {0, tile_2_1, tile_2_2}, {0, tile_3_1, tile_3_2},
+    {0, tile_4_1, tile_4_2}, {0, tile_5_1, tile_5_2}, {0, tile_6_1, tile_6_2},
+};
+
+
+/* One row, panels [p0, p1): each panel streamed once over k. */
+static void row_panels(const float *x, const float *w, long K, long p0, long p1, float *y) {
+    long pstride = K * NR, p = p0;
+    for (; p + 4 <= p1; p += 4)
+        for (long k0 = 0; k0 < K; k0 += KC)
+            tile_1_4(x, 0, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
+    for (; p < p1; p++)
+        for (long k0 = 0; k0 < K; k0 += KC)
+            tile_1_1(x, 0, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
+}
+
+/* T rows, panels [p0, p1) in groups of TP, k in blocks of KC, rows in tiles of MR. */
+static void rows_panels(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
+                        float *y, long ldy) {
+    long pstride = K * NR;
+    int np;
+    for (long p = p0; p < p1; p += np) {
+        np = (p1 - p >= TP) ? TP : 1;
+        for (long k0 = 0; k0 < K; k0 += KC) {
+            long k1 = k0 + KC < K ? k0 + KC : K;
+            long t = 0;
+            for (; t + MR <= T; t += MR)
+                TILES[MR][np](x + t * ldx, ldx, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
+            if (t < T)
+                TILES[T - t][np](x + t * ldx, ldx, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
+        }
+    }
+}
+
+/* y[t, :] = x[t, :] @ W for t < T. nthreads <= 0: OpenMP's default. */
+void kv_linear(const float *x, long T, long ldx, const float *w, long K, long P, float *y, long ldy,
+               int nthreads) {
+#ifdef _OPENMP
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (nt > 1 && P >= 2 * TP) {
+        long groups = (P + TP - 1) / TP;
+        #pragma omp parallel num_threads(nt)
+        {
+            int i = omp_get_thread_num(), n = omp_get_num_threads();
+            long g0 = groups * i / n, g1 = groups * (i + 1) / n;
+            long p0 = g0 * TP, p1 = g1 * TP < P ? g1 * TP : P;
+            if (T == 1) row_panels(x, w, K, p0, p1, y);
+            else rows_panels(x, T, ldx, w, K, p0, p1, y, ldy);
+        }
+        return;
+    }
+#endif
+    (void)nthreads;
+    if (T == 1) row_panels(x, w, K, 0, P, y);
+    else rows_panels(x, T, ldx, w, K, 0, P, y, ldy);
+}
+
+/* ---- attention: one query head over its visible keys, the same arithmetic for any T ----
+ *
+ * For query i, KV head h, group member g, over the visible view rows [lo_i, hi_i), n = hi - lo:
+ *   s_j  = hsum_tree(fma chain over D/VL chunks of q * k_j) * scale   (j in row order)
+ *   m    = max_j s_j;  p_j = expf_k(s_j - m)   (our own exp: same bits in every lane)
+ *   l    = lane sums of p over j = 0, VL, 2VL, ... (+1, +2, ...), then the hsum tree
+ *   o[d] = (sum_j p_j * v_j[d], j in row order, one fma per step) / l
+ * Nothing depends on T, on which thread computes it, or on rows outside [lo, hi). */
+
+#if VL == 16
+#define VMUL(a, b) _mm512_mul_ps((a), (b))
+#define VSUB(a, b) _mm512_sub_ps((a), (b))
+#define VDIV(a, b) _mm512_div_ps((a), (b))
+#define VMAX(a, b) _mm512_max_ps((a), (b))
+#define VROUND(a) _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VPOW2I(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#define VZERO_BELOW(r, x, lim) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask((x), (lim), _CMP_GE_OQ), (r))
+#elif VL == 8
+#define VMUL(a, b) _mm256_mul_ps((a), (b))
+#define VSUB(a, b) _mm256_sub_ps((a), (b))
+#define VDIV(a, b) _mm256_div_ps((a), (b))
+#define VMAX(a, b) _mm256_max_ps((a), (b))
+#define VROUND(a) _mm256_round_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VPOW2I(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define VZERO_BELOW(r, x, lim) _mm256_and_ps(_mm256_cmp_ps((x), (lim), _CMP_GE_OQ), (r))
+#else
+#define VMUL(a, b) ((a) * (b))
+#define VSUB(a, b) ((a) - (b))
+#define VDIV(a, b) ((a) / (b))
+static inline vec VMAX(vec a, vec b) { vec r; for (int i = 0; i < VL; i++) r[i] = a[i] > b[i] ? a[i] : b[i]; return r; }
+static inline vec VROUND(vec a) { vec r; for (int i = 0; i < VL; i++) r[i] = rintf(a[i]); return r; }
+static inline vec VPOW2I(vec n) { vec r; for (int i = 0; i < VL; i++) r[i] = ldexpf(1.0f, (int)n[i]); return r; }
+static inline vec VZERO_BELOW(vec r, vec x, vec lim) { for (int i = 0; i < VL; i++) if (!(x[i] >= lim[i])) r[i] = 0.0f; return r; }
+#endif
+
+#ifndef PF_ROWS
+#define PF_ROWS 16 /* rows ahead for software prefetch of strided K/V rows */
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define PREFETCH(p) __builtin_prefetch((p))
+#endif
+#define EXP_LO -87.0f /* below: exp is 0 here (true value < 1.7e-38; a softmax term that small is 0 in float32 sums) */
+
+/* exp(x) for x <= 0 (softmax arguments), Cephes' polynomial; about 1 ulp; exp(0) == 1 exactly. */
+static inline vec vexp(vec x) {
+    vec lim = VBCAST(EXP_LO);
+    vec xc = VMAX(x, lim);
+    vec n = VROUND(VMUL(xc, VBCAST(1.44269504088896341f)));
+    vec r = VFMA(n, VBCAST(-0.693359375f), xc);
+    r = VFMA(n, VBCAST(2.12194440e-4f), r);
+    vec p = VBCAST(1.9875691500e-4f);
+    p = VFMA(p, r, VBCAST(1.3981999507e-3f));
+    p = VFMA(p, r, VBCAST(8.3334519073e-3f));
+    p = VFMA(p, r, VBCAST(4.1665795894e-2f));
+    p = VFMA(p, r, VBCAST(1.6666665459e-1f));
+    p = VFMA(p, r, VBCAST(5.0000001201e-1f));
+    p = VFMA(p, VMUL(r, r), VADD(r, VBCAST(1.0f)));
+    return VZERO_BELOW(VMUL(p, VPOW2I(n)), x, lim);
+}
+
+/* Sum of the VL lanes by halving (lane i + lane i + VL/2, ...): a fixed tree. */
+static inline float vhsum(vec a) {
+    float t[VL];
+    VSTORE(t, a);
+    for (int w = VL / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) t[i] = t[i] + t[i + w];
+    return t[0];
+}
+
+static inline float vhmax(vec a) {
+    float t[VL];
+    VSTORE(t, a);
+    float m = t[0];
+    for (int i = 1; i < VL; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+
+/* Scores of G query vectors q (G, D) against keys rows [0, n) at stride ld: s[g * ns + j]. */
+static void scores(const float *restrict q, int G, const float *restrict k, long ld, long n, int D, float scale,
+                   float *restrict s, long ns) {
+#if VL == 8
+    if (D % 8 == 0 && D <= 128) {
+        /* 8 keys at a time; each key's 8 lane sums reduced by the same hadd tree,
+         * ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)); a short last batch reads zero rows.
+         * The batch's key rows stay in L1 while every group member uses them. */
+        int nc = D / 8;
+        __m256 sc = _mm256_set1_ps(scale);
+        static const float zeros[128] __attribute__((aligned(32))) = {0};
+        for (long j0 = 0; j0 < n; j0 += 8) {
+            const float *kr[8];
+            for (int b = 0; b < 8; b++) kr[b] = j0 + b < n ? k + (j0 + b) * ld : zeros;
+            if (j0 + PF_ROWS + 8 <= n) /* strided rows: help the prefetcher (no effect on any value) */
+                for (int b = 0; b < 8; b++)
+                    for (int c = 0; c < D; c += 16) _mm_prefetch((const char *)(k + (j0 + PF_ROWS + b) * ld + c), _MM_HINT_T0);
+            for (int g = 0; g < G; g++) {
+                const float *qg = q + g * D;
+                __m256 a[8];
+                for (int b = 0; b < 8; b++) a[b] = _mm256_setzero_ps();
+                for (int c = 0; c < nc; c++) {
+                    __m256 qc = _mm256_loadu_ps(qg + c * 8);
+                    for (int b = 0; b < 8; b++) a[b] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kr[b] + c * 8), a[b]);
+                }
+                __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+                __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+                __m256 s03 = _mm256_hadd_ps(s01, s23), s47 = _mm256_hadd_ps(s45, s67);
+                __m256 dot = _mm256_add_ps(_mm256_permute2f128_ps(s03, s47, 0x20),
+                                           _mm256_permute2f128_ps(s03, s47, 0x31));
+                _mm256_storeu_ps(s + g * ns + j0, _mm256_mul_ps(dot, sc));
+            }
+        }
+        return;
+    }
+#endif
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + g * D;
+        float *sg = s + g * ns;
+        if (D % VL == 0 && D <= 16 * VL) {
+            int nc = D / VL;
+            for (long j = 0; j < n; j++) {
+                const float *kj = k + j * ld;
+                vec acc = VZERO();
+                for (int c = 0; c < nc; c++) acc = VFMA(VLOAD(qg + c * VL), VLOAD(kj + c * VL), acc);
+                sg[j] = vhsum(acc) * scale;
+            }
+        } else {
+            for (long j = 0; j < n; j++) {
+                const float *kj = k + j * ld;
+                float acc = 0.0f;
+                for (int d = 0; d < D; d++) acc = fmaf(qg[d], kj[d], acc);
+                sg[j] = acc * scale;
+            }
+        }
+    }
+}
+
+/* s[0, npad) holds n scores then padding: replaces them by exp(s - max) (padding -> 0); returns their sum. */
+static float softmax_numerators(float *restrict s, long n) {
+    long npad = (n + VL - 1) / VL * VL;
+    for (long j = n; j < npad; j++) s[j] = -INFINITY;
+    vec mv = VBCAST(-INFINITY);
+    for (long j = 0; j < npad; j += VL) mv = VMAX(mv, VLOAD(s + j));
+    vec m = VBCAST(vhmax(mv));
+    vec lv = VZERO();
+    for (long j = 0; j < npad; j += VL) {
+        vec e = vexp(VSUB(VLOAD(s + j), m));
+        VSTORE(s + j, e);
+        lv = VADD(lv, e);
+    }
+    return vhsum(lv);
+}
+
+/* out[g, d] = (sum over j in order of p[g * ns + j] * v[j, d], one fma per step) / l[g], for GG group
+ * members at once: each value row is read once for all of them. CW value chunks per pass. */
+#define DEFINE_PV(GG, CW)                                                                          \
+    static void pv_##GG(const float *restrict p, long ns, const float *restrict v, long ld, long n,   \
+                        int nc, const float *restrict l, float *restrict out, int D) {              \
+        for (int c0 = 0; c0 < nc; c0 += CW) {                                                      \
+            int cw = nc - c0 < CW ? nc - c0 : CW;                                                  \
+            if (cw == CW) {                                                                        \
+                vec acc[GG][CW];                                                                   \
+                _Pragma("GCC unroll 8") for (int g = 0; g < GG; g++)                               \
+                _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++) acc[g][c] = VZERO();          \
+                for (long j = 0; j < n; j++) {                                                     \
+                    if (j + PF_ROWS < n) PREFETCH(v + (j + PF_ROWS) * ld + c0 * VL);                \
+                    vec vv[CW];                                                                    \
+                    _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++)                           \
+                        vv[c] = VLOAD(v + j * ld + (c0 + c) * VL);                                 \
+                    _Pragma("GCC unroll 8") for (int g = 0; g < GG; g++) {                         \
+                        vec pj = VBCAST(p[g * ns + j]);                                            \
+                        _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++)                       \
+                            acc[g][c] = VFMA(pj, vv[c], acc[g][c]);                                \
+                    }                                                                              \
+                }                                                                                  \
+                _Pragma("GCC unroll 8") for (int g = 0; g < GG; g++)                               \
+                _Pragma("GCC unroll 8") for (int c = 0; c < CW; c++)                               \
+                    VSTORE(out + g * D + (c0 + c) * VL, VDIV(acc[g][c], VBCAST(l[g])));            \
+            } else {                                                                               \
+                for (int c = c0; c < nc; c++)                                                      \
+                    for (int g = 0; g < GG; g++) {                                                 \
+                        vec acc = VZERO();                                                         \
+                        for (long j = 0; j < n; j++)                                               \
+                            acc = VFMA(VBCAST(p[g * ns + j]), VLOAD(v + j * ld + c * VL), acc);    \
+                        VSTORE(out + g * D + c * VL, VDIV(acc, VBCAST(l[g])));                     \
+                    }                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+DEFINE_PV(1, 4)
+DEFINE_PV(2, 4)
+DEFINE_PV(3, 2)
+DEFINE_PV(4, 2)
+
+/* One (query, KV head): its G query vectors q (G, D) over key/value rows [0, n) at stride ld; out (G, D).
+ * s: scratch of >= G * (n rounded up to VL) floats. */
+static void attend_group(const float *restrict q, int G, const float *restrict k, const float *restrict v,
+                         long ld, long n, int D, float scale, float *restrict s, float *restrict out) {
+    long ns = (n + VL - 1) / VL * VL;
+    float l[64];
+    scores(q, G, k, ld, n, D, scale, s, ns);
+    for (int g = 0; g < G; g++) l[g] = softmax_numerators(s + g * ns, n);
+    if (D % VL == 0 && D <= 16 * VL) {
+        int nc = D / VL;
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            int gg = G - g0 < 4 ? G - g0 : 4;
+            const float *p = s + g0 * ns;
+            float *o = out + g0 * D;
+            switch (gg) {
+            case 1: pv_1(p, ns, v, ld, n, nc, l + g0, o, D); break;
+            case 2: pv_2(p, ns, v, ld, n, nc, l + g0, o, D); break;
+            case 3: pv_3(p, ns, v, ld, n, nc, l + g0, o, D); break;
+            default: pv_4(p, ns, v, ld, n, nc, l + g0, o, D); break;
+            }
+        }
+    } else {
+        for (int g = 0; g < G; g++)
+            for (int d = 0; d < D; d++) {
+                float acc = 0.0f;
+                for (long j = 0; j < n; j++) acc = fmaf(s[g * ns + j], v[j * ld + d], acc);
+                out[g * D + d] = acc / l[g];
+            }
+    }
+}
+
+/* T queries q (T, Hkv, G, D) contiguous; keys/values: view rows at stride ld floats (row r, head h at
+ * k + r*ld + h*D); query i sees view rows [lo[i], hi[i]); out (T, Hkv*G*D). */
+void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, const float *v, long ld,
+               const long *lo, const long *hi, float scale, float *out, int nthreads) {
+    long nmax = 0;
+    for (long i = 0; i < T; i++) nmax = hi[i] - lo[i] > nmax ? hi[i] - lo[i] : nmax;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (T * hkv * G < 2 || (long)T * nmax * hkv * G * D < 65536) nt = 1;
+#endif
+    /* An item is (query, KV head, gs group members): all G members share each key/value row read,
+     * but a decode step (few items) splits them one per item to use every thread. Either way each
+     * member's arithmetic is the same (scores, softmax and the weighted sum are per member). */
+    int gs = (nt == 1 || T * hkv >= 4 * nt) ? G : 1;
+    long per_head = G / gs;
+    long items = T * hkv * per_head;
+    #pragma omp parallel num_threads(nt)
+    {
+        float *s = malloc(sizeof(float) * (size_t)gs * ((nmax + VL - 1) / VL * VL));
+        #pragma omp for schedule(dynamic, 1)
+        for (long it = items - 1; it >= 0; it--) { /* longest rows first */
+            long i = it / (hkv * per_head);
+            int h = (int)(it / per_head % hkv);
+            long r0 = lo[i], n = hi[i] - lo[i];
+            attend_group(q + it * gs * D, gs, k + r0 * ld + (long)h * D, v + r0 * ld + (long)h * D, ld, n, D, scale,
+                         s, out + it * gs * D);
+        }
+        free(s);
+    }
+}
