@@ -290,8 +290,8 @@ def _upgrade_card(data: Mapping[str, Any]) -> dict[str, Any]:
     liars = card.get("liars", [])
     if "honest_s" not in card:
         ran = sum(entry.get("duration_s") or 0.0 for entry in liars if entry.get("status") != LiarStatus.NOT_RUN)
-        total = (card.get("replayed_from") or {}).get("duration_s", card.get("duration_s", 0.0)) \
-            if card.get("replayed_from") else card.get("duration_s", 0.0)
+        # a replay's own duration_s is 0; the processes it stands for are the original's
+        total = (card.get("replayed_from") or card).get("duration_s", 0.0)
         card["honest_s"] = round(max(float(total or 0.0) - ran, 0.0), 3)
     if "bound_digest" not in card:
         card["bound_digest"] = digest(BoundFile(**b) for b in card.get("bound_files", []))

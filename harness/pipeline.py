@@ -21,6 +21,7 @@ function below, in order, and each hands the next a typed value:
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -188,16 +189,10 @@ def check_outputs(req: RunRequest) -> None:
         return
     if path.is_dir():
         raise UsageError(f"--json={arg!r} is a folder; give a file path such as {arg.rstrip('/')}/verdicts.json")
-    if path.exists() and not _can_write(path):
+    if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"--json={arg!r}: the file exists and is not writable; fix its permissions "
                          "or give another path")
     _writable_folder(path.parent, f"--json={arg!r}", "give a path in a folder you can write to")
-
-
-def _can_write(path: Path) -> bool:
-    import os
-
-    return os.access(path, os.W_OK)
 
 
 def _writable_folder(folder: Path, what: str, fix: str) -> None:
