@@ -154,11 +154,12 @@ def _schema_message(err: Any) -> str:
     return err.message
 
 
-def schema_problems(data: Any, shown: str, values: dict, keys: dict) -> list[Problem]:
-    """Every way ``data`` breaks obligations/card.schema.json, one :class:`Problem` each, with its line."""
+def schema_problems(data: Any, shown: str, values: dict, keys: dict, *, schema: dict | None = None) -> list[Problem]:
+    """Every way ``data`` breaks ``schema`` (default obligations/card.schema.json), one :class:`Problem` each,
+    with its line."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(load_schema())
+    validator = jsonschema.Draft202012Validator(schema or load_schema())
     problems = []
     for err in validator.iter_errors(data):
         parts = tuple(err.absolute_path)
@@ -254,6 +255,10 @@ def _get(data: Any, parts: tuple) -> Any:
 def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
     """Bound limits must be finite (``.nan`` or ``.inf`` would make a bound that checks nothing); so must timeouts."""
     problems = []
+    floor = (data.get("mutation") or {}).get("min_score") if isinstance(data.get("mutation"), dict) else None
+    if isinstance(floor, float) and math.isnan(floor):
+        problems.append(Problem(shown, values.get("mutation.min_score", 0), "mutation.min_score", "nan",
+                                "a minimum mutation score must be a number from 0 to 1; e.g. `min_score: 0.9`"))
     for group in ("witnesses", "controls"):
         for i, w in enumerate(data.get(group) or []):
             timeout = w.get("timeout")

@@ -90,6 +90,8 @@ class Card:
     display_path: str  # card file as shown to users
     fingerprint: str  # sha256 hex of the card file's bytes
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    min_score: float | None = None  # mutation.min_score: the least mutation score the card must meet
+    explicit_covers: bool = False  # covers: written in the card (not derived from refs and witnesses)
 
     @property
     def all_witnesses(self) -> tuple[Witness, ...]:
@@ -198,7 +200,8 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
         requires=tuple(data.get("requires") or ()), witnesses=witnesses, controls=controls,
         liars=tuple(data.get("liars") or ()), notes=(data.get("notes") or "").strip(),
         tags=tuple(data.get("tags") or ()), version=data["version"], source=path.resolve(),
-        display_path=shown, fingerprint=hashlib.sha256(raw_bytes).hexdigest(), lines=values)
+        display_path=shown, fingerprint=hashlib.sha256(raw_bytes).hexdigest(), lines=values,
+        min_score=(data.get("mutation") or {}).get("min_score"), explicit_covers="covers" in data)
     return card, [], card_id
 
 
@@ -240,11 +243,15 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
     return out
 
 
+EQUIVALENT_FILE = "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation), not a card
+
+
 def find_card_files(cards_dir: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml`` under ``cards_dir``, sorted by path."""
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path."""
     if not cards_dir.is_dir():
         return []
-    return sorted(p for p in cards_dir.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted(p for p in cards_dir.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                  and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir))
 
 
 def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:

@@ -22,10 +22,10 @@ from typing import Any, Mapping
 import cattrs
 
 from harness.binding import BoundFile, digest
-from harness.statuses import Gate, Kind, LiarStatus, Outcome, Verdict
+from harness.statuses import Gate, Kind, LiarStatus, MutantStatus, Outcome, Verdict
 
 SCHEMA = "kvproof.verdicts"
-SCHEMA_VERSION = 2  # 2: honest_s, bound_digest, evidence_per_node
+SCHEMA_VERSION = 3  # 2: honest_s, bound_digest, evidence_per_node; 3: mutation, claims
 
 
 # ---------------------------------------------------------------- one card
@@ -118,6 +118,62 @@ class ReplayedFrom:
     duration_s: float
 
 
+@dataclass(frozen=True)
+class MutantResult:
+    """One mutant of a card's claimed code and what the card's witnesses made of it (:mod:`harness.mutation`)."""
+
+    key: str  # path:line:col:operator[#n], rebuilds the mutant (harness.mutants.find)
+    path: str
+    line: int
+    qualname: str
+    operator: str
+    change: str  # "before -> after", one line
+    status: MutantStatus
+    killer: str = ""  # the witness id that failed under it (killed / timeout); "collection" or "crash" otherwise
+    detail: str = ""  # the failure's first line, the timeout, the equivalence reason, or why it could not run
+    duration_s: float = 0.0
+    diff: str = ""  # unified diff (kept for every status but killed)
+    reused_from: int | None = None  # the ledger run a --changed mutate took this result from
+
+
+@dataclass(frozen=True)
+class MutationResult:
+    """A card's mutation score: of the sampled mutants of the code it claims, how many its witnesses detect.
+
+    score = (killed + timeout) / (killed + timeout + survived); equivalent and error are not scored.
+    """
+
+    score: float | None  # None: nothing scored
+    min_score: float | None  # the card's mutation.min_score
+    holds: bool | None  # score >= min_score; None when either is missing or the result is stale
+    killed: int
+    survived: int
+    timeout: int
+    equivalent: int
+    error: int
+    candidates: int  # mutants of the claimed code before sampling
+    seed: int
+    max_mutants: int | None
+    functions: tuple[str, ...]  # the claimed functions, "path::qualname"
+    mutants: tuple[MutantResult, ...]
+    measured_run: int | None = None  # the ledger run it was measured in when not this one
+    measured_at: str = ""  # when it was measured (UTC, ISO)
+    stale: bool = False  # measured on other bytes than the card is bound to now
+    previous_score: float | None = None  # the card's score in the mutate run before
+    bound_digest: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An impl function and the cards whose mutation analysis claimed it (none: no theorem constrains it)."""
+
+    path: str
+    qualname: str
+    cards: tuple[str, ...]
+    mutants: int  # mutants run against it, over every card
+    survived: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class CardResult:
     """One card's claim, verdict and evidence in one run."""
@@ -148,6 +204,7 @@ class CardResult:
     liars: tuple[LiarResult, ...]
     honest_s: float = 0.0  # the honest process alone (duration_s minus the liar processes)
     bound_digest: str = ""  # harness.binding.digest(bound_files)
+    mutation: MutationResult | None = None  # its mutation score: measured by mutate, or from the ledger
 
     def to_json(self) -> dict[str, Any]:
         return _CONVERTER.unstructure(self)
@@ -254,6 +311,7 @@ class RunDocument:
     header: RunHeader
     cards: tuple[CardResult, ...]
     timing: Timing
+    claims: tuple[Claim, ...] = ()  # mutate runs: every impl function, claimed by which cards, survivors
 
     @property
     def gate(self) -> Gate:

@@ -243,7 +243,7 @@ def pytest_configure(config: pytest.Config) -> None:
         overrides: dict[str, Any] = {}
         if config.getoption("hypothesis_seed", None) is not None:
             overrides["derandomize"] = False  # NOTE: derandomize would ignore --hypothesis-seed
-        if plan is not None and plan.liar:
+        if plan is not None and (plan.liar or plan.mutant):
             overrides["phases"] = (Phase.explicit, Phase.reuse, Phase.generate)  # no shrinking under a liar
         if overrides:
             name = f"{profile}-kvproof"
@@ -314,7 +314,7 @@ class _NodeState:
 
 
 class _Recorder:
-    """Streams node events to the plan's JSONL file; applies the plan's liar."""
+    """Streams node events to the plan's JSONL file; applies the plan's liar or mutant."""
 
     def __init__(self, config: pytest.Config, plan: Plan, profile: str) -> None:
         self.config = config
@@ -326,6 +326,8 @@ class _Recorder:
         self.nodes: dict[str, _NodeState] = {}
         if plan.liar:
             self._apply_liar(plan.liar)
+        if plan.mutant:
+            self._apply_mutant(plan.mutant)
 
     def emit(self, event: protocol.Event) -> None:
         self.out.write(protocol.encode(event) + "\n")
@@ -341,6 +343,21 @@ class _Recorder:
             self.emit(protocol.LiarApplied(name, False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
         self.emit(protocol.LiarApplied(name, True, target=applied.target))
+
+    def _apply_mutant(self, key: str) -> None:
+        from harness.errors import LiarError
+        from harness.mutants import apply
+
+        try:
+            applied = apply(key, self.root)
+        except LiarError as exc:
+            self.emit(protocol.LiarApplied(f"mutant {key}", False, error=str(exc)))
+            raise pytest.UsageError(str(exc)) from None
+        except Exception as exc:  # the mutated function does not even compile or define: say so, as for a liar
+            msg = f"mutant={key!r}: could not be applied: {type(exc).__name__}: {exc}"
+            self.emit(protocol.LiarApplied(f"mutant {key}", False, error=msg))
+            raise pytest.UsageError(msg) from None
+        self.emit(protocol.LiarApplied(applied.name, True, target=applied.target))
 
     def _hypothesis_run(self) -> dict[str, Any]:
         """The seed and kvproof profile in force: ``run --profile P --seed S`` replays the run."""

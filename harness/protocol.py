@@ -5,7 +5,8 @@ The runner (:mod:`harness.run`) writes a :class:`Plan` as JSON and starts
 streams events back, one JSON line each, flushed as they happen, to
 ``plan.out``:
 
-- :class:`LiarApplied` once, before collection, when the plan names a liar;
+- :class:`LiarApplied` once, before collection, when the plan names a liar
+  or a mutant (``name`` is then ``mutant <key>``);
 - :class:`CollectError` for a module or folder that failed to collect;
 - :class:`NodeStarted` when a node begins (with its timeout);
 - :class:`NodeFinished` when it ends, carrying the node's
@@ -46,6 +47,7 @@ class Plan:
     seed: int | None
     timeouts: Mapping[str, float] = field(default_factory=dict)  # witness test -> seconds
     default_timeout: float = 60.0
+    mutant: str | None = None  # a mutant key (harness.mutants), applied like a liar
 
     def timeout_for(self, nodeid: str) -> float:
         return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)),

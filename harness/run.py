@@ -49,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Mapping
 
 from harness import procs, protocol
 from harness.cards import Card, Witness
@@ -102,10 +102,19 @@ class Job:
     card: Card
     witnesses: tuple[Witness, ...]
     liar: str | None = None
+    mutant: str | None = None  # a mutant key (harness.mutants): witnesses only, like a liar
+    timeouts: Mapping[str, float] | None = None  # witness test -> seconds, instead of the card's
 
     @property
     def label(self) -> str:
+        if self.mutant:
+            return f"{self.card.id} under mutant {self.mutant}"
         return f"{self.card.id}" + (f" under liar {self.liar}" if self.liar else "")
+
+    @property
+    def stops_at_first_failure(self) -> bool:
+        """A liar or mutant is caught by the first witness that fails under it: the rest need not run."""
+        return bool(self.liar or self.mutant)
 
     @property
     def node_ids(self) -> list[str]:
@@ -227,7 +236,7 @@ class _Watch:
 def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO) -> subprocess.Popen:
     """Start the witness process in its own session, holding the read end of the runner's watchdog pipe."""
     watchdog = procs.watchdog_fd()
-    return subprocess.Popen(_command(cfg, plan, job.node_ids, first_failure=job.liar is not None), cwd=cfg.root,
+    return subprocess.Popen(_command(cfg, plan, job.node_ids, first_failure=job.stops_at_first_failure), cwd=cfg.root,
                             env=_env(cfg, watchdog),
                             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, pass_fds=(watchdog,))
@@ -291,8 +300,10 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     workdir.mkdir(parents=True, exist_ok=True)
     events, stacks, log, plan = (workdir / n for n in ("events.jsonl", "stacks.txt", "pytest.log", "plan.json"))
     timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
+    if job.timeouts is not None:
+        timeouts.update(job.timeouts)
     Plan(str(events), str(stacks), str(cfg.root), job.liar, cfg.profile, cfg.seed, timeouts,
-         cfg.default_timeout).write(plan)
+         cfg.default_timeout, job.mutant).write(plan)
     events.touch()
     out = JobResult()
     t0 = time.monotonic()
@@ -309,7 +320,7 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     out.output_tail = _tail(log)
     _blame(out, watch, stacks)
     caught = any(r.outcome in (Outcome.FAILED, Outcome.ERROR) for r in out.results.values())
-    if job.liar and caught and not out.stopped:
+    if job.stops_at_first_failure and caught and not out.stopped:
         out.stopped = CAUGHT_EARLIER
     return out
 

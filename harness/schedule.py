@@ -249,4 +249,52 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
     return todo.card_runs()
 
 
-__all__ = ["Expected", "default_jobs", "expected_from_entry", "run_cards"]
+@dataclass(frozen=True)
+class _Plain:
+    """A job of :func:`run_jobs`: no card bookkeeping, just where it runs."""
+
+    job: Job
+    index: int
+
+    @property
+    def folder(self) -> Path:
+        return Path(f"job-{self.index:05d}")
+
+
+def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
+             on_start: Callable[[Job, Sequence[Job]], None] | None = None,
+             on_done: Callable[[Job, int, JobResult], None] | None = None) -> list[JobResult]:
+    """Run independent jobs (mutants), ``jobs`` processes at a time; results in the order of ``jobs_list``.
+
+    The pool, BLAS threads and Ctrl-C handling are those of :func:`run_cards`;
+    jobs start in the order given. ``on_done(job, finished, result)``.
+    """
+    jobs = max(1, int(jobs))
+    if jobs > 1 and cfg.blas_threads is None:
+        cfg = replace(cfg, blas_threads=1)
+    ready = [_Plain(j, i) for i, j in enumerate(jobs_list)][::-1]  # pop() from the end: first job first
+    results: dict[int, JobResult] = {}
+    procs.sweep_owned()
+    base = procs.owned_tempdir()
+    workers = _Workers(cfg)
+    try:
+        while ready or workers.running:
+            while ready and len(workers.running) < jobs:
+                item = ready.pop()
+                running = workers.start(item, base / item.folder)  # type: ignore[arg-type]
+                if on_start:
+                    on_start(item.job, running)
+            done, res = workers.next_done()
+            results[done.index] = res  # type: ignore[attr-defined]
+            shutil.rmtree(base / done.folder, ignore_errors=True)
+            if on_done:
+                on_done(done.job, len(results), res)
+    except BaseException:
+        workers.stop()
+        raise
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return [results[i] for i in range(len(jobs_list))]
+
+
+__all__ = ["Expected", "default_jobs", "expected_from_entry", "run_cards", "run_jobs"]

@@ -46,6 +46,16 @@ class LiarStatus(StrEnum):
     ERROR = "error"  # the liar could not be applied
 
 
+class MutantStatus(StrEnum):
+    """What a card's witnesses made of one mutant of the code it claims (:mod:`harness.mutation`)."""
+
+    KILLED = "killed"  # a witness failed or errored under it
+    TIMEOUT = "timeout"  # a witness ran past its (shortened) timeout: detected, shown apart
+    SURVIVED = "survived"  # every witness passed: wrong code the card would let through
+    EQUIVALENT = "equivalent"  # survived, and marked equivalent with a reason: not scored
+    ERROR = "error"  # could not be applied or run (the code changed since the key was made): not scored
+
+
 class Kind(StrEnum):
     """A card entry that checks the claim (witness) or shows the difference it measures (control)."""
 

@@ -15,8 +15,14 @@ Precedence, first match wins:
 6. ERROR      a liar could not be applied (its module or target is broken)
 7. UNVERIFIED a listed liar has no run at all
 8. VACUOUS    a liar survived: every witness passed under it
-9. UNVERIFIED a liar's run was inconclusive (witnesses skipped under it)
-10. PROVEN    otherwise
+9. VACUOUS    the card's mutation score, measured on the bytes it is bound
+              to now, is below its ``mutation.min_score``: its witnesses would
+              pass too much wrong code (:mod:`harness.mutation`)
+10. UNVERIFIED a liar's run was inconclusive (witnesses skipped under it)
+11. PROVEN    otherwise
+
+A mutation score never measured, or measured on other bytes (stale), does
+not change the verdict; the reports and ``status`` say so.
 
 FAILED outranks ERROR: a refutation stands even if another witness is broken.
 Under a liar, a witness that fails *or errors* catches it (the witnesses
@@ -309,8 +315,27 @@ def _more(items: list, shown: int = 1) -> str:
     return f" (+{rest} more)" if rest > 0 else ""
 
 
-def evaluate(card: Card, outcomes: CardOutcomes) -> CardVerdict:
-    """Decide the card's verdict; see the module docstring for the precedence."""
+def _mutation_reason(mutation: Any) -> str:
+    """Why a card whose mutation score is below its floor is VACUOUS, naming the first survivor."""
+    scored = mutation.killed + mutation.timeout + mutation.survived
+    first = next((m for m in mutation.mutants if m.status == "survived"), None)
+    eg = f"; e.g. {m_where(first)}" if first is not None else ""
+    return (f"mutation score {mutation.score:.2f} < min_score {mutation.min_score:.2f}: {mutation.survived} of "
+            f"{scored} mutants of the code it claims pass every witness{eg}")
+
+
+def m_where(m: Any) -> str:
+    """``path:line Qual.name: before -> after`` for a mutant result."""
+    return f"{m.path}:{m.line} {m.qualname}: {m.change}"
+
+
+def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None) -> CardVerdict:
+    """Decide the card's verdict; see the module docstring for the precedence.
+
+    ``mutation``: the card's :class:`harness.document.MutationResult` for the
+    bytes it is bound to now, if measured; ``holds`` False (score below the
+    card's ``mutation.min_score``) makes an otherwise PROVEN card VACUOUS.
+    """
     if outcomes.link_problems:
         probs = list(outcomes.link_problems)
         return CardVerdict(card.id, Verdict.ERROR, f"not run: {probs[0]}{_more(probs)}")
@@ -352,6 +377,8 @@ def evaluate(card: Card, outcomes: CardOutcomes) -> CardVerdict:
     if survived:
         names = ", ".join(v.name for v in survived)
         return result(Verdict.VACUOUS, f"liar {names} survived: {survived[0].why}")
+    if mutation is not None and mutation.holds is False:
+        return result(Verdict.VACUOUS, _mutation_reason(mutation))
     inconclusive = [v for v in lv if v.status == LiarStatus.INCONCLUSIVE]
     if inconclusive:
         return result(Verdict.UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")

@@ -8,7 +8,8 @@ from pathlib import Path
 import jsonschema
 
 from harness.binding import BoundFile, digest
-from harness.document import SCHEMA_VERSION, CardResult, RunDocument, RunHeader, WitnessResult
+from harness.document import (SCHEMA_VERSION, CardResult, Claim, MutantResult, MutationResult, RunDocument, RunHeader,
+                               WitnessResult)
 
 HERE = Path(__file__).parent
 V1_DOC = HERE / "fixtures" / "report-data" / "mixed-verdicts.json"  # written by kvproof before version 2
@@ -59,6 +60,8 @@ def test_a_current_document_validates_against_the_schema():
 def test_the_schema_describes_every_field_of_the_types():
     defs = SCHEMA["$defs"]
     for cls, props in ((RunHeader, SCHEMA["properties"]["header"]["properties"]),
-                       (CardResult, defs["card"]["properties"]), (WitnessResult, defs["witness"]["properties"])):
+                       (CardResult, defs["card"]["properties"]), (WitnessResult, defs["witness"]["properties"]),
+                       (MutationResult, defs["mutation"]["properties"]), (MutantResult, defs["mutant"]["properties"]),
+                       (Claim, defs["claim"]["properties"])):
         names = {f.name for f in dataclasses.fields(cls)}
         assert names == set(props), (cls.__name__, names ^ set(props))

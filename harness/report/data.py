@@ -14,9 +14,9 @@ from typing import Any, Iterable, Mapping
 
 from harness.binding import BoundFile, digest
 from harness.checktext import check_text
-from harness.document import (SCHEMA, SCHEMA_VERSION, CardResult, CheckResult, Counts, Headline, LiarResult,
-                              NodeEntry, NotProven, ReplayedFrom, RunDocument, RunHeader, Slowest, SlowestLiar,
-                              Summary, Timing, TimingRow, WitnessResult)
+from harness.document import (SCHEMA, SCHEMA_VERSION, CardResult, CheckResult, Claim, Counts, Headline, LiarResult,
+                              MutationResult, NodeEntry, NotProven, ReplayedFrom, RunDocument, RunHeader, Slowest,
+                              SlowestLiar, Summary, Timing, TimingRow, WitnessResult)
 from harness.provenance import Provenance
 from harness.cards import Card, Witness
 from harness.outcomes import CardRun
@@ -35,6 +35,7 @@ class CardReport:
     run: CardRun
     verdict: CardVerdict
     bound_files: tuple[BoundFile, ...]
+    mutation: MutationResult | None = None  # measured in this run (mutate) or recalled from the ledger
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def card_result(rep: CardReport, settings: "RunSettings") -> CardResult:
         reason=v.reason, duration_s=round(run.duration, 3), headline=headline(witnesses), counts=counts,
         detail=_detail(v.verdict, witnesses + controls, liars), replayed_from=None,
         bound_files=rep.bound_files, witnesses=witnesses, controls=controls, liars=liars,
-        honest_s=round(run.honest_s, 3), bound_digest=digest(rep.bound_files))
+        honest_s=round(run.honest_s, 3), bound_digest=digest(rep.bound_files), mutation=rep.mutation)
 
 
 def replayed_result(rep: Replayed) -> CardResult:
@@ -240,7 +241,7 @@ class RunSettings:
 
 
 def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport | Replayed], *,
-          finished: str | None = None, wall_s: float | None = None) -> RunDocument:
+          finished: str | None = None, wall_s: float | None = None, claims: tuple[Claim, ...] = ()) -> RunDocument:
     """The run document, cards in card order.
 
     Adds to ``prov`` and ``settings`` the schema name and version, the
@@ -261,4 +262,4 @@ def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport 
         cards_dir=settings.cards_dir, jobs=settings.jobs, changed=settings.changed, finished=finished,
         duration_s=round(wall_s if wall_s is not None else sum(c.duration_s for c in cards), 3),
         summary=summary, numerics=settings.numerics)
-    return RunDocument(header, cards, timing(cards, wall_s, settings.jobs))
+    return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)

@@ -1,0 +1,454 @@
+"""Mutants: generated liars, one small :mod:`ast` change to one impl function each.
+
+A mutant is named by its key ``path:line:col:operator`` (``impl/kv.py:131:12:compare``):
+the file, where the changed node starts (1-based line, 0-based column as
+:mod:`ast` counts it) and which operator changed it. The key alone rebuilds
+the mutant from the file's bytes (:func:`find`), so a mutant is reproducible
+from (file, line, operator); which mutants a run samples is reproducible
+from the seed (:func:`sample`).
+
+Operators (each changes one node in exactly one way, so a node and an
+operator name one mutant). The first ones match mutmut 3 and cosmic-ray
+(``harness/mutants.py`` is our own generator: mutmut rewrites a whole copy of
+the project with trampolines and runs its own forked tests, cosmic-ray
+rewrites the file on disk behind a database session; kvproof swaps one
+compiled function into a fresh witness process instead, as it does a liar):
+
+- ``arith``: ``+``<->``-``, ``*``<->``/``, ``//``->``/``, ``%``->``/``, ``**``->``*``,
+  ``<<``<->``>>``, ``&``<->``|``, ``^``->``&`` (mutmut's table); also in ``x op= y``;
+- ``compare``: ``<``<->``<=``, ``>``<->``>=``, ``==``<->``!=``, ``is``<->``is not``,
+  ``in``<->``not in`` (``compare.N`` for the N-th operator of a chain);
+- ``boolop``: ``and``<->``or``;   ``unary``: drop ``not``, ``~`` or unary ``-``;
+- ``bool``: ``True``<->``False``;   ``const+1`` / ``const-1``: an int ``n`` -> ``n+1`` / ``n-1``
+  (a float ``x`` -> ``x+1``, ``const+1`` only);
+- ``loopctl``: ``break``<->``continue``;   ``noloop``: ``for x in it`` -> ``for x in ()``;
+- ``minmax``: ``min``<->``max`` (also ``np.minimum``/``maximum``, ``argmin``/``argmax``, ``.min()``/``.max()``);
+- ``drop``: one statement (call, assignment, ``raise``, ``assert``, ``del``) -> ``pass``.
+
+Never mutated: docstrings, annotations, decorators, default arguments,
+f-strings and the arguments of a ``raise`` (messages: no card claims
+wording). Strings are never mutated.
+
+Which functions a card's mutants come from is :func:`claimed`: every
+function or method its refs name (a class ref: all its methods) and every
+function in a file it lists under an explicit ``covers:``.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from harness.errors import LiarError
+
+OPERATORS = ("arith", "compare", "boolop", "unary", "bool", "const+1", "const-1", "loopctl", "noloop", "minmax",
+             "drop")
+
+_ARITH: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+                            ast.FloorDiv: ast.Div, ast.Mod: ast.Div, ast.Pow: ast.Mult, ast.LShift: ast.RShift,
+                            ast.RShift: ast.LShift, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
+                            ast.BitXor: ast.BitAnd}
+_COMPARE: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+                              ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
+                              ast.NotIn: ast.In}
+_MINMAX = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum", "argmin": "argmax",
+           "argmax": "argmin", "amin": "amax", "amax": "amin", "nanmin": "nanmax", "nanmax": "nanmin"}
+_DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.Assert, ast.Delete)
+_KEY = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+):(?P<col>\d+):(?P<op>[a-z]+(?:[+-]1|\.\d+)?)(?:#(?P<nth>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant: where, what it changes, and the text before and after."""
+
+    path: str  # relative to the project root, posix
+    qualname: str  # the function or method it changes ("KVCache.evict")
+    line: int
+    col: int
+    operator: str
+    before: str  # the source text replaced
+    after: str  # what replaces it
+    nth: int = 1  # several nodes start at one place (``a * b * c``): the outermost is 1, in ast.walk order
+
+    @property
+    def key(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}:{self.operator}" + (f"#{self.nth}" if self.nth > 1 else "")
+
+    @property
+    def module(self) -> str:
+        """The importable module the file is (``impl/model/__init__.py`` -> ``impl.model``)."""
+        parts = list(Path(self.path).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        return ".".join(parts)
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    @property
+    def change(self) -> str:
+        """One line: ``before -> after`` (long texts clipped)."""
+        def clip(s: str) -> str:
+            s = " ".join(s.split())
+            return s if len(s) <= 60 else s[:57] + "..."
+        return f"{clip(self.before)} -> {clip(self.after)}"
+
+
+@dataclass(frozen=True)
+class _Site:
+    """A mutant found in a parsed file, with what it takes to build it."""
+
+    mutant: Mutant
+    index: int  # position of the node in ast.walk(function)
+    func: ast.FunctionDef | ast.AsyncFunctionDef
+
+
+# ---------------------------------------------------------------- functions of a file
+
+
+def functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualname, def) of every module-level function and every method (nested classes too), in file order.
+
+    Functions defined inside a function are part of it, not listed apart.
+    """
+    def walk(body: list[ast.stmt], prefix: str) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield prefix + node.name, node
+            elif isinstance(node, ast.ClassDef):
+                yield from walk(node.body, prefix + node.name + ".")
+            elif isinstance(node, (ast.If, ast.Try)):
+                yield from walk(node.body, prefix)
+    yield from walk(tree.body, "")
+
+
+def _skipped(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+    """ids of nodes never mutated: decorators, annotations, defaults, docstring, f-strings, raise arguments."""
+    skip: list[ast.AST] = list(fn.decorator_list) + list(fn.args.defaults) + \
+        [d for d in fn.args.kw_defaults if d is not None]
+    if fn.returns is not None:
+        skip.append(fn.returns)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            skip.append(node.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            skip.append(node.annotation)
+        elif isinstance(node, ast.JoinedStr):
+            skip.append(node)
+        elif isinstance(node, ast.Raise):
+            skip += [n for n in (node.exc, node.cause) if n is not None]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and node is not fn:
+            if not isinstance(node, ast.Lambda):
+                skip += list(node.decorator_list)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    skip += list(node.args.defaults)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                skip.append(body[0])
+    return {id(n) for s in skip for n in ast.walk(s)}
+
+
+# ---------------------------------------------------------------- operators
+
+
+def _candidates(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], ast.AST]]]:
+    """(operator name, how to change a deep copy of ``node``) for every mutant of ``node``."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        yield "arith", lambda n: _with(n, op=_ARITH[type(n.op)]())
+    elif isinstance(node, ast.AugAssign) and type(node.op) in _ARITH:
+        yield "arith", lambda n: _with(n, op=_ARITH[type(n.op)]())
+    elif isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            if type(op) in _COMPARE:
+                yield ("compare" if i == 0 else f"compare.{i}"), (lambda n, i=i: _with(
+                    n, ops=[(_COMPARE[type(o)]() if j == i else o) for j, o in enumerate(n.ops)]))
+    elif isinstance(node, ast.BoolOp):
+        yield "boolop", lambda n: _with(n, op=ast.Or() if isinstance(n.op, ast.And) else ast.And())
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert, ast.USub)):
+        yield "unary", lambda n: n.operand
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        yield "bool", lambda n: ast.Constant(not n.value)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, int):
+        yield "const+1", lambda n: ast.Constant(n.value + 1)
+        yield "const-1", lambda n: ast.Constant(n.value - 1)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, float):
+        yield "const+1", lambda n: ast.Constant(n.value + 1.0)
+    elif isinstance(node, (ast.Break, ast.Continue)):
+        yield "loopctl", lambda n: ast.Continue() if isinstance(n, ast.Break) else ast.Break()
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        yield "noloop", lambda n: _with(n, iter=ast.Tuple(elts=[], ctx=ast.Load()))
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("min", "max"):
+            yield "minmax", lambda n: _with(n, func=ast.Name(_MINMAX[n.func.id], ast.Load()))
+        elif isinstance(func, ast.Attribute) and func.attr in _MINMAX:
+            yield "minmax", lambda n: _with(n, func=_with(n.func, attr=_MINMAX[n.func.attr]))
+    if isinstance(node, _DROPPABLE) and not (isinstance(node, ast.AnnAssign) and node.value is None):
+        yield "drop", lambda n: ast.Pass()
+
+
+def _with(node: ast.AST, **fields: object) -> ast.AST:
+    for name, value in fields.items():
+        setattr(node, name, value)
+    return node
+
+
+def _replace_child(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for name, value in ast.iter_fields(parent):
+        if value is old:
+            setattr(parent, name, new)
+            return
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if item is old:
+                    value[i] = new
+                    return
+    raise ValueError("child not found")  # pragma: no cover - ast.walk found it under this parent
+
+
+def _expected(fn: ast.AST, index: int, change: Callable[[ast.AST], ast.AST]) -> ast.AST:
+    """A copy of ``fn`` with its ``index``-th node (in ast.walk order) changed."""
+    fn2 = copy.deepcopy(fn)
+    nodes = list(ast.walk(fn2))
+    target = nodes[index]
+    new = change(target)
+    if new is not target:
+        parent = next(p for p in nodes if any(c is target for c in ast.iter_child_nodes(p)))
+        _replace_child(parent, target, new)
+    return fn2
+
+
+# ---------------------------------------------------------------- source text
+
+
+class _Source:
+    """A file's text with (line, col) -> offset, as :mod:`ast` counts columns (utf-8 bytes)."""
+
+    def __init__(self, text: str) -> None:
+        self.raw = text.encode("utf-8")
+        self.starts = [0]
+        for line in text.encode("utf-8").splitlines(keepends=True):
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
+
+    def segment(self, node: ast.AST) -> str:
+        a, b = self.span(node)
+        return self.raw[a:b].decode("utf-8")
+
+    def replaced(self, node: ast.AST, text: str) -> str:
+        a, b = self.span(node)
+        return (self.raw[:a] + text.encode("utf-8") + self.raw[b:]).decode("utf-8")
+
+
+def _find_function(tree: ast.Module, qualname: str) -> ast.AST | None:
+    return next((fn for q, fn in functions(tree) if q == qualname), None)
+
+
+def _dump(node: ast.AST) -> str:
+    return ast.dump(node, include_attributes=False)
+
+
+def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int) -> tuple[str, str] | None:
+    """(replacement text, mutated file text) whose parse has exactly ``new_fn`` for the function; None if none does.
+
+    The replacement is ``ast.unparse`` of the changed node, parenthesised
+    when the bare text would parse differently in its place.
+    """
+    replacement = list(ast.walk(new_fn))[index]  # the changed node (or what replaced it), where it was
+    text = "pass" if isinstance(replacement, ast.Pass) else ast.unparse(replacement)
+    want = _dump(new_fn)
+    for t in ([text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]):
+        mutated = src.replaced(node, t)
+        try:
+            got = _find_function(ast.parse(mutated), qualname)
+        except SyntaxError:
+            continue
+        if got is not None and _dump(got) == want:
+            return t, mutated
+    return None
+
+
+# ---------------------------------------------------------------- generation
+
+
+def _sites(path: str, text: str, wanted: Callable[[str], bool],
+           where: Callable[[ast.AST, str, int], bool] | None = None) -> Iterator[tuple[_Site, str]]:
+    """Every mutant of the functions ``wanted(qualname)`` selects (and ``where(node, operator, nth)``, when given),
+    with the mutated file text."""
+    tree = ast.parse(text)
+    src = _Source(text)
+    for qualname, fn in functions(tree):
+        if not wanted(qualname):
+            continue
+        skip = _skipped(fn)
+        seen: dict[tuple[int, int, str], int] = {}
+        for index, node in enumerate(ast.walk(fn)):
+            if id(node) in skip or node is fn or not hasattr(node, "lineno"):
+                continue
+            for op, change in _candidates(node):
+                place = (node.lineno, node.col_offset, op)
+                nth = seen[place] = seen.get(place, 0) + 1
+                if where is not None and not where(node, op, nth):
+                    continue
+                new_fn = _expected(fn, index, change)
+                found = _texts(src, node, new_fn, qualname, index)
+                if found is None:  # no text of this change parses back to it: not generated
+                    continue
+                after, mutated = found
+                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(node), after, nth)
+                yield _Site(m, index, fn), mutated
+
+
+def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> list[Mutant]:
+    """Every mutant of ``root/path`` (only the functions named in ``qualnames``, when given), in file order.
+
+    ``qualnames`` may name a class: all its methods count.
+    """
+    text = (root / path).read_text(encoding="utf-8")
+    names = None if qualnames is None else set(qualnames)
+
+    def wanted(q: str) -> bool:
+        return names is None or q in names or any(q.startswith(n + ".") for n in names)
+    out = [s.mutant for s, _ in _sites(path, text, wanted)]
+    return sorted(out, key=lambda m: (m.line, m.col, m.operator, m.nth))
+
+
+def parse_key(key: str) -> tuple[str, int, int, str, int]:
+    """(path, line, col, operator, nth) of a mutant key; LiarError when it is not one."""
+    m = _KEY.match(key)
+    if not m:
+        raise LiarError(f"mutant={key!r}: not a mutant key; expected PATH.py:LINE:COL:OPERATOR such as "
+                        "impl/kv.py:131:12:compare")
+    return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)
+
+
+def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
+    """The mutant ``key`` names, rebuilt from the file as it is now: (mutant, mutated file text, mutated def).
+
+    LiarError when the file or the mutant is not there (the file changed since the key was made).
+    """
+    path, line, col, op, nth = parse_key(key)
+    try:
+        text = (root / path).read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        raise LiarError(f"mutant={key!r}: cannot read {path}: {exc}") from None
+    around = {q for q, fn in functions(tree) if fn.lineno <= line <= (fn.end_lineno or fn.lineno)}
+    for site, mutated in _sites(path, text, around.__contains__,
+                                lambda node, name, k: (node.lineno, node.col_offset, name, k) == (line, col, op, nth)):
+        return site.mutant, mutated, _find_function(ast.parse(mutated), site.mutant.qualname)
+    raise LiarError(f"mutant={key!r}: {path} has no such mutant now (its code changed since the key was made); "
+                    "run mutate again to get current keys")
+
+
+def diff(root: Path, mutant: Mutant, context: int = 2) -> str:
+    """A unified diff of the mutant against the file, headed ``a/path`` / ``b/path``."""
+    _, mutated, _ = find(root, mutant.key)
+    before = (root / mutant.path).read_text(encoding="utf-8").splitlines(keepends=True)
+    after = mutated.splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, f"a/{mutant.path}", f"b/{mutant.path}", n=context))
+
+
+def sample(mutants: Sequence[Mutant], n: int | None, seed: int, salt: str) -> list[Mutant]:
+    """At most ``n`` of ``mutants``, drawn by ``random.Random`` from (seed, salt), kept in their order.
+
+    Spread over functions: each function gets ``n // functions`` first (its
+    own draw), the rest is drawn from what is left. ``n`` None: all.
+    """
+    if n is None or len(mutants) <= n:
+        return list(mutants)
+    rng = random.Random(hashlib.sha256(f"{seed}:{salt}".encode()).hexdigest())
+    by_fn: dict[tuple[str, str], list[Mutant]] = {}
+    for m in mutants:
+        by_fn.setdefault((m.path, m.qualname), []).append(m)
+    share = n // len(by_fn)
+    chosen: set[str] = set()
+    for ms in by_fn.values():
+        chosen.update(m.key for m in rng.sample(ms, min(share, len(ms))))
+    rest = [m for m in mutants if m.key not in chosen]
+    chosen.update(m.key for m in rng.sample(rest, n - len(chosen)))
+    return [m for m in mutants if m.key in chosen]
+
+
+# ---------------------------------------------------------------- in the witness process
+
+
+_PLAIN_DECORATORS = {"property", "staticmethod", "classmethod"}
+
+
+def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | None) -> tuple[Mutant, object]:
+    """(mutant, the changed function) compiled in ``module_globals``.
+
+    The def is compiled inside a stand-in class of the same name (so
+    ``self.__x`` mangles as in the real class) and a function that holds
+    ``__class__`` (so zero-argument ``super()`` works), with its own line
+    numbers, under the file's name: a traceback points at the mutated line.
+    ``property``/``staticmethod``/``classmethod`` decorators are left off
+    (the caller wraps like the original); other decorators are applied.
+    """
+    mutant, _, fn = find(root, key)
+    fn = copy.deepcopy(fn)
+    fn.decorator_list = [d for d in fn.decorator_list
+                         if not (isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
+    cls_name = mutant.qualname.split(".")[-2] if "." in mutant.qualname else None
+    outer = ast.FunctionDef(name="__kvproof_outer__", args=ast.arguments(
+        posonlyargs=[], args=[ast.arg("__class__")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[fn, ast.Return(ast.Name(fn.name, ast.Load()))], decorator_list=[], returns=None, type_params=[])
+    body: list[ast.stmt] = [outer]
+    if cls_name:
+        body = [ast.ClassDef(name=cls_name, bases=[], keywords=[], body=[outer], decorator_list=[], type_params=[])]
+    module = ast.Module(body=body, type_ignores=[])
+    for node in (outer, *body):
+        node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
+    ast.fix_missing_locations(module)
+    code = compile(module, str((root / mutant.path).resolve()), "exec")
+    ns: dict = {}
+    exec(code, module_globals, ns)  # noqa: S102 - the point: compile the changed function
+    make = vars(ns[cls_name])["__kvproof_outer__"] if cls_name else ns["__kvproof_outer__"]
+    func = make(owner)
+    func.__qualname__ = mutant.qualname
+    return mutant, func
+
+
+def apply(key: str, root: Path):
+    """Swap the mutant ``key`` into the running process, as :func:`harness.liars.apply` does a liar.
+
+    Returns a :class:`harness.liars.Applied`; raises LiarError when the key
+    names no mutant of the file as it is, or the target cannot be resolved.
+    """
+    import importlib
+    import inspect
+
+    from harness import liars
+
+    path, *_ = parse_key(key)
+    mutant, _, _ = find(root, key)
+    module = importlib.import_module(mutant.module)
+    target = liars._resolve(f"mutant {key}", mutant.target)
+    owner = target.owner if inspect.isclass(target.owner) else None
+    _, func = compile_mutant(root, key, vars(module), owner)
+    replacement: object = func
+    if isinstance(target.original, property):
+        orig = target.original
+        replacement = property(func, orig.fset, orig.fdel, orig.__doc__)
+    spec = liars.Liar(f"mutant {key}", mutant.target, replacement, False, mutant.change)
+    patch = liars._swap(spec, target)
+    return liars.Applied(spec.name, spec.target, target.original, patch.undo)
+
+
+__all__ = ["Mutant", "OPERATORS", "apply", "compile_mutant", "diff", "find", "functions", "generate", "parse_key",
+           "sample"]
