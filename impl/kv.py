@@ -164,9 +164,13 @@ class KVCache(KVStore):
         return n
 
     def truncate(self, n: int) -> None:
-        """Keep entries [0, n): a rewind, or undoing a failed forward. Raises CacheError if n is out of range."""
-        if not 0 <= n <= self._n:
-            raise CacheError(f"truncate(n={n}): n must be in 0..{self._n} (the cache length)")
+        """Keep entries [0, n): a rewind, or undoing a failed forward.
+
+        Raises CacheError unless n is an int in 0..len (a bool or a float is not an int here).
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self._n:
+            raise CacheError(f"truncate(n={n!r}): n must be an int in 0..{self._n} (the cache length)")
+        n = int(n)
         self._n = n
 
     def clone(self) -> "KVCache":

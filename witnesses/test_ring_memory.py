@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, strategies as st
 
 from impl.cache import KVGeometry
 from impl.model.session import Session
@@ -9,12 +10,31 @@ from impl.ring import RingCache, RingConfig, reserved_bytes
 from witnesses.synthetic import tiny_llama, token_ids
 
 SMOLLM2_GLOBAL = (5, 11, 17, 23, 29)  # impl.ring.smollm2_windows(1024): every 6th layer global
+F32, I8 = 4, 1  # bytes of one float32 and one int8
 
 
 def smollm2_ring() -> RingConfig:
     """SmolLM2-135M's KV geometry (30 layers, 3 KV heads of 64) with a 1024 window on 25 layers."""
     return RingConfig(KVGeometry(30, 3, 64), max_seq_len=8192,
                       window=1024, global_layers=SMOLLM2_GLOBAL)
+
+
+def row_bytes(g: KVGeometry, precision: str) -> int:
+    """Bytes one position costs in one layer, from the geometry: K and V values, plus for int8 one float32
+    scale per KV head for K and one for V."""
+    values = g.n_kv_heads * (g.head_dim + g.v_head_dim)
+    if precision == "f32":
+        return values * F32
+    return values * I8 + 2 * g.n_kv_heads * F32
+
+
+def reserved_from_geometry(n_layers: int, geometry: KVGeometry, max_seq_len: int, window: int | None,
+                           global_layers: tuple[int, ...], precision: str) -> int:
+    """A fixed allocation's bytes, worked out here: each global layer (every layer when window is None)
+    reserves max_seq_len rows, each local layer min(window, max_seq_len) rows, at row_bytes each."""
+    rows = sum(max_seq_len if window is None or layer in global_layers else min(window, max_seq_len)
+               for layer in range(n_layers))
+    return rows * row_bytes(geometry, precision)
 
 
 def session_of(n: int, precision: str, hint: int = 64) -> RingCache:
@@ -58,7 +78,10 @@ def held_arrays(obj) -> dict[int, np.ndarray]:
 
 def test_a_512_token_session_pays_at_least_4x_less_than_reserving(evidence):
     ring = session_of(512, "f32")
-    held, reserved = ring.nbytes, reserved_bytes(ring.config, "f32")
+    g = KVGeometry(30, 3, 64)
+    reserved = reserved_from_geometry(30, g, 8192, 1024, SMOLLM2_GLOBAL, "f32")
+    assert reserved == (25 * 1024 + 5 * 8192) * 2 * 192 * 4, "25 local x 1024 + 5 global x 8192 slots of K + V"
+    held = ring.nbytes
     evidence.record("session_bytes", held)
     evidence.record("session_mib", round(held / 2**20, 2))
     evidence.record("reserved_mib", round(reserved / 2**20, 2))
@@ -99,3 +122,30 @@ def test_nbytes_is_exactly_the_arrays_held(evidence):
     evidence.record("bytes_unaccounted", unaccounted)
     evidence.record("f32_kv_buffers_in_int8", f32_kv)
     assert unaccounted == 0 and f32_kv == 0, f"nbytes off by {unaccounted}; {f32_kv} float32 K/V buffers in int8"
+
+
+def test_reserved_bytes_is_every_cap_times_the_row_bytes(evidence):
+    """impl.ring.reserved_bytes (what RING-T4's baseline used to be) equals the witness's own arithmetic:
+    on the SmolLM2 configuration and on small random ones (windows above and below max_seq_len, value
+    heads of another width, no local layers), at float32 and int8."""
+    cases = [(30, KVGeometry(30, 3, 64), 8192, 1024, SMOLLM2_GLOBAL)]
+
+    @given(n_layers=st.integers(1, 5), n_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([2, 4, 8]),
+           v_head_dim=st.sampled_from([None, 2, 6]), max_seq_len=st.integers(1, 40),
+           window=st.one_of(st.none(), st.integers(1, 50)), data=st.data())
+    def prop(n_layers, n_kv_heads, head_dim, v_head_dim, max_seq_len, window, data):
+        gl = tuple(data.draw(st.lists(st.integers(0, n_layers - 1), max_size=n_layers, unique=True), "globals"))
+        check(n_layers, KVGeometry(n_layers, n_kv_heads, head_dim, v_head_dim), max_seq_len, window, gl)
+
+    def check(n_layers, g, max_seq_len, window, gl):
+        cfg = RingConfig(g, max_seq_len=max_seq_len, window=window, global_layers=gl)
+        for precision in ("f32", "int8"):
+            want = reserved_from_geometry(n_layers, g, max_seq_len, window, gl, precision)
+            got = reserved_bytes(cfg, precision)
+            evidence.observe("reserved_bytes_off", abs(got - want))
+            assert got == want, f"reserved_bytes={got} for {cfg} at {precision}; the caps x row bytes give {want}"
+        evidence.count("configs")
+
+    for case in cases:
+        check(*case)
+    prop()
