@@ -46,3 +46,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not allowed; give 1 or more")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """A count of 0 or more (0 meaning "no limit" where the option says so)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give 0 or more") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed; give 0 or more")
+    return value

@@ -1,4 +1,4 @@
-"""run_obligations.py command line: run | list | validate | show ID | status | history [ID] | new ID | oracle ...
+"""run_obligations.py command line: run | mutate | list | validate | show ID | status | history [ID] | new ID | oracle ...
 
 ``run --changed`` replays a card's last PROVEN verdict when every file it is
 bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError
 
-SUBCOMMANDS = ("run", "list", "validate", "show", "status", "history", "new", "oracle")
+SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "new", "oracle")
 
 
 # ---------------------------------------------------------------- parser
@@ -42,15 +42,22 @@ def _reports_opt(p: argparse.ArgumentParser) -> None:
                    help="folder of dated reports and ledger.sqlite (default: reports/, or KVPROOF_REPORTS_DIR)")
 
 
-def _run_parser(sub) -> None:
+def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
+    """The options ``run`` and ``mutate`` share (``mutate``'s --seed picks mutants)."""
     from harness import argtypes
 
-    run = sub.add_parser("run", help="run cards and print verdicts (default)")
     run.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs (KV-T*); default: all")
     run.add_argument("--profile", choices=("ci", "release"), default="ci",
                      help="Hypothesis profile: ci (fast, deterministic, seed 0) or release "
                           "(many examples, random seed)")
-    run.add_argument("--seed", type=argtypes.seed, default=None, help="Hypothesis seed to replay (printed by every run)")
+    if mutate:
+        run.add_argument("--seed", type=argtypes.seed, default=None,
+                         help="seed that picks the sampled mutants (default 0): same seed and code, same mutants")
+        run.add_argument("--hypothesis-seed", type=argtypes.seed, default=None, metavar="S",
+                         help="Hypothesis seed of the witnesses (default: the profile's)")
+    else:
+        run.add_argument("--seed", type=argtypes.seed, default=None,
+                         help="Hypothesis seed to replay (printed by every run)")
     run.add_argument("--no-liars", action="store_true", help="skip liar runs (cards with liars become UNVERIFIED)")
     run.add_argument("--json", metavar="PATH", help="write the verdicts document (obligations/verdicts.schema.json)")
     run.add_argument("--oracle-dir", metavar="DIR",
@@ -61,11 +68,27 @@ def _run_parser(sub) -> None:
     run.add_argument("-j", "--jobs", type=argtypes.positive_int, default=None, metavar="N",
                      help="witness processes at a time (default: the number of cores); with N > 1 each gets "
                           "one BLAS thread")
+    _cards_opt(run)
+    _reports_opt(run)
+
+
+def _run_parser(sub) -> None:
+    from harness import argtypes
+    from harness.mutation import DEFAULT_MAX_MUTANTS
+
+    run = sub.add_parser("run", help="run cards and print verdicts (default)")
+    _run_options(run)
     run.add_argument("--changed", action="store_true",
                      help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
                           "liars, covered files, oracle manifest) are byte-identical to then; run the rest")
-    _cards_opt(run)
-    _reports_opt(run)
+    mut = sub.add_parser("mutate", help="run cards, then mutants of the code each claims: a mutation score per card")
+    _run_options(mut, mutate=True)
+    mut.add_argument("--max-mutants", type=argtypes.non_negative_int, default=DEFAULT_MAX_MUTANTS, metavar="N",
+                     help=f"mutants per card at most, sampled by --seed (default {DEFAULT_MAX_MUTANTS}; 0: every one)")
+    mut.add_argument("--changed", action="store_true",
+                     help="replay unchanged cards' verdicts, and reuse a mutant's result while the card's bound "
+                          "files are byte-identical to when it was measured")
+    mut.add_argument("--show", metavar="KEY", help="print the diff of one mutant (a key from a report) and exit")
 
 
 def _reading_parsers(sub) -> None:
@@ -97,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
                     "UNVERIFIED / ERROR per card. `run` is the default command.")
-    sub = parser.add_subparsers(dest="command", metavar="{run,list,validate,show,status,history,new,oracle}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,mutate,list,validate,show,status,history,new,oracle}")
     _run_parser(sub)
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")

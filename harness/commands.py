@@ -73,6 +73,32 @@ def _load(root: Path, folder: Path):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _prove(args)
+
+
+def cmd_mutate(args: argparse.Namespace) -> int:
+    """``mutate``: run the cards, then their mutants (harness.mutation); or ``--show KEY``: print one mutant."""
+    from harness.mutate_run import MutateOptions
+
+    if args.show:
+        return _show_mutant(args.show)
+    return _prove(args, MutateOptions(max_mutants=None if args.max_mutants == 0 else args.max_mutants,
+                                      seed=args.seed if args.seed is not None else 0))
+
+
+def _show_mutant(key: str) -> int:
+    from harness import mutants
+
+    root = project_root()
+    mutant, _, _ = mutants.find(root, key)  # LiarError (a HarnessError) names the key and the fix
+    console = make_console()
+    console.print(f"{mutant.key}  {mutant.qualname}  ({mutant.operator}: {mutant.change})", markup=False,
+                  highlight=False)
+    console.print(mutants.diff(root, mutant), markup=False, highlight=False)
+    return 0
+
+
+def _prove(args: argparse.Namespace, mutate=None) -> int:
     from harness.pipeline import RunRequest, prove
     from harness.report.terminal import TerminalReporter
     from harness.schedule import default_jobs
@@ -88,13 +114,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         json_path = json_path if json_path.is_absolute() else Path.cwd() / json_path
     source = "--reports" if args.reports else (
         "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    # mutate's --seed picks the mutants; its witnesses run with the profile's Hypothesis seed
+    hypothesis_seed = args.seed if mutate is None else args.hypothesis_seed
     req = RunRequest(
         root=root, cards_dir=cards_dir(args, root), reports_dir=reports_dir(args, root), reports_source=source,
         ids=tuple(args.ids), tags=tuple(args.tag), profile=args.profile,
-        seed=args.seed if args.seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
+        seed=hypothesis_seed if hypothesis_seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
         liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
         changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
-        argv=tuple(args.argv))
+        argv=tuple(args.argv), mutate=mutate)
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
     return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
 

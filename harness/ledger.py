@@ -13,6 +13,10 @@ Tables (schema version in ``PRAGMA user_version``, see ``MIGRATIONS``):
   verdict, so ``status`` can name the files that changed.
 - ``evidence``: every value a witness or control recorded, one row per
   (witness, node, key), the value as JSON.
+- ``mutation``: one row per (run, card) whose mutation score that run
+  measured (``mutate``): the digest of the bytes it was measured on, the
+  score and counts; the mutants themselves are in the card's entry.
+  :meth:`Ledger.last_mutation` is what ``run`` and ``status`` read.
 
 Replays (``run --changed``): a card whose bound files are byte-identical to
 those of its last PROVEN verdict is not run again; the run records a
@@ -41,10 +45,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from harness.errors import LedgerError
 from harness.files import json_safe
-from harness.document import CardResult, RunDocument
+from harness.document import CardResult, MutationResult, RunDocument
 from harness.statuses import Verdict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILENAME = "ledger.sqlite"
 
 
@@ -117,8 +121,27 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE verdicts ADD COLUMN replay_of INTEGER REFERENCES runs(run_id)")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # one row per card per run that *measured* its mutation score (mutate); the mutants are in entry_json
+    _script(conn, """
+        CREATE TABLE mutation (
+            run_id       INTEGER NOT NULL REFERENCES runs(run_id),
+            card_id      TEXT NOT NULL,
+            bound_digest TEXT NOT NULL,
+            score        REAL,               -- NULL: nothing scored
+            killed       INTEGER NOT NULL,
+            survived     INTEGER NOT NULL,
+            timeout      INTEGER NOT NULL,
+            equivalent   INTEGER NOT NULL,
+            error        INTEGER NOT NULL,
+            PRIMARY KEY (run_id, card_id)
+        );
+        CREATE INDEX mutation_by_card ON mutation (card_id, run_id);
+    """)
+
+
 # Index i migrates a ledger from version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -242,6 +265,11 @@ class Ledger:
                               [(run_id, card.id, b.path, b.role, b.sha256) for b in card.bound_files])
                 if replay_of is None:  # a replay's evidence is the original run's rows
                     c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
+                m = card.mutation
+                if m is not None and m.measured_run is None:  # measured in this run, not recalled
+                    c.execute("INSERT INTO mutation VALUES (?,?,?,?,?,?,?,?,?)",
+                              (run_id, card.id, m.bound_digest, m.score, m.killed, m.survived, m.timeout,
+                               m.equivalent, m.error))
             if before_commit is not None:
                 before_commit()
         return run_id
@@ -285,6 +313,22 @@ class Ledger:
         args = (card_id, digest, verdict) + ((profile,) if profile is not None else ())
         row = self.conn.execute(sql, args).fetchone()
         return _past(row) if row else None
+
+    def last_mutation(self, card_id: str, digest: str | None = None) -> tuple[int, str, MutationResult] | None:
+        """(run_id, started, result) of the card's newest measured mutation score (with ``digest``: on those bytes)."""
+        sql = ("SELECT m.run_id, r.started FROM mutation m JOIN runs r ON r.run_id = m.run_id WHERE m.card_id = ?"
+               + (" AND m.bound_digest = ?" if digest is not None else "") + " ORDER BY m.run_id DESC LIMIT 1")
+        row = self.conn.execute(sql, (card_id,) + ((digest,) if digest is not None else ())).fetchone()
+        if row is None:
+            return None
+        result = self.entry(row[0], card_id).mutation
+        return None if result is None else (row[0], row[1], result)
+
+    def mutation_scores(self, card_id: str, limit: int = 20) -> list[tuple[int, str, float | None]]:
+        """(run_id, started, score) of the card's measured mutation scores, oldest first (the newest ``limit``)."""
+        rows = self.conn.execute("SELECT m.run_id, r.started, m.score FROM mutation m JOIN runs r ON r.run_id = m.run_id "
+                                 "WHERE m.card_id = ? ORDER BY m.run_id DESC LIMIT ?", (card_id, limit)).fetchall()
+        return list(reversed(rows))
 
     def bound_files(self, run_id: int, card_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute("SELECT path, role, sha256 FROM bound_files WHERE run_id = ? AND card_id = ? "

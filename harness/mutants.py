@@ -179,7 +179,8 @@ def _candidates(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], ast.AS
         yield "bool", lambda n: ast.Constant(not n.value)
     elif isinstance(node, ast.Constant) and isinstance(node.value, int):
         yield "const+1", lambda n: ast.Constant(n.value + 1)
-        yield "const-1", lambda n: ast.Constant(n.value - 1)
+        yield "const-1", lambda n: ast.Constant(n.value - 1) if n.value >= 1 else \
+            ast.UnaryOp(ast.USub(), ast.Constant(1 - n.value))  # -1 is written (and parsed) as -(1)
     elif isinstance(node, ast.Constant) and isinstance(node.value, float):
         yield "const+1", lambda n: ast.Constant(n.value + 1.0)
     elif isinstance(node, (ast.Break, ast.Continue)):
@@ -269,6 +270,8 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
     when the bare text would parse differently in its place.
     """
     replacement = list(ast.walk(new_fn))[index]  # the changed node (or what replaced it), where it was
+    if isinstance(replacement, (ast.For, ast.AsyncFor)):  # noloop: only the iterable changes
+        node, replacement = node.iter, replacement.iter
     text = "pass" if isinstance(replacement, ast.Pass) else ast.unparse(replacement)
     want = _dump(new_fn)
     for t in ([text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]):
@@ -309,7 +312,8 @@ def _sites(path: str, text: str, wanted: Callable[[str], bool],
                 if found is None:  # no text of this change parses back to it: not generated
                     continue
                 after, mutated = found
-                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(node), after, nth)
+                shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
+                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth)
                 yield _Site(m, index, fn), mutated
 
 
@@ -330,7 +334,7 @@ def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> l
 def parse_key(key: str) -> tuple[str, int, int, str, int]:
     """(path, line, col, operator, nth) of a mutant key; LiarError when it is not one."""
     m = _KEY.match(key)
-    if not m:
+    if not m or m["op"].split(".")[0] not in OPERATORS:
         raise LiarError(f"mutant={key!r}: not a mutant key; expected PATH.py:LINE:COL:OPERATOR such as "
                         "impl/kv.py:131:12:compare")
     return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)

@@ -31,7 +31,6 @@ claims is code no theorem constrains.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -43,10 +42,10 @@ from harness.cardcheck import Problem, line_for, line_index, schema_problems, sh
 from harness.cards import EQUIVALENT_FILE, Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
-from harness.protocol import node_matches
+from harness.outcomes import witness_outcomes
 from harness.run import Job, JobResult
 from harness.statuses import MutantStatus, Outcome
-from harness.verdict import WitnessOutcome
+from harness.verdict import judge_witness
 
 TIMEOUT_FACTOR = 5.0
 TIMEOUT_SLACK_S = 10.0
@@ -98,10 +97,11 @@ class Mark:
 def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = None) -> tuple[dict[str, Mark], list[Problem]]:
     """The marks of ``cards_dir/equivalent-mutants.yaml`` (none when it is absent) and its problems.
 
-    Checked like a card: YAML, the schema (with lines), duplicate keys,
-    keys that name no mutant of the file as it is now, and card ids that
-    are not cards (when ``card_ids`` is given). A file with problems gives
-    no marks at all.
+    Checked like a card: YAML, the schema (with lines), duplicate keys and
+    card ids that are not cards (when ``card_ids`` is given): any of these
+    and the file gives no marks at all. A key that names no mutant of the
+    file as it is now (the code moved) is a problem of kind ``stale``: that
+    mark alone is left out.
     """
     path = cards_dir / EQUIVALENT_FILE
     if not path.is_file():
@@ -137,14 +137,14 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
             gen.find(root, key)
         except LiarError as exc:
             problems.append(Problem(shown, line, f"equivalent[{i}].mutant", short(key),
-                                    f"{exc}; remove the mark or mark the mutant's current key"))
+                                    f"{exc}; remove the mark or mark the mutant's current key", kind="stale"))
             continue
         for j, cid in enumerate(entry.get("cards") or []):
             if known is not None and cid not in known:
                 problems.append(Problem(shown, line_for(values, ("equivalent", i, "cards", j)),
                                         f"equivalent[{i}].cards[{j}]", short(cid), "no card has this id"))
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
-    return ({} if problems else marks), problems
+    return ({} if any(p.kind != "stale" for p in problems) else marks), problems
 
 
 # ---------------------------------------------------------------- what a card claims
@@ -220,9 +220,11 @@ def card_mutants(card: Card, generated: Generated, max_mutants: int | None, seed
 # ---------------------------------------------------------------- run one
 
 
-def mutant_timeouts(card: Card, honest: Sequence[WitnessOutcome], default_timeout: float) -> dict[str, float]:
-    """Per witness test: ``min(its timeout, TIMEOUT_FACTOR x its honest time + TIMEOUT_SLACK_S)``."""
-    took = {o.witness_id: o.duration for o in honest}
+def mutant_timeouts(card: Card, took: Mapping[str, float], default_timeout: float) -> dict[str, float]:
+    """Per witness test: ``min(its timeout, TIMEOUT_FACTOR x its honest seconds + TIMEOUT_SLACK_S)``.
+
+    ``took``: witness id -> seconds of the card's honest run.
+    """
     return {w.test: min(w.timeout or default_timeout, TIMEOUT_FACTOR * took.get(w.id, 0.0) + TIMEOUT_SLACK_S)
             for w in card.witnesses}
 
@@ -232,14 +234,18 @@ def mutant_job(card: Card, mutant: gen.Mutant, timeouts: Mapping[str, float]) ->
     return Job(card, card.witnesses, mutant=mutant.key, timeouts=dict(timeouts))
 
 
-_TIMEOUT_RE = re.compile(r"^timeout: ")
-
-
 def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, root: Path) -> MutantResult:
-    """What the card's witnesses made of ``mutant`` from its process's results (see the module docstring)."""
-    def result(status: MutantStatus, killer: str = "", detail: str = "", with_diff: bool = True) -> MutantResult:
+    """What the card's witnesses made of ``mutant``, judged exactly as under a liar (node outcomes *and* bounds).
+
+    error: the mutant could not be applied. killed: a witness failed or
+    errored (an assertion, an exception, a bound that did not hold, a
+    collection error, a crash). timeout: a witness ran past its timeout.
+    survived: every witness passed (skips are named: they checked nothing);
+    equivalent: survived, and ``mark`` says why no input can tell it apart.
+    """
+    def result(status: MutantStatus, killer: str = "", detail: str = "") -> MutantResult:
         text = ""
-        if with_diff:
+        if status != MutantStatus.KILLED:
             try:
                 text = gen.diff(root, mutant)
             except LiarError:
@@ -249,30 +255,23 @@ def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, 
 
     if res.liar_error:
         return result(MutantStatus.ERROR, detail=f"could not be applied: {res.liar_error}")
-    for w in card.witnesses:
-        for nid, node in res.results.items():
-            if not node_matches(w.test, nid) or node.outcome not in (Outcome.FAILED, Outcome.ERROR):
-                continue
-            if node.outcome == Outcome.ERROR and _TIMEOUT_RE.match(node.message or ""):
-                return result(MutantStatus.TIMEOUT, w.id, node.message, with_diff=False)
-            return result(MutantStatus.KILLED, w.id, (node.message or "").splitlines()[0] if node.message else "",
-                          with_diff=False)
-    if res.collect_errors:
-        first = [ln for ln in res.collect_errors[0].text.strip().splitlines() if ln.strip()][-1:] or [""]
-        return result(MutantStatus.KILLED, "collection", f"a witness module failed to import: {first[0].strip()}",
-                      with_diff=False)
-    if res.stopped and res.stopped.startswith("pytest was silent"):
-        return result(MutantStatus.TIMEOUT, "collection", res.stopped, with_diff=False)
-    ran = {w.id for w in card.witnesses if any(node_matches(w.test, nid) for nid in res.results)}
-    missing = [w.id for w in card.witnesses if w.id not in ran]
-    if missing:  # no witness failed, yet not all of them ran: the process died between nodes
-        return result(MutantStatus.KILLED, "crash", f"the witness process ended before {missing[0]} ran "
-                      f"(exit code {res.exit_code})", with_diff=False)
-    skipped = [w.id for w in card.witnesses
-               if any(node_matches(w.test, nid) and r.outcome == Outcome.SKIPPED for nid, r in res.results.items())]
-    note = f" ({', '.join(skipped)} skipped)" if skipped else ""
+    outcomes = witness_outcomes(card.witnesses, res)
+    judged = [judge_witness(w, o) for w, o in zip(card.witnesses, outcomes)]
+    for w, o, v in zip(card.witnesses, outcomes, judged):
+        if v.status in (Outcome.FAILED, Outcome.ERROR):
+            node = o.first(Outcome.ERROR)
+            if node is not None and (node.message or "").startswith("timeout:"):
+                return result(MutantStatus.TIMEOUT, w.id, node.message)
+            return result(MutantStatus.KILLED, w.id, v.why.splitlines()[0] if v.why else "")
+    if res.stopped.startswith("pytest was silent"):
+        return result(MutantStatus.TIMEOUT, "collection", res.stopped)
+    not_run = [v for v in judged if v.status == Outcome.NOT_RUN]
+    if not_run:  # no witness failed, yet one never ran: the process died between nodes
+        return result(MutantStatus.KILLED, "crash", f"{not_run[0].witness_id} {not_run[0].why}")
+    skipped = [v.witness_id for v in judged if v.status == Outcome.SKIPPED]
     if mark is not None:
         return result(MutantStatus.EQUIVALENT, detail=mark.reason)
+    note = f" ({', '.join(skipped)} skipped: checked nothing)" if skipped else ""
     return result(MutantStatus.SURVIVED, detail=f"every witness passed{note}")
 
 

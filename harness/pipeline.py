@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
@@ -32,10 +32,12 @@ from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 from harness import provenance, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
 from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
-from harness.document import RunDocument
+from harness.document import CardResult, Claim, MutationResult, RunDocument
 from harness.errors import CardInvalid, LedgerError, UsageError
 from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
+from harness.mutate_run import MutateOptions, measure, recall
+from harness.mutation import Mark, load_marks
 from harness.report import data
 from harness.report import folder as report_folder
 from harness.report import jsonfile
@@ -43,7 +45,7 @@ from harness.report.view import build_view
 from harness.outcomes import CardRun, count_jobs
 from harness.run import RunConfig
 from harness.schedule import Expected, expected_from_entry, run_cards
-from harness.statuses import Gate
+from harness.statuses import Gate, Verdict
 
 
 # ---------------------------------------------------------------- inputs and outputs
@@ -69,6 +71,7 @@ class RunRequest:
     json_arg: str = ""  # --json as typed, for messages
     oracle_dir: Path | None = None
     argv: tuple[str, ...] = ()
+    mutate: "MutateOptions | None" = None  # set: also run the mutation stage (run_obligations.py mutate)
 
 
 class Reporter(Protocol):
@@ -115,6 +118,8 @@ class Plan:
     bound: Mapping[str, tuple[BoundFile, ...]]
     replays: Mapping[str, data.Replayed] = field(default_factory=dict)
     expected: Mapping[str, Expected] = field(default_factory=dict)
+    mutations: Mapping[str, MutationResult] = field(default_factory=dict)  # newest measured, from the ledger
+    marks: Mapping[str, Mark] = field(default_factory=dict)  # equivalence marks (mutate)
 
     @property
     def to_run(self) -> list[Card]:
@@ -166,6 +171,23 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
     return selected
 
 
+def equivalence_marks(req: RunRequest, loaded: Loaded, reporter: Reporter | None) -> dict[str, Mark]:
+    """The equivalence marks a mutate run uses; CardInvalid when the marks file is broken.
+
+    A mark whose key names no mutant of the code as it is now (the code
+    moved or changed) is kept out and named as a warning: the mutant it
+    meant, if still there, shows as survived until it is marked again.
+    """
+    marks, problems = load_marks(req.cards_dir, req.root, [c.id for c in loaded.result.cards])
+    broken = [p for p in problems if p.kind != "stale"]
+    if broken:
+        raise CardInvalid(broken)
+    if problems and reporter is not None:
+        reporter.warning(problems, f"warning: {len(problems)} equivalence mark(s) match no mutant of the code as "
+                                   "it is now; mark the current keys again:")
+    return marks
+
+
 # ---------------------------------------------------------------- plan
 
 
@@ -205,7 +227,8 @@ def _writable_folder(folder: Path, what: str, fix: str) -> None:
         raise UsageError(f"{what}: cannot write there ({exc.strerror or exc}); {fix}") from None
 
 
-def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Reporter | None) -> Plan:
+def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Reporter | None,
+         marks: Mapping[str, Mark] | None = None) -> Plan:
     """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
 
     A card is replayed when its last original PROVEN verdict of this profile
@@ -216,6 +239,7 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
     bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir)) for c in cards}
     replays: dict[str, data.Replayed] = {}
     expected: dict[str, Expected] = {}
+    marks = dict(marks or {})
     path = req.reports_dir / FILENAME
     try:
         ledger = Ledger(path, create=False) if path.is_file() else None
@@ -235,7 +259,8 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
                 last = ledger.last(card.id)
                 if last is not None:
                     expected[card.id] = expected_from_entry(ledger.entry(last.evidence_run_id, card.id))
-    return Plan(tuple(cards), links, bound, replays, expected)
+    mutations = recall(req, cards, bound) if ledger is not None else {}
+    return Plan(tuple(cards), links, bound, replays, expected, mutations, marks)
 
 
 # ---------------------------------------------------------------- execute and judge
@@ -256,11 +281,36 @@ def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None) -> dict[
     return {r.card.id: r for r in runs}
 
 
-def judge(the_plan: Plan, runs: Mapping[str, CardRun]) -> list[data.CardReport | data.Replayed]:
-    """Each card's verdict, in card order; replayed cards as they were."""
-    return [the_plan.replays[c.id] if c.id in the_plan.replays else
-            data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes), the_plan.bound[c.id])
-            for c in the_plan.cards]
+def judge(the_plan: Plan, runs: Mapping[str, CardRun],
+          measured: Mapping[str, MutationResult] | None = None) -> list[data.CardReport | data.Replayed]:
+    """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
+
+    A card's mutation score is the one ``measured`` in this run, else the
+    newest in the ledger; only a score for the bytes the card is bound to
+    now (not stale) can make it VACUOUS.
+    """
+    out: list[data.CardReport | data.Replayed] = []
+    for c in the_plan.cards:
+        m = (measured or {}).get(c.id) or the_plan.mutations.get(c.id)
+        use = m if m is not None and not m.stale else None
+        rep = the_plan.replays.get(c.id)
+        if rep is not None:
+            entry = rep.entry
+            if m is not None:
+                entry = _with_mutation(entry, m, use)
+            out.append(data.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
+            continue
+        out.append(data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes, use),
+                                   the_plan.bound[c.id], m))
+    return out
+
+
+def _with_mutation(entry: CardResult, m: MutationResult, use: MutationResult | None) -> CardResult:
+    """A replayed entry carrying the card's current mutation score; a score below the floor makes it VACUOUS."""
+    entry = replace(entry, mutation=m)
+    if use is not None and use.holds is False and entry.verdict == Verdict.PROVEN:
+        entry = replace(entry, verdict=Verdict.VACUOUS, reason=verdict.mutation_reason(use))
+    return entry
 
 
 # ---------------------------------------------------------------- record and publish
@@ -301,19 +351,28 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     """
     loaded = load(req.root, req.cards_dir, shown_cards or str(req.cards_dir))
     cards = runnable(loaded, req.ids, req.tags, reporter)
+    marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
     check_outputs(req)
     prov = provenance.gather(req.root)
     t0 = time.monotonic()
-    the_plan = plan(req, loaded, cards, reporter)
+    the_plan = plan(req, loaded, cards, reporter, marks)
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
     runs = execute(req, the_plan, reporter)
+    measured: Mapping[str, MutationResult] = {}
+    claims: tuple[Claim, ...] = ()
+    if req.mutate is not None:
+        stage = measure(req, the_plan, runs, the_plan.marks, reporter)
+        measured, claims = stage.results, stage.claims
+        for cid, why in stage.skipped.items():
+            if reporter is not None:
+                reporter.error(f"mutate: {cid}: {why}")
     settings = data.RunSettings(
         profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
         command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
         jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root))
-    doc = data.build(prov, settings, judge(the_plan, runs), finished=provenance.utc_now(),
-                     wall_s=time.monotonic() - t0)
+    doc = data.build(prov, settings, judge(the_plan, runs, measured), finished=provenance.utc_now(),
+                     wall_s=time.monotonic() - t0, claims=claims)
     if reporter is not None:
         reporter.results(build_view(doc, {}, root=req.root))
     recorded, final = record(req, doc, reporter)

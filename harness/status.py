@@ -25,6 +25,7 @@ class CardStatus:
     state: str
     last: PastVerdict | None
     changed: tuple[str, ...] = ()  # "impl/kv.py changed", ... (non-empty exactly when STALE)
+    mutation: str = ""  # the newest measured mutation score, "STALE" when the bytes changed since (see mutation_text)
 
     @property
     def fresh_proven(self) -> bool:
@@ -40,6 +41,19 @@ def card_status(card_id: str, title: str, last: PastVerdict | None, recorded: It
     return CardStatus(card_id, title, CardState.STALE if changed else last.verdict, last, changed)
 
 
+def mutation_text(card_min: float | None, measured: tuple[int, str, Any] | None, current_digest: str) -> str:
+    """What ``status`` says of a card's mutation score: ``0.83 (run #4, 2026-11-30)``, ``STALE`` when measured on
+    other bytes, ``never measured`` (with the card's floor, when it has one)."""
+    floor = f", min {card_min:.2f}" if card_min is not None else ""
+    if measured is None:
+        return f"never measured{floor}" if card_min is not None else ""
+    run_id, started, result = measured
+    score = "–" if result.score is None else f"{result.score:.2f}"
+    below = " BELOW" if card_min is not None and result.score is not None and result.score < card_min else ""
+    stale = " STALE (measured on other bytes)" if result.bound_digest != current_digest else ""
+    return f"{score}{below}{stale} (run #{run_id}, {started[:10]}{floor})"
+
+
 def status_exit_code(rows: Sequence[CardStatus]) -> int:
     """0 when every card's last verdict is PROVEN and still bound to the same bytes, else 1."""
     return 0 if rows and all(r.fresh_proven for r in rows) else 1
@@ -49,13 +63,17 @@ def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> li
     """Each card's :class:`CardStatus` from ``ledger`` (None: no ledger yet) and the files as they are now."""
     from dataclasses import asdict
 
-    from harness.binding import bound_files, oracle_files
+    from dataclasses import replace
+
+    from harness.binding import bound_files, digest, oracle_files
 
     rows = []
     for card in cards:
         last = ledger.last(card.id) if ledger is not None else None
         recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
-        current = [asdict(b) for b in bound_files(card, root, sites, oracle_files(card, oracle_dir))] \
-            if last is not None else []
-        rows.append(card_status(card.id, card.title, last, recorded, current))
+        now = bound_files(card, root, sites, oracle_files(card, oracle_dir))
+        current = [asdict(b) for b in now] if last is not None else []
+        row = card_status(card.id, card.title, last, recorded, current)
+        measured = ledger.last_mutation(card.id) if ledger is not None else None
+        rows.append(replace(row, mutation=mutation_text(card.min_score, measured, digest(now))))
     return rows

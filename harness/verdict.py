@@ -315,7 +315,7 @@ def _more(items: list, shown: int = 1) -> str:
     return f" (+{rest} more)" if rest > 0 else ""
 
 
-def _mutation_reason(mutation: Any) -> str:
+def mutation_reason(mutation: Any) -> str:
     """Why a card whose mutation score is below its floor is VACUOUS, naming the first survivor."""
     scored = mutation.killed + mutation.timeout + mutation.survived
     first = next((m for m in mutation.mutants if m.status == "survived"), None)
@@ -378,7 +378,7 @@ def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None) -> CardVe
         names = ", ".join(v.name for v in survived)
         return result(Verdict.VACUOUS, f"liar {names} survived: {survived[0].why}")
     if mutation is not None and mutation.holds is False:
-        return result(Verdict.VACUOUS, _mutation_reason(mutation))
+        return result(Verdict.VACUOUS, mutation_reason(mutation))
     inconclusive = [v for v in lv if v.status == LiarStatus.INCONCLUSIVE]
     if inconclusive:
         return result(Verdict.UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
