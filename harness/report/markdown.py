@@ -3,10 +3,15 @@
 One row per card (verdict, date, headline measure, counts, time; a verdict
 replayed by ``--changed`` shows "replayed from <date>" as its date), then the
 transitions since the last run, then every card that is not PROVEN with its
-reason. Computes nothing; see :mod:`harness.report.view`.
+reason. A report with mutation results adds a mutation column, "What no
+theorem constrains" (functions no card claims, claimed functions with
+surviving mutants) and per card its score, survivors as ``diff`` blocks,
+equivalent and broken mutants with their reasons and the killed ones.
+Computes nothing; see :mod:`harness.report.view`.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from harness.report.data import fraction, liars_fraction
@@ -33,6 +38,68 @@ def _code(text: Any) -> str:
     return " ".join(str(text).split()).replace("`", "'")
 
 
+def _code_cell(text: Any) -> str:
+    """A code span in a table cell: GFM reads an escaped pipe as a pipe even there; nothing else is interpreted."""
+    if not str(text).strip():
+        return "–"
+    span = _code(text).replace("|", "\\|")
+    return f"`{span}`"
+
+
+def _fence(text: str, lang: str = "") -> list[str]:
+    """A fenced block longer than any backtick run inside ``text``."""
+    run = max((len(r) for r in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, run + 1)
+    return [fence + lang, *text.rstrip("\n").splitlines(), fence]
+
+
+def _where(x: Mapping[str, Any]) -> str:
+    return f"`{_code(x['key'])}` {_inline(x['location'])} `{_code(x['qualname'])}`: `{_code(x['change'])}`"
+
+
+def _table(heading: str, columns: str, align: str, rows: list[str]) -> list[str]:
+    """``heading``, then a table: ``columns`` and ``align`` are its header lines, ``rows`` its rows."""
+    return ["", heading, "", columns, align, *rows] if rows else []
+
+
+def _mutation(c: Mapping[str, Any]) -> list[str]:
+    m = c["mutation"]
+    facts = [m["counts"], m["sampled"], m["floor"], m["delta"], m["measured"]]
+    out = ["", f"### {_inline(c['id'])}: mutation score {m['score_text']}", "",
+           f"{m['score_text']} of the scored mutants detected · " + " · ".join(f for f in facts if f)]
+    if m["stale_text"]:
+        out += ["", f"> {m['stale_text']}"]
+    if m["reused"]:
+        out += ["", m["reused"]]
+    if m["survived"]:
+        out += ["", f"**Survived ({len(m['survived'])})**: wrong code every witness passes"]
+        for x in m["survived"]:
+            out += ["", _where(x) + (f" ({x['reused']})" if x["reused"] else "")]
+            if x["diff"]:
+                out += ["", *_fence(x["diff"], "diff")]
+    for group, heading in (("equivalent", "Equivalent ({n})**: marked with a reason, not scored"),
+                           ("errors", "Error ({n})**: could not be run, not scored")):
+        if m[group]:
+            out += ["", "**" + heading.format(n=len(m[group])), ""]
+            out += [f"- {_where(x)} — {_inline(x['detail'] or x['killer'] or '–')}" for x in m[group]]
+    if m["detected"]:
+        out += _table(f"<details><summary>{len(m['detected'])} detected (killed or timed out)</summary>",
+                      "| mutant | change | status | caught by |", "|---|---|---|---|",
+                      [f"| {_code_cell(x['key'])} | {_code_cell(x['change'])} | {x['status']} | {_cell(x['killer'])} |"
+                       for x in m["detected"]]) + ["", "</details>"]
+    return out
+
+
+def _claims(claims: Mapping[str, Any]) -> list[str]:
+    return (["", "## What no theorem constrains", "", f"{claims['summary']}; {claims['surviving_summary']}."]
+            + _table(f"Functions no card claims ({len(claims['unclaimed'])}):", "| file | function |", "|---|---|",
+                     [f"| {_code_cell(r['path'])} | {_code_cell(r['qualname'])} |" for r in claims["unclaimed"]])
+            + _table(f"Claimed functions with surviving mutants ({len(claims['surviving'])}):",
+                     "| function | claimed by | mutants | survived |", "|---|---|--:|--:|",
+                     [f"| {_code_cell(r['name'])} | {_cell(r['cards_text'])} | {r['mutants']} | {r['survived']} |"
+                      for r in claims["surviving"]]))
+
+
 def render(view: Mapping[str, Any]) -> str:
     head, summary = view["header"], view["summary"]
     dirty = " (dirty)" if head["dirty"] else ""
@@ -43,8 +110,9 @@ def render(view: Mapping[str, Any]) -> str:
            f"{counts} of {summary['total']} card(s)"
            + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "") + f" in {head['duration']}", "",
            *([f"numerics: {_inline(head['numerics'])}", ""] if head.get("numerics") else []),
-           "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |",
-           "|---|---|:-:|---|---|---|--:|--:|--:|--:|"]
+           "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |"
+           + (" mutation |" if summary["mutation"] else ""),
+           "|---|---|:-:|---|---|---|--:|--:|--:|--:|" + ("--:|" if summary["mutation"] else "")]
     for c in view["cards"]:
         n = c["counts"]
         verdict = c["verdict"] if c["verdict"] == Verdict.PROVEN else f"**{c['verdict']}**"
@@ -53,7 +121,8 @@ def render(view: Mapping[str, Any]) -> str:
             _cell(c["headline"]["text"] if c["headline"] else "–"),
             fraction(n["witnesses_passed"], n["witnesses_total"]), fraction(n["controls_held"], n["controls_total"]),
             liars_fraction(n),
-            "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s"]) + " |")
+            "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s",
+            *([_cell(c["mutation"]["cell"] if c["mutation"] else "—")] if summary["mutation"] else [])]) + " |")
     if summary["changes"]:
         out += ["", "## Changes since the last run", ""]
         out += [f"- **{_inline(ch['id'])}** {ch['text']}" for ch in summary["changes"]]
@@ -69,4 +138,11 @@ def render(view: Mapping[str, Any]) -> str:
                 reproduce = (w.get("hypothesis") or {}).get("reproduce")
                 if reproduce:
                     out.append(f"  - reproduce: `{_code(reproduce)}`")
+    if view["claims"]:
+        out += _claims(view["claims"])
+    mutated = [c for c in view["cards"] if c["mutation"]]
+    if mutated:
+        out += ["", "## Mutation"]
+        for c in mutated:
+            out += _mutation(c)
     return "\n".join(out) + "\n"

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from harness.report.data import fraction, liars_fraction
 from harness.statuses import CardState, Gate, Verdict
-from harness.report.view import replayed_text
+from harness.report.view import mutation_view, replayed_text
 
 STYLE = {Verdict.PROVEN: "bold green", Verdict.FAILED: "bold red", Verdict.VACUOUS: "bold magenta",
          Verdict.UNVERIFIED: "bold yellow", Verdict.ERROR: "bold white on red", CardState.STALE: "bold cyan"}
@@ -25,8 +25,31 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width, highlight=False)
 
 
+SURVIVORS_SHOWN = 5  # surviving mutants listed per card; the report lists them all
+
+
 def verdict_text(verdict: str) -> str:
     return f"[{STYLE.get(verdict, 'bold')}]{verdict}[/]"
+
+
+def _mutation_cell(m: Mapping[str, Any] | None) -> str:
+    if m is None:
+        return "—"
+    style = "cyan" if m["stale"] else ("red" if m["holds"] is False else "")
+    return f"[{style}]{escape(m['cell'])}[/]" if style else escape(m["cell"])
+
+
+def render_mutation(console: Console, card_id: str, m: Mapping[str, Any], indent: str = "") -> None:
+    """A card's mutation score in one line, then its surviving mutants (key and change), at most a few."""
+    facts = [m["counts"], m["stale_text"] or m["floor"], m["measured"], m["delta"]]
+    style = "cyan" if m["stale"] else ("red" if m["holds"] is False else "bold")
+    console.print(f"{indent}[bold]{escape(card_id)}[/] mutation [{style}]{escape(m['score_text'])}[/]: "
+                  + escape(" · ".join(f for f in facts if f)), soft_wrap=True)
+    for x in m["survived"][:SURVIVORS_SHOWN]:
+        console.print(f"{indent}    survived [bold]{escape(x['key'])}[/]  {escape(x['change'])}", soft_wrap=True)
+    more = len(m["survived"]) - SURVIVORS_SHOWN
+    if more > 0:
+        console.print(f"{indent}    … {more} more survivor(s): see index.html", style="dim")
 
 
 def render_run(console: Console, view: Mapping[str, Any]) -> None:
@@ -37,7 +60,8 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
                      ("regime", {"justify": "center"}), ("verdict", {"no_wrap": True}),
                      ("witnesses", {"justify": "right"}), ("controls", {"justify": "right"}),
                      ("liars", {"justify": "right"}), ("headline", {"no_wrap": True}),
-                     ("time", {"justify": "right", "overflow": "fold"})):
+                     ("time", {"justify": "right", "overflow": "fold"}),
+                     *((("mutation", {"justify": "right", "no_wrap": True}),) if s.get("mutation") else ())):
         table.add_column(name, **kw)
     for c in view["cards"]:
         n = c["counts"]
@@ -47,7 +71,8 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
                       liars_fraction(n),
                       escape(c["headline"]["text"]) if c["headline"] else "–",
                       f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
-                      else f"{c['duration_s']:.2f} s")
+                      else f"{c['duration_s']:.2f} s",
+                      *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()))
     console.print(table)
     for c in view["cards"]:
         if c["verdict"] == Verdict.PROVEN:
@@ -56,6 +81,13 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
                       soft_wrap=True)
         if c["detail"]:
             console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
+    for c in view["cards"]:
+        if c.get("mutation") and (c["mutation"]["survived"] or c["mutation"]["stale"]):
+            render_mutation(console, c["id"], c["mutation"])
+    claims = view.get("claims")
+    if claims:
+        console.print(f"what no theorem constrains: {escape(claims['summary'])}; "
+                      f"{escape(claims['surviving_summary'])} (tables in index.html)", soft_wrap=True)
     counts = ", ".join(f"{k['n']} {k['verdict']}" for k in s["counts"] if k["n"])
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
@@ -134,6 +166,9 @@ def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_n
     for entry in last.get("liars", []):
         who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
         console.print(f"  liar {escape(entry['name'])}: {escape(who)}")
+    mutation = mutation_view(last.get("mutation"))
+    if mutation is not None:
+        render_mutation(console, card.id, mutation, indent="  ")
 
 
 def _when(iso: str) -> str:

@@ -5,8 +5,11 @@ card's past verdicts from the ledger and the project root, and returns plain
 data (dicts, lists, strings, numbers) in the order it is shown. Here and only
 here are decided: the history strip and its transitions (newly FAILED,
 newly PROVEN, flaky), the source lines of each ref, the text of every bound
-check, the failure excerpt and the command that replays it, the summary bar
-and the display form of the header. The renderers loop and print.
+check, the failure excerpt and the command that replays it, the summary bar,
+the display form of the header, each card's mutation block (score, floor,
+staleness, survivors with their diffs, equivalent and broken mutants, the
+killed ones) and the project's "what no theorem constrains" tables. The
+renderers loop and print.
 
 Reading ref sources is the only I/O; nothing here touches the clock.
 """
@@ -22,7 +25,7 @@ from harness.ledger import PastVerdict
 from harness.refs import RefSite, resolve_ref
 from harness.checktext import check_text, fmt_value, unevaluated_text
 from harness.report.data import replay_command
-from harness.statuses import VERDICTS, Outcome, Verdict
+from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
 from harness.verdict import observed_summary
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
@@ -79,6 +82,11 @@ def history_marks(past: Sequence[PastVerdict], current: Mapping[str, Any] | None
 
 
 # ---------------------------------------------------------------- pieces
+
+
+def card_anchor(card_id: str) -> str:
+    """The HTML id of a card's section."""
+    return "card-" + re.sub(r"[^A-Za-z0-9_-]+", "-", card_id)
 
 
 def display_date(iso: str | None) -> str:
@@ -207,6 +215,99 @@ def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
     return props
 
 
+# ---------------------------------------------------------------- mutation
+
+
+def percent(score: float | None) -> str:
+    """A mutation score as a percent to 0.1 (``71.4%``, ``90%``), ``—`` when nothing was scored."""
+    return "—" if score is None else f"{100 * score:.1f}".removesuffix(".0") + "%"
+
+
+def _diff_lines(diff: str) -> list[dict[str, str]]:
+    """A unified diff as lines, each with its kind: add, del, hunk (``@@``, ``---``, ``+++``) or ctx."""
+    out = []
+    for text in diff.splitlines():
+        kind = ("hunk" if text.startswith(("@@", "--- ", "+++ ")) else
+                "add" if text.startswith("+") else "del" if text.startswith("-") else "ctx")
+        out.append({"text": text, "kind": kind})
+    return out
+
+
+def _mutant_view(m: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    out["location"] = f"{m['path']}:{m['line']}"
+    out["diff_lines"] = _diff_lines(m.get("diff") or "")
+    out["reused"] = f"reused from run #{m['reused_from']}" if m.get("reused_from") is not None else ""
+    return out
+
+
+def _floor_text(m: Mapping[str, Any]) -> str:
+    floor = m["min_score"]
+    if floor is None:
+        return "no min_score"
+    if m["holds"] is True:
+        return f"meets its min_score {percent(floor)}"
+    if m["holds"] is False:
+        return f"below its min_score {percent(floor)}"
+    why = "stale" if m["stale"] else ("nothing scored" if m["score"] is None else "not judged")
+    return f"min_score {percent(floor)}: not judged ({why})"
+
+
+def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A card's mutation result (its JSON form) as shown: texts decided here, mutants grouped by status.
+
+    ``cell`` is the summary table's column: the score (``60% < 90%`` when
+    below the card's min_score), ``stale`` when it was measured on other
+    bytes, ``—`` when nothing was scored.
+    """
+    if m is None:
+        return None
+    mutants = [_mutant_view(x) for x in m["mutants"]]
+    by = {s: [x for x in mutants if x["status"] == s] for s in MutantStatus}
+    counts = (f"{m['killed']} killed, {m['timeout']} timeout, {m['survived']} survived, "
+              f"{m['equivalent']} equivalent, {m['error']} error")
+    cap = f", at most {m['max_mutants']}" if m["max_mutants"] is not None else ""
+    sampled = f"of {m['candidates']} candidates (sampled {len(mutants)}{cap}, seed {m['seed']})"
+    when = display_date(m["measured_at"]) if m["measured_at"] else "–"
+    run = f"run #{m['measured_run']}" if m["measured_run"] is not None else ""
+    stale = (f"stale (measured on other bytes, {run + ' at ' if run else 'at '}{when}): not used by the verdict"
+             if m["stale"] else "")
+    measured = f"measured in {run} ({when})" if run and not m["stale"] else ""  # the stale note says it
+    delta = ""
+    if m["previous_score"] is not None and m["score"] is not None:
+        delta = (f"{m['score'] - m['previous_score']:+.2f} since the last mutate run "
+                 f"(was {percent(m['previous_score'])})")
+    score = percent(m["score"])
+    reused = sum(1 for x in mutants if x["reused"])
+    return {
+        "score": m["score"], "score_text": score, "holds": m["holds"], "stale": m["stale"],
+        "cell": "stale" if m["stale"] else (score if m["holds"] is not False
+                                            else f"{score} < {percent(m['min_score'])}"),
+        "counts": counts, "sampled": sampled, "floor": _floor_text(m), "stale_text": stale,
+        "measured": measured, "delta": delta,
+        "reused": f"{reused} result(s) reused from earlier runs (bound files unchanged)" if reused else "",
+        "functions": list(m["functions"]),
+        "survived": by[MutantStatus.SURVIVED], "equivalent": by[MutantStatus.EQUIVALENT],
+        "errors": by[MutantStatus.ERROR], "detected": by[MutantStatus.KILLED] + by[MutantStatus.TIMEOUT],
+        "total": len(mutants),
+    }
+
+
+def claims_view(claims: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The project view of a mutate run: the functions no card claims, the claimed ones with survivors."""
+    if not claims:
+        return None
+    rows = [{"name": f"{c['path']}::{c['qualname']}", "path": c["path"], "qualname": c["qualname"],
+             "cards": [{"id": cid, "anchor": card_anchor(cid)} for cid in c["cards"]],
+             "cards_text": ", ".join(c["cards"]) or "–", "mutants": c["mutants"], "survived": c["survived"]}
+            for c in claims]
+    unclaimed = [r for r in rows if not r["cards"]]
+    surviving = [r for r in rows if r["cards"] and r["survived"]]
+    return {"unclaimed": unclaimed, "surviving": surviving, "total": len(rows),
+            "summary": f"{len(unclaimed)} of {len(rows)} functions of the implementation are claimed by no card",
+            "surviving_summary": f"{len(surviving)} claimed function(s) have surviving mutants"}
+
+
 # ---------------------------------------------------------------- the view
 
 
@@ -218,7 +319,7 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     out["date"] = display_date(replayed["started"] if replayed else head.get("started"))
     out["replayed"] = replayed_text(replayed["started"]) if replayed else ""
     out["replayed_from"] = replayed
-    out["anchor"] = "card-" + re.sub(r"[^A-Za-z0-9_-]+", "-", card["id"])
+    out["anchor"] = card_anchor(card["id"])
     out["regime_name"] = REGIME_NAMES.get(card["regime"], card["regime"])
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
     out["witnesses"] = [_witness_view(w, replay) for w in card["witnesses"]]
@@ -232,6 +333,7 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     change = marks[-1]["change"] if marks else None
     out["change"] = change if change and change["kind"] != "first" else None
     out["runs_seen"] = len(past) + 1
+    out["mutation"] = mutation_view(card.get("mutation"))
     return out
 
 
@@ -264,8 +366,10 @@ def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | Non
                     "by_regime": [r for r in by_regime if r["total"]], "changes": changes,
                     "proven": sum(c["verdict"] == Verdict.PROVEN for c in cards), "not_proven": len(not_proven),
                     "replayed": sum(1 for c in cards if c["replayed"]),
-                    "flaky": sum(1 for ch in changes if ch["flaky"])},
+                    "flaky": sum(1 for ch in changes if ch["flaky"]),
+                    "mutation": any(c["mutation"] for c in cards)},
         "cards": cards,
+        "claims": claims_view(doc.get("claims") or ()),
         "not_proven": not_proven,
         "report_dir": report_dir,
         "timing": doc["timing"],
