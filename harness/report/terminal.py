@@ -176,20 +176,26 @@ def _when(iso: str) -> str:
 
 
 def render_status(console: Console, rows: Iterable[Any]) -> None:
-    """``status``: each card's last verdict and its date, STALE with the files that changed."""
+    """``status``: each card's last verdict and its date, STALE with the files that changed; the newest measured
+    mutation score (STALE when measured on other bytes) when any card has one."""
     table = Table(header_style="bold", pad_edge=False)
+    rows = list(rows)
+    scores = any(getattr(r, "mutation", "") for r in rows)
     for name, kw in (("id", {"no_wrap": True}), ("state", {"no_wrap": True}), ("last run", {"no_wrap": True}),
                      ("headline", {"no_wrap": True}), ("why", {"overflow": "fold", "ratio": 1})):
         table.add_column(name, **kw)
+    if scores:
+        table.add_column("mutation score", overflow="fold")
     for r in rows:
+        extra = [escape(r.mutation or "–")] if scores else []
         if r.last is None:
-            table.add_row(escape(r.card_id), "[dim]never run[/]", "–", "–", escape(r.title))
+            table.add_row(escape(r.card_id), "[dim]never run[/]", "–", "–", escape(r.title), *extra)
             continue
         state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == CardState.STALE else "")
         why = ("changed since: " + ", ".join(r.changed)) if r.changed else \
             ("" if r.state == Verdict.PROVEN else r.last.reason)
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
-        table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why))
+        table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why), *extra)
     console.print(table)
 
 
