@@ -146,18 +146,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.mutation import load_marks
     from harness.report import terminal
 
     root = project_root()
     folder = cards_dir(args, root)
     console = make_console()
     result, _, liar_problems = _load(root, folder)
-    problems = list(result.problems) + list(liar_problems)
+    marks, mark_problems = load_marks(folder, root, [c.id for c in result.cards])
+    stale = [p for p in mark_problems if p.kind == "stale"]
+    problems = list(result.problems) + list(liar_problems) + [p for p in mark_problems if p.kind != "stale"]
+    if stale:
+        terminal.render_problems(make_console(stderr=True), stale,
+                                 f"warning: {len(stale)} equivalence mark(s) match no mutant of the code as it is "
+                                 "now (mutate leaves them out); mark the current keys again:")
     if problems:
         bad = len({p.path for p in problems})
         terminal.render_problems(console, problems, f"{len(problems)} problem(s) in {bad} file(s):")
         return 2
-    console.print(f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid")
+    console.print(f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid"
+                  + (f", and {len(marks)} equivalence mark(s)" if marks else ""))
     return 0
 
 

@@ -54,7 +54,7 @@ class Measured:
 
 def _say(reporter: "Reporter | None", text: str) -> None:
     if reporter is not None:
-        getattr(reporter, "note", reporter.error)(text)
+        reporter.note(text)
 
 
 def _honest_times(card: Card, run: CardRun | None, entry) -> tuple[bool, dict[str, float]]:

@@ -84,6 +84,7 @@ class Reporter(Protocol):
     def results(self, view: Mapping[str, Any]) -> None: ...
     def wrote(self, what: str, path: Path) -> None: ...
     def error(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
         measured, claims = stage.results, stage.claims
         for cid, why in stage.skipped.items():
             if reporter is not None:
-                reporter.error(f"mutate: {cid}: {why}")
+                reporter.note(f"mutate: {cid}: {why}")
     settings = data.RunSettings(
         profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
         command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),

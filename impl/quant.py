@@ -35,10 +35,18 @@ def _qmax(bits: int) -> int:
     return (1 << (int(bits) - 1)) - 1
 
 
+_TINY = np.finfo(np.float32).smallest_subnormal  # 2**-149
+
+
 def _scale(x: np.ndarray, qmax: int) -> np.ndarray:
-    """(..., D) float32 -> (..., 1) float32 scale per vector: absmax / qmax, or 1 for an all-zero vector."""
+    """(..., D) float32 -> (..., 1) float32 scale per vector: absmax / qmax, or 1 for an all-zero vector.
+
+    A subnormal vector whose absmax / qmax underflows to 0 gets the least
+    positive float32 instead (a zero scale would divide by zero: NaN).
+    """
     absmax = np.max(np.abs(x), axis=-1, keepdims=True)  # (..., 1)
-    return np.where(absmax > 0, absmax / np.float32(qmax), np.float32(1.0)).astype(np.float32)
+    scale = (absmax / np.float32(qmax)).astype(np.float32)
+    return np.where(absmax > 0, np.maximum(scale, np.float32(_TINY)), np.float32(1.0)).astype(np.float32)
 
 
 def quantize(x: np.ndarray, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:

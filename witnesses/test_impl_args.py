@@ -33,8 +33,8 @@ def test_quantize_takes_bits_2_to_8_and_refuses_every_other_width(evidence):
     [-2**(bits-1), 2**(bits-1) - 1] and each vector's largest |x| maps to +-(2**(bits-1) - 1); every other
     int (-3..20, numpy ints too), a bool, a float or anything else raises QuantError (a ValueError)."""
     @given(x=arrays(np.float32, st.tuples(st.integers(1, 4), st.integers(1, 12)),
-                    # no subnormals: a vector whose absmax / qmax underflows to 0 is another matter
-                    # (see the card's notes); this witness is about which widths are taken
+                    # no subnormals: where absmax / qmax underflows the scale is raised to the least positive
+                    # float32 (RING-T3 checks that); this witness is about which widths are taken
                     elements=st.floats(-100, 100, width=32, allow_nan=False, allow_subnormal=False)))
     def prop(x):
         for bits in [*range(-3, 21), np.int64(8), np.int8(2), np.int32(9), *WRONG_TYPES]:

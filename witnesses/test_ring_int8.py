@@ -14,17 +14,20 @@ from witnesses.test_ring_placement import WindowRowsCache, feed_in_chunks, ring_
 
 GREEDY = 12
 
+TINY = np.finfo(np.float32).smallest_subnormal  # 2**-149
 finite32 = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
 
 
 def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
     @given(x=arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 70)),
                     elements=st.one_of(finite32, st.sampled_from([0.0, 0.5, -0.5, 1.5, 2.5, 127.0, -128.0]))),
-           bits=st.integers(2, 8), zero_row=st.booleans())
-    def prop(x, bits, zero_row):
+           bits=st.integers(2, 8), zero_row=st.booleans(), tiny_row=st.booleans())
+    def prop(x, bits, zero_row, tiny_row):
+        x = x.copy()
         if zero_row:
-            x = x.copy()
             x[0] = 0
+        if tiny_row:  # subnormal: absmax / qmax underflows to 0 in float32
+            x[-1] = np.float32(TINY) * np.resize(np.array([1, -1, 0], np.float32), x.shape[1])
         q, scale = quantize(x, bits)
         qmax = 2 ** (bits - 1) - 1
         assert q.dtype == np.int8 and int(q.min()) >= -qmax - 1 and int(q.max()) <= qmax
@@ -32,10 +35,12 @@ def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
         delta = float(np.max(np.abs(got.astype(np.float64) - want)))
         evidence.observe("max_abs_delta", delta)
         assert np.array_equal(got, want), f"stored ints x scale differ from fake_quant by {delta}"
-        for row, s in zip(x, scale):  # the scale is absmax / qmax, or 1 for an all-zero vector
+        for row, s in zip(x, scale):  # absmax / qmax; the least positive float32 if that underflows; 1 if all zero
             a = np.float32(np.max(np.abs(row)))
-            assert s == (a / np.float32(qmax) if a > 0 else np.float32(1.0))
+            want_s = a / np.float32(qmax) if a > 0 else np.float32(1.0)
+            assert s == (want_s if want_s > 0 else np.float32(TINY))
             evidence.count("zero_vectors", int(a == 0))
+            evidence.count("underflowing_vectors", int(a > 0 and want_s == 0))
         evidence.count("examples")
 
     prop()

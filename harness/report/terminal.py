@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -227,6 +228,9 @@ def render_history(console: Console, card_id: str, rows: Iterable[tuple[Any, dic
     console.print(table)
 
 
+PLAIN_PROGRESS_S = 30.0  # without a terminal (a log, CI): a progress line at most this often
+
+
 class TerminalReporter:
     """The :class:`harness.pipeline.Reporter` of the command line: progress bar, results, where files went."""
 
@@ -257,10 +261,21 @@ class TerminalReporter:
             def on_start(job, running) -> None:
                 bar.update(task, description="running " + ", ".join(j.label for j in running))
 
+            last = [time.monotonic()]
+
             def on_done(job, settled: int) -> None:
                 bar.update(task, completed=settled)  # liars that did not need to run count as done
+                now = time.monotonic()
+                if not self.console.is_terminal and (now - last[0] >= PLAIN_PROGRESS_S or settled >= total):
+                    last[0] = now  # no bar in a log: a line now and then, so a long run shows it is alive
+                    self.console.print(f"progress: {settled}/{total} process(es) done, "
+                                       f"{bar.tasks[0].elapsed or 0:.0f} s", soft_wrap=True)
 
             yield on_start, on_done
+
+    def note(self, text: str) -> None:
+        """A line about what the run is doing (the mutation stage's plan, for one)."""
+        self.console.print(escape(text), soft_wrap=True)
 
     def results(self, view: Mapping[str, Any]) -> None:
         render_run(self.console, view)
