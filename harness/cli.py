@@ -88,6 +88,9 @@ def _run_parser(sub) -> None:
     mut.add_argument("--changed", action="store_true",
                      help="replay unchanged cards' verdicts, and reuse a mutant's result while the card's bound "
                           "files are byte-identical to when it was measured")
+    mut.add_argument("--mutant", action="append", default=[], metavar="KEY",
+                     help="run only this mutant (repeatable; keys from a report) against each selected card that "
+                          "claims its code, e.g. to check that a new witness kills it")
     mut.add_argument("--show", metavar="KEY", help="print the diff of one mutant (a key from a report) and exit")
 
 

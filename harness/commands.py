@@ -80,10 +80,14 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     """``mutate``: run the cards, then their mutants (harness.mutation); or ``--show KEY``: print one mutant."""
     from harness.mutate_run import MutateOptions
 
+    from harness import mutants
+
     if args.show:
         return _show_mutant(args.show)
+    for key in args.mutant:
+        mutants.find(project_root(), key)  # LiarError (exit 2) names a key that is not a mutant of the code now
     return _prove(args, MutateOptions(max_mutants=None if args.max_mutants == 0 else args.max_mutants,
-                                      seed=args.seed if args.seed is not None else 0))
+                                      seed=args.seed if args.seed is not None else 0, only=tuple(args.mutant)))
 
 
 def _show_mutant(key: str) -> int:

@@ -161,6 +161,7 @@ class MutationResult:
     stale: bool = False  # measured on other bytes than the card is bound to now
     previous_score: float | None = None  # the card's score in the mutate run before
     bound_digest: str = ""
+    partial: bool = False  # only --mutant keys ran: not the card's score (never recorded as one, never judges)
 
 
 @dataclass(frozen=True)

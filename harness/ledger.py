@@ -266,7 +266,7 @@ class Ledger:
                 if replay_of is None:  # a replay's evidence is the original run's rows
                     c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
                 m = card.mutation
-                if m is not None and m.measured_run is None:  # measured in this run, not recalled
+                if m is not None and m.measured_run is None and not m.partial:  # measured here, in full
                     c.execute("INSERT INTO mutation VALUES (?,?,?,?,?,?,?,?,?)",
                               (run_id, card.id, m.bound_digest, m.score, m.killed, m.survived, m.timeout,
                                m.equivalent, m.error))

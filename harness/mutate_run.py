@@ -38,6 +38,7 @@ class MutateOptions:
 
     max_mutants: int | None = mutation.DEFAULT_MAX_MUTANTS  # per card; None: every mutant
     seed: int = 0  # which mutants are sampled
+    only: tuple[str, ...] = ()  # run just these mutant keys (of each card's claimed code), no sampling
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,12 @@ def _open_ledger(req: "RunRequest") -> Ledger | None:
 
 
 def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], marks: Mapping[str, mutation.Mark],
-            reporter: "Reporter | None") -> Measured:
-    """Generate, run, classify and score the mutants of every selected card whose honest run held."""
+            reporter: "Reporter | None", all_cards: Sequence[Card] = ()) -> Measured:
+    """Generate, run, classify and score the mutants of every selected card whose honest run held.
+
+    ``all_cards`` (every loaded card, selected or not) decides which
+    functions the project view counts as claimed.
+    """
     opts = req.mutate or MutateOptions()
     t0 = time.monotonic()
     generated = mutation.Generated(req.root)
@@ -95,7 +100,12 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
         if not held:
             skipped[card.id] = "not measured: the card's honest run did not hold (mutants say nothing then)"
             continue
-        cm = mutation.card_mutants(card, generated, opts.max_mutants, opts.seed)
+        cm = mutation.card_mutants(card, generated, None if opts.only else opts.max_mutants, opts.seed)
+        if opts.only:
+            cm = replace(cm, sample=tuple(m for m in cm.sample if m.key in opts.only))
+            if not cm.sample:
+                skipped[card.id] = "not measured: none of the --mutant keys is a mutant of the code it claims"
+                continue
         if not cm.functions:
             skipped[card.id] = "not measured: the card claims no Python function (no refs into code, no covers)"
             continue
@@ -125,9 +135,11 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
     slow = {cid: sum(timeouts[cid].values()) for cid in plans}
     jobs.sort(key=lambda t: -slow[t[0]])
     n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs)
+    picked = (f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}" if opts.only else
+              f"sampled of {sum(cm.candidates for cm in plans.values())} (seed {opts.seed}, at most "
+              f"{opts.max_mutants if opts.max_mutants is not None else 'all'} per card)")
     _say(reporter, f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
-                   f"sampled of {sum(cm.candidates for cm in plans.values())} (seed {opts.seed}, at most "
-                   f"{opts.max_mutants if opts.max_mutants is not None else 'all'} per card); running {len(jobs)}"
+                   f"{picked}; running {len(jobs)}"
                    + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
                    + f", {req.jobs} at a time")
 
@@ -162,9 +174,12 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
         per_card[cid] = rows
         out[cid] = mutation.summarize(cm, rows, seed=opts.seed, max_mutants=opts.max_mutants,
                                       bound_digest=digest(the_plan.bound[cid]), measured_at=measured_at,
-                                      previous=previous.get(cid))
-    files = mutation.impl_files(req.root, the_plan.cards)
-    table = mutation.claims(req.root, files, plans, per_card, generated)
+                                      previous=previous.get(cid), partial=bool(opts.only))
+    everyone = list(all_cards) or list(the_plan.cards)
+    files = mutation.impl_files(req.root, everyone)
+    claimed = {c.id: plans.get(c.id) or mutation.CardMutants(c, mutation.claimed_functions(c, generated), 0, ())
+               for c in everyone}
+    table = mutation.claims(req.root, files, claimed, per_card, generated)
     return Measured(out, skipped, table, len(jobs), n_reused, time.monotonic() - t0)
 
 

@@ -207,14 +207,18 @@ class CardMutants:
     sample: tuple[gen.Mutant, ...]
 
 
+def claimed_functions(card: Card, generated: Generated) -> tuple[str, ...]:
+    """``path::qualname`` of every function the card claims (no mutant is generated)."""
+    return tuple(f"{path}::{q}" for path, names in claimed(card, generated.root).items()
+                 for q in generated.functions(path) if _wanted(names, q))
+
+
 def card_mutants(card: Card, generated: Generated, max_mutants: int | None, seed: int) -> CardMutants:
     """The card's claimed functions and its sample of their mutants (reproducible from ``seed``)."""
-    functions: list[str] = []
-    pool: list[gen.Mutant] = []
-    for path, names in claimed(card, generated.root).items():
-        functions += [f"{path}::{q}" for q in generated.functions(path) if _wanted(names, q)]
-        pool += [m for m in generated.file(path) if _wanted(names, m.qualname)]
-    return CardMutants(card, tuple(functions), len(pool), tuple(gen.sample(pool, max_mutants, seed, card.id)))
+    pool = [m for path, names in claimed(card, generated.root).items()
+            for m in generated.file(path) if _wanted(names, m.qualname)]
+    return CardMutants(card, claimed_functions(card, generated), len(pool),
+                       tuple(gen.sample(pool, max_mutants, seed, card.id)))
 
 
 # ---------------------------------------------------------------- run one
@@ -285,16 +289,20 @@ def score_of(results: Sequence[MutantResult]) -> float | None:
 
 
 def summarize(cm: CardMutants, results: Sequence[MutantResult], *, seed: int, max_mutants: int | None,
-              bound_digest: str, measured_at: str, previous: float | None = None) -> MutationResult:
-    """The card's :class:`MutationResult` for this run (``results`` in sample order)."""
+              bound_digest: str, measured_at: str, previous: float | None = None,
+              partial: bool = False) -> MutationResult:
+    """The card's :class:`MutationResult` for this run (``results`` in sample order).
+
+    ``partial``: only chosen mutants ran (``--mutant``); shown, never judged.
+    """
     count = {s: sum(r.status == s for r in results) for s in MutantStatus}
     score = score_of(results)
     floor = cm.card.min_score
-    holds = None if score is None or floor is None else score >= floor
+    holds = None if score is None or floor is None or partial else score >= floor
     return MutationResult(score, floor, holds, count[MutantStatus.KILLED], count[MutantStatus.SURVIVED],
                           count[MutantStatus.TIMEOUT], count[MutantStatus.EQUIVALENT], count[MutantStatus.ERROR],
                           cm.candidates, seed, max_mutants, cm.functions, tuple(results), None, measured_at, False,
-                          previous, bound_digest)
+                          previous, bound_digest, partial)
 
 
 def recalled(card: Card, past: MutationResult, run_id: int, current_digest: str) -> MutationResult:
@@ -334,6 +342,6 @@ def impl_files(root: Path, cards: Sequence[Card]) -> list[str]:
     return [f for f in files if f not in own]
 
 
-__all__ = ["CardMutants", "DEFAULT_MAX_MUTANTS", "EQUIVALENT_FILE", "Generated", "Mark", "card_mutants", "claimed",
+__all__ = ["CardMutants", "DEFAULT_MAX_MUTANTS", "EQUIVALENT_FILE", "Generated", "Mark", "card_mutants", "claimed", "claimed_functions",
            "claims", "classify", "impl_files", "load_marks", "mutant_job", "mutant_timeouts", "recalled", "score_of",
            "summarize"]

@@ -293,7 +293,7 @@ def judge(the_plan: Plan, runs: Mapping[str, CardRun],
     out: list[data.CardReport | data.Replayed] = []
     for c in the_plan.cards:
         m = (measured or {}).get(c.id) or the_plan.mutations.get(c.id)
-        use = m if m is not None and not m.stale else None
+        use = m if m is not None and not m.stale and not m.partial else None
         rep = the_plan.replays.get(c.id)
         if rep is not None:
             entry = rep.entry
@@ -363,7 +363,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     measured: Mapping[str, MutationResult] = {}
     claims: tuple[Claim, ...] = ()
     if req.mutate is not None:
-        stage = measure(req, the_plan, runs, the_plan.marks, reporter)
+        stage = measure(req, the_plan, runs, the_plan.marks, reporter, loaded.result.cards)
         measured, claims = stage.results, stage.claims
         for cid, why in stage.skipped.items():
             if reporter is not None:

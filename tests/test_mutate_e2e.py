@@ -124,3 +124,27 @@ def test_a_broken_marks_file_stops_mutate_before_anything_runs(project, tmp_path
         assert proc.returncode == 2 and "equivalent[0].reason" in proc.stderr
     finally:
         marks.write_text(keep)
+
+
+def test_a_fixed_sample_of_real_mutants_runs_against_a_real_card(tmp_path):
+    """Three mutants of impl's rolling conv tail (RING-T5), seed 0: each applied in a real witness process and
+    classified (none may fail to apply); the sample is the same on every run of the same code."""
+    args = ("mutate", "RING-T5", "--no-liars", "--max-mutants", "3", "--seed", "0", "-j", "2",
+            "--reports", str(tmp_path / "reports"))
+    env_root = REPO
+    proc = kvproof(env_root, *args, "--json", str(tmp_path / "a.json"), timeout=600)
+    _no_traceback(proc)
+    doc = json.loads((tmp_path / "a.json").read_text())
+    jsonschema.validate(doc, SCHEMA)
+    m = _card(doc, "RING-T5")["mutation"]
+    assert len(m["mutants"]) == 3 and m["candidates"] > 3
+    assert all(x["status"] in ("killed", "survived", "timeout", "equivalent") for x in m["mutants"]), m["mutants"]
+    assert all(x["path"].startswith("impl/") for x in m["mutants"])
+    from harness import mutants as gen
+    from harness.cards import load_card
+    from harness.mutation import Generated, card_mutants
+
+    card, _, _ = load_card(REPO / "obligations" / "RING-T5.yaml", REPO)
+    again = card_mutants(card, Generated(REPO), 3, 0)
+    assert [x.key for x in again.sample] == [x["key"] for x in m["mutants"]]
+    assert all(gen.find(REPO, x["key"])[0].change == x["change"] for x in m["mutants"])
