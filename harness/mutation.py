@@ -153,18 +153,23 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
 def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
     """``path -> qualnames`` of the functions the card claims (None: every function of the file).
 
-    Files outside the project or not Python, and the card's own witness
-    and test files, are never mutated.
+    Files outside the project or not Python, witnesses (of any card), tests,
+    ``conftest.py`` and liars are never mutated.
     """
     own = {w.file for w in card.all_witnesses}
+
+    def is_code(path: str) -> bool:  # witnesses (any card's), tests, conftest and liars are never mutated
+        name = Path(path).name
+        return path not in own and not path.startswith(("witnesses/", "tests/")) and not name.startswith("test_") \
+            and name != "conftest.py"
     out: dict[str, set[str] | None] = {}
     if card.explicit_covers:
         for f in card.covers:
-            if f.endswith(".py") and f not in own and (root / f).is_file():
+            if f.endswith(".py") and is_code(f) and (root / f).is_file():
                 out[f] = None
     for ref in card.refs:
         path, _, qual = ref.partition("::")
-        if not path.endswith(".py") or path in own or not (root / path).is_file():
+        if not path.endswith(".py") or not is_code(path) or not (root / path).is_file():
             continue
         if path in out and out[path] is None:
             continue
