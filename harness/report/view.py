@@ -268,6 +268,9 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
               f"{m['equivalent']} equivalent, {m['error']} error")
     cap = f", at most {m['max_mutants']}" if m["max_mutants"] is not None else ""
     sampled = f"of {m['candidates']} candidates (sampled {len(mutants)}{cap}, seed {m['seed']})"
+    if m.get("partial"):
+        sampled = (f"of {m['candidates']} candidates: only the {len(mutants)} mutant(s) given with --mutant ran "
+                   "(a check of chosen mutants, not the card's score: never recorded, never judges)")
     when = display_date(m["measured_at"]) if m["measured_at"] else "–"
     run = f"run #{m['measured_run']}" if m["measured_run"] is not None else ""
     stale = (f"stale (measured on other bytes, {run + ' at ' if run else 'at '}{when}): not used by the verdict"
@@ -281,7 +284,8 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
     reused = sum(1 for x in mutants if x["reused"])
     return {
         "score": m["score"], "score_text": score, "holds": m["holds"], "stale": m["stale"],
-        "cell": "stale" if m["stale"] else (score if m["holds"] is not False
+        "cell": "stale" if m["stale"] else ("partial" if m.get("partial") else
+                                            score if m["holds"] is not False
                                             else f"{score} < {percent(m['min_score'])}"),
         "counts": counts, "sampled": sampled, "floor": _floor_text(m), "stale_text": stale,
         "measured": measured, "delta": delta,
