@@ -12,7 +12,8 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from impl.attention import causal_attention
-from impl.cache import KVGeometry
+from impl.cache import KVGeometry, make_cache
+from impl.errors import CacheError
 from impl.kv import KVCache
 from impl.model.session import Session
 from impl.paged import BlockPool, PagedSequence
@@ -65,6 +66,12 @@ def contiguous() -> KVCache:
 
 def delta(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+
+
+def view_delta(a, b, layer: int, hi: int) -> float:
+    """Largest |difference| between the K and V rows [0, hi) two stores' view() serve for ``layer``."""
+    (ak, av, _), (bk, bv, _) = a.view(layer, hi), b.view(layer, hi)
+    return max(delta(ak, bk), delta(av, bv))
 
 
 def test_three_rounds_paged_attention_equals_contiguous_bit_for_bit(evidence):
@@ -145,6 +152,90 @@ def test_paged_session_equals_contiguous_on_random_models_and_chunkings(evidence
         evidence.count("examples")
 
     prop()
+
+
+def test_a_session_without_a_pool_gets_a_private_growing_pool_and_equals_contiguous(evidence):
+    """cache="paged" with no pool: a private pool of 4 blocks (of 16 rows, or of block_size=) that doubles
+    on demand, so a session never runs out; its logits and cache equal a contiguous session's. An unknown
+    design name is refused."""
+    model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
+    ids = token_ids(21, 5)
+    fresh = Session(model, cache="paged")
+    shape = (fresh.cache.pool.num_blocks, fresh.cache.pool.block_size)
+    assert shape == (4, 16), f"default private pool: (num_blocks, block_size)={shape}, documented (4, 16)"
+    d, sizes = 0.0, {}
+    for options in ({}, {"block_size": 2}, {"block_size": 3}):
+        paged, ref = Session(model, cache="paged", **options), Session(model)
+        pool = paged.cache.pool
+        assert (pool.num_blocks, pool.block_size) == (4, options.get("block_size", 16))
+        got = [paged.prefill(ids[:13]), paged.step(ids[13])[None], paged.prefill(ids[14:])]
+        want = [ref.prefill(ids[:13]), ref.step(ids[13])[None], ref.prefill(ids[14:])]
+        d = max(d, delta(np.concatenate(got), np.concatenate(want)), cache_delta(paged.cache, ref.cache))
+        sizes[str(options.get("block_size", 16))] = pool.num_blocks
+    evidence.record("max_abs_delta", d)
+    evidence.record("private_pool_blocks_after_21_tokens", sizes)
+    assert d == 0.0, f"a session on its private paged pool differs from contiguous by {d}"
+    assert sizes == {"16": 4, "2": 16, "3": 8}, f"private pools after 21 tokens: {sizes}, want 4 doubled as needed"
+    try:
+        make_cache("paged-ish", GEOMETRY, [RopeTable(10000.0, HD, 256)] * NL)
+    except CacheError as e:
+        assert "cache='paged-ish'" in str(e), str(e)
+    else:
+        raise AssertionError("make_cache accepted the unknown design 'paged-ish'")
+
+
+def test_view_serves_rows_written_after_an_earlier_view(evidence):
+    """view() after write() shows the rows just written, also when rows it already served are written
+    again (a reserved row may be written more than once) and when rows are written one at a time with
+    views between; a page table out of id order (the gathering path) and the same writes on a contiguous
+    cache give the same bits."""
+    rng = np.random.default_rng(11)
+    pool = BlockPool(8, 2, GEOMETRY)
+    hog = PagedSequence(pool)
+    hog.reserve(2)  # holds block 0
+    paged, ref = PagedSequence(pool), contiguous()
+    paged.reserve(2)  # block 1
+    hog.release()
+    paged.reserve(3)  # blocks 0 and 2: the table [1, 0, 2] is out of id order
+    ref.reserve(5)
+    assert paged.blocks == [1, 0, 2], paged.blocks
+    d, views = 0.0, 0
+    for layer, start, t in ((0, 0, 5), (1, 0, 2), (1, 2, 3), (0, 1, 2), (0, 4, 1), (1, 0, 5), (0, 0, 1)):
+        rows = [rng.standard_normal((t, KV_DIM)).astype(np.float32) for _ in range(3)]
+        paged.write(layer, start, *rows)
+        ref.write(layer, start, *rows)
+        for hi in (5, start + t):
+            d = max(d, view_delta(paged, ref, layer, hi))
+            views += 1
+    evidence.record("max_abs_delta", d)
+    evidence.record("views", views)
+    assert d == 0.0, f"a view after a write served stale rows: max|delta|={d}"
+
+
+def test_a_page_table_of_consecutive_ids_is_viewed_in_place(evidence):
+    """A table that is one run of consecutive block ids is served as a view of the pool's storage (no
+    copy); the rows are the ones written."""
+    rng = np.random.default_rng(12)
+    runs = 0
+    for bs in BLOCK_SIZES:
+        pool = BlockPool(32, bs, GEOMETRY)
+        hog = PagedSequence(pool)
+        hog.reserve(1)  # the run starts above block 0
+        seq, ref = PagedSequence(pool), contiguous()
+        r = round_inputs(9, rng)
+        feed(seq, r)
+        feed(ref, r)
+        nb = -(-9 // bs)
+        assert seq.blocks == list(range(1, 1 + nb)), seq.blocks
+        for layer in range(NL):
+            for hi in (1, 9):
+                k, v, base = seq.view(layer, hi)
+                rk, rv, _ = ref.view(layer, hi)
+                assert base == 0 and np.array_equal(k, rk) and np.array_equal(v, rv)
+                assert np.shares_memory(k, pool.storage.k) and np.shares_memory(v, pool.storage.v), \
+                    f"block_size={bs}: table {seq.blocks} is consecutive but view copied"
+                runs += 1
+    evidence.record("in_place_views", runs)
 
 
 # ---- real weights ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from impl.model.session import Session
 from impl.paged import BlockPool, PagedSequence
 from witnesses.synthetic import cache_delta, tiny_llama, token_ids
-from witnesses.test_paged_equiv import BLOCK_SIZES, GEOMETRY, contiguous, delta, feed, round_inputs
+from witnesses.test_paged_equiv import BLOCK_SIZES, GEOMETRY, contiguous, delta, feed, round_inputs, view_delta
 
 PREFILL, DIVERGE = 5, 2  # the seed gate: fork after a 5-token prefill, then 2 different tokens each
 
@@ -57,6 +57,33 @@ def test_forks_diverge_copy_on_write_and_equal_fresh_contiguous_replays(evidence
     evidence.record("counts_after_divergence", counts)
 
 
+def test_a_view_after_copy_on_write_never_shows_the_siblings_later_writes(evidence):
+    """A gathers a view, then opens a row (copy-on-write of the shared partial block). B, now sole holder
+    of the old block, rewinds into it and writes. A's views of its old rows, before it writes anything
+    itself, still give A's rows: what A served before the copy is not reused over storage B owns now."""
+    d, cases = 0.0, 0
+    for bs in (2, 3, 4, 7):
+        rng = np.random.default_rng(3000 + bs)
+        prefill, rb = round_inputs(PREFILL, rng), round_inputs(1, rng)
+        pool = BlockPool(16, bs, GEOMETRY)
+        a, ref = PagedSequence(pool), contiguous()
+        feed(a, prefill)
+        feed(ref, prefill)
+        b = a.fork()
+        for layer in range(len(prefill.k)):
+            a.view(layer, PREFILL)  # served in place from the shared blocks
+        a.reserve(1)  # copy-on-write: A gets its own copy of the partial last block
+        assert pool.refcount(b.blocks[-1]) == 1, f"block_size={bs}: no copy-on-write"
+        b.truncate(PREFILL - 1)
+        feed(b, rb)  # B writes row PREFILL - 1 into the block A gave up
+        layers = range(len(prefill.k))
+        d = max([d] + [view_delta(a, ref, layer, PREFILL) for layer in layers])
+        cases += len(layers)
+    evidence.record("views", cases)
+    evidence.record("max_abs_delta", d)
+    assert d == 0.0, f"A's view shows B's writes after copy-on-write: max|delta|={d}"
+
+
 def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
     """Session.fork() on a paged cache, random forks and divergent tokens, random block sizes."""
     @given(n_pre=st.integers(1, 12), n_a=st.integers(1, 6), n_b=st.integers(1, 6), forks=st.integers(1, 3),
@@ -69,6 +96,9 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
         root = Session(model, cache="paged", pool=pool)
         root.prefill(pre)
         children = [root.fork() for _ in range(forks)]
+        for c in children:  # a fork predicts the same next token: its own copy of the root's last logits
+            assert c.last_logits is not root.last_logits and np.array_equal(c.last_logits, root.last_logits), \
+                "a fork's last_logits are not an equal copy of its parent's"
         sessions = [root, *children]
         histories = []
         for i, s in enumerate(sessions):  # each fork appends its own tokens, root last

@@ -1,11 +1,12 @@
 """PKV-KAT: known answers for the block pool and page tables on a 3-block pool."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from impl.cache import KVGeometry
 from impl.errors import CacheError
-from impl.paged import BlockPool, PagedSequence, PoolExhausted, SequenceReleased
+from impl.paged import BlockPool, PagedSequence, PoolExhausted, RefCounter, SequenceReleased
 
 BS, GEOMETRY = 4, KVGeometry(n_layers=2, n_kv_heads=2, head_dim=8)
 
@@ -47,6 +48,14 @@ def test_pool_allocates_0_1_2_fails_fast_on_the_fourth_and_recycles_a_freed_id(e
     ask(t, "incref(2) returns", pool.incref(2), 2)
     ask(t, "decref(2) returns", pool.decref(2), 1)
     ask(t, "block 2 still allocated", 2 in pool.free_ids(), False)
+    rc = RefCounter(2)
+    ask(t, "RefCounter: incref(1) returns", rc.incref(1), 1)
+    try:
+        rc.decref(0)
+        ask(t, "RefCounter: decref of a count-0 id", f"returned, count now {rc.get(0)}", "refused")
+    except AssertionError:
+        ask(t, "RefCounter: decref of a count-0 id", "refused", "refused")
+    ask(t, "RefCounter: counts after the refused decref", [rc.get(0), rc.get(1)], [0, 1])
     finish(t, evidence)
 
 
@@ -71,6 +80,12 @@ def test_fork_shares_blocks_and_truncate_releases_them(evidence):
     a.release()
     ask(t, "num_free after releasing everything", pool.num_free, 3)
     ask(t, "free ids", sorted(pool.free_ids()), [0, 1, 2])
+    c = PagedSequence(pool)
+    c.reserve(4)  # exactly one full block: [0]
+    d = c.fork()
+    d.reserve(1)  # the next row opens a new block; the full shared block is not copied
+    ask(t, "fork at a block boundary, then one row: tables", (list(c.blocks), list(d.blocks)), ([0], [0, 1]))
+    ask(t, "counts after it (no copy)", [pool.refcount(x) for x in range(3)], [2, 1, 0])
     finish(t, evidence)
 
 
@@ -91,6 +106,14 @@ def test_an_append_the_pool_cannot_hold_changes_nothing_and_says_needed_and_free
     b.reserve(1)  # fits: the copy-on-write copy of block 1
     ask(t, "b's table after an append into the shared block", list(b.blocks), [0, 2])
     ask(t, "counts after copy-on-write", [pool.refcount(x) for x in range(3)], [2, 1, 1])
+    b.reserve(1)  # b's last block is its own now (count 1) though its first is shared: no copy, no block
+    ask(t, "b's table after a second row into its own block", list(b.blocks), [0, 2])
+    ask(t, "counts after it", [pool.refcount(x) for x in range(3)], [2, 1, 1])
+    a.reserve(0)  # a's last block is shared no more (count 1): nothing to open, nothing to copy
+    c = a.fork()  # a and c share [0, 1], block 1 partly filled
+    c.reserve(0)  # zero rows write nothing: no copy-on-write
+    ask(t, "reserve(0) on a fork sharing a partial block: table, len", (list(c.blocks), len(c)), ([0, 1], 6))
+    ask(t, "counts after reserve(0)", [pool.refcount(x) for x in range(3)], [3, 2, 1])
     finish(t, evidence)
 
 
@@ -108,10 +131,12 @@ def test_bad_arguments_and_use_after_release_raise_errors_naming_the_field(evide
         pool.decref(2)
     a.release()
     assert pool.num_free == 3
-    for call in (lambda: a.reserve(1), lambda: a.fork(), lambda: a.truncate(0), lambda: a.view(0, 1),
-                 lambda: a.release()):
-        with pytest.raises(SequenceReleased, match="released=True"):
+    row = np.zeros((1, GEOMETRY.kv_dim), np.float32)
+    for verb, call in (("reserve", lambda: a.reserve(1)), ("fork", a.fork), ("truncate", lambda: a.truncate(0)),
+                       ("view", lambda: a.view(0, 1)), ("release", a.release),
+                       ("write", lambda: a.write(0, 0, row, row, row)), ("rows", lambda: a.rows("k"))):
+        with pytest.raises(SequenceReleased, match=rf"^{verb}\(.*released=True"):
             call()
     with pytest.raises(CacheError, match="block_size=0"):
         BlockPool(3, 0, GEOMETRY)
-    evidence.record("error_cases", 11)
+    evidence.record("error_cases", 13)

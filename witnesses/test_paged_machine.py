@@ -15,11 +15,23 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
     run_state_machine_as_test
 
 from impl.attention import causal_attention
-from impl.paged import BlockPool, PagedSequence, PoolExhausted
+from impl.errors import CacheError
+from impl.paged import BlockPool, PagedSequence, PoolExhausted, SequenceReleased
 from witnesses.synthetic import cache_delta
-from witnesses.test_paged_equiv import GEOMETRY, NL, SCALE, contiguous, feed, round_inputs
+from witnesses.test_paged_equiv import GEOMETRY, KV_DIM, NL, SCALE, contiguous, feed, round_inputs
 
 MAX_LIVE = 5
+BLOCK_BYTES_PER_ROW = 3 * NL * KV_DIM * 4  # K, pre-RoPE K and V, float32, every layer
+
+
+def raises(error: type[Exception], call, says: str = "") -> bool:
+    """True when call() raises ``error`` whose message starts with ``says``; False when it returns."""
+    try:
+        call()
+    except error as e:
+        assert str(e).startswith(says), f"{error.__name__} says {str(e)[:60]!r}..., not {says!r}..."
+        return True
+    return False
 STATS = Counter()  # summed over every run of the machine in this process
 
 
@@ -103,6 +115,13 @@ class PagedMachine(RuleBasedStateMachine):
     def release(self, i):
         seq, _ = self.live.pop(i % len(self.live))
         seq.release()
+        assert seq.blocks == [] and len(seq) == 0, "release() left rows or blocks"
+        row = np.zeros((1, KV_DIM), np.float32)
+        for verb, call in (("reserve", lambda: seq.reserve(1)), ("write", lambda: seq.write(0, 0, row, row, row)),
+                           ("view", lambda: seq.view(0, 1)), ("rows", lambda: seq.rows("k")),
+                           ("fork", seq.fork), ("truncate", lambda: seq.truncate(0)), ("release", seq.release)):
+            assert raises(SequenceReleased, call, f"{verb}("), f"{verb} on a released sequence did not raise"
+
         STATS["releases"] += 1
 
     @precondition(lambda self: len(self.hog) < 3)
@@ -134,6 +153,13 @@ class PagedMachine(RuleBasedStateMachine):
         counts = {b: self.pool.refcount(b) for b in range(self.pool.num_blocks)}
         wrong = {b: (counts[b], refs[b]) for b in counts if counts[b] != refs[b]}
         assert not wrong, f"block: (count, references) disagree: {wrong}"
+        p = self.pool
+        for bad in (-1, p.num_blocks):  # ids outside the pool are refused, never wrapped or indexed past the end
+            for verb in ("refcount", "incref", "decref"):
+                assert raises(CacheError, lambda: getattr(p, verb)(bad)), f"{verb}({bad}) was not refused"
+        for b in sorted(p.free_ids())[:1]:  # a free block has no holders to add or drop
+            for verb in ("incref", "decref"):
+                assert raises(CacheError, lambda: getattr(p, verb)(b)), f"{verb}({b}) of a free block was not refused"
 
     @invariant()
     def free_and_used_partition_the_pool(self):
@@ -144,12 +170,20 @@ class PagedMachine(RuleBasedStateMachine):
         assert not free & used, f"blocks both free and used: {sorted(free & used)}"
         assert free | used == set(range(self.pool.num_blocks)), "some block is neither free nor used"
         assert self.pool.num_free == len(free), "a block id is on the free list twice"
+        assert self.pool.num_used == len(used), f"num_used={self.pool.num_used}, {len(used)} blocks have holders"
 
     @invariant()
     def every_sequence_equals_its_reference(self):
         for j, (seq, ref) in enumerate(self.live):
             assert len(seq) == len(ref) and cache_delta(seq, ref) == 0.0, f"sequence {j}: rows differ"
-            n = len(seq)
+            n, bs = len(seq), self.pool.block_size
+            assert raises(CacheError, lambda: seq.rows("q"), "rows(name='q')"), f"sequence {j}: rows('q') served"
+            assert seq.nbytes == len(seq.blocks) * bs * BLOCK_BYTES_PER_ROW, f"sequence {j}: nbytes={seq.nbytes}"
+            if n and seq.blocks == list(range(seq.blocks[0], seq.blocks[0] + len(seq.blocks))):
+                k, v, _ = seq.view(0, n)  # one run of consecutive ids: a view of the pool's storage, no copy
+                assert np.shares_memory(k, self.pool.storage.k) and np.shares_memory(v, self.pool.storage.v), \
+                    f"sequence {j}: table {seq.blocks} is consecutive but view copied"
+                STATS["zero_copy_views"] += 1
             if not n:
                 continue
             q = round_inputs(1, np.random.default_rng(n)).q  # one query at the last row, over every key
@@ -174,5 +208,5 @@ def test_random_operation_sequences_keep_pool_invariants_and_match_contiguous(ev
     STATS.clear()
     run_state_machine_as_test(PagedMachine, settings=settings(settings.default, stateful_step_count=30))
     for key in ("runs", "appends", "forks", "truncates", "releases", "cow_copies", "exhausted_appends",
-                "exhausted_allocations", "checks"):
+                "exhausted_allocations", "checks", "zero_copy_views"):
         evidence.record(key, STATS[key])

@@ -20,10 +20,21 @@ def test_truncate_to_the_fork_point_then_append_b_equals_b(evidence):
         used = pool.num_used
         a.truncate(PREFILL)
         freed[str(bs)] = used - pool.num_used
+        kept, held = -(-PREFILL // bs), -(-(PREFILL + 2) // bs)  # blocks for 5 rows; A held 7 rows' blocks
+        assert len(a.blocks) == kept and freed[str(bs)] == held - kept, (
+            f"block_size={bs}: truncate(5) kept {len(a.blocks)} blocks (want {kept}) and freed "
+            f"{freed[str(bs)]} (want {held - kept}: A's blocks past the fork point are its own)")
         out = feed(a, f["rb"])
         d = max(delta(out, f["out_b"]), cache_delta(a, b))
         evidence.observe("max_abs_delta", d)
         assert d == 0.0, f"block_size={bs}: rewound A differs from B by {d}"
+        a.truncate(0)  # the whole way back: every block of A returned, B untouched
+        assert a.blocks == [] and len(a) == 0 and pool.num_used == len(b.blocks), f"block_size={bs}: truncate(0)"
+        feed(a, f["prefill"])
+        out = feed(a, f["rb"])
+        d = max(delta(out, f["out_b"]), cache_delta(a, b))
+        evidence.observe("max_abs_delta", d)
+        assert d == 0.0, f"block_size={bs}: A rewound to 0 and replayed differs from B by {d}"
     evidence.record("blocks_freed_by_truncate", freed)
 
 
@@ -52,7 +63,8 @@ def test_speculative_rewind_on_random_models(evidence):
         s.prefill(pre)
         other = s.fork()  # a sibling keeps the prefix blocks shared, as in beam/speculative serving
         s.prefill(draft)
-        s.cache.truncate(n_pre + accept)
+        s.truncate(n_pre + accept)
+        assert len(s) == n_pre + accept and s.last_logits is None, "Session.truncate kept rows or stale logits"
         got = s.prefill(real)
         ref = Session(model)
         ref.prefill(pre + draft[:accept])
@@ -78,7 +90,8 @@ def test_real_weights_rewind_equals_the_fork_that_took_the_other_path(smollm2, e
     forced = smollm2.tokenizer.encode(" green because")
     lb = b.prefill(forced)
     draft = a.generate([], 3)
-    a.cache.truncate(len(prompt))
+    a.truncate(len(prompt))
+    assert len(a.cache) == len(prompt) and a.last_logits is None
     la = a.prefill(forced)
     d = max(delta(la, lb), cache_delta(a.cache, b.cache))
     ta, tb = a.generate([], 3), b.generate([], 3)

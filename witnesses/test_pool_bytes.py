@@ -16,10 +16,31 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
     run_state_machine_as_test
 
 from impl.cache import KVGeometry
-from impl.paged import BlockPool, PagedSequence, PoolExhausted
-from witnesses.test_kv_contracts import Ref, append, contiguous, refuses, small_geometries
+from impl.errors import CacheError
+from impl.kv import KVCache
+from impl.paged import BlockPool, PagedSequence, PoolExhausted, RefCounter
+from impl.rope import RopeTable
 
 F32, I64 = 4, 8  # bytes of one float32 and one int64
+small_geometries = st.builds(KVGeometry, n_layers=st.integers(1, 3), n_kv_heads=st.integers(1, 3),
+                             head_dim=st.sampled_from([2, 4, 8]))
+
+
+def write_rows(store, t: int, rng: np.random.Generator) -> None:
+    """Open t rows at the end of ``store`` and write random K/V into every layer, as the forward pass does."""
+    g, start = store.geometry, len(store)
+    store.reserve(t)
+    for layer in range(g.n_layers):
+        k_raw, k, v = rng.standard_normal((3, t, g.n_kv_heads * g.head_dim)).astype(np.float32)
+        store.write(layer, start, k_raw, k, v)
+
+
+def out_of_range_refused(pool: BlockPool, b: int) -> bool:
+    try:
+        pool.refcount(b)
+    except CacheError:
+        return True
+    return False
 STATS = Counter()  # summed over every run of the machine in this process
 
 
@@ -110,7 +131,7 @@ class GrowingPool(RuleBasedStateMachine):
         assert p.free_ids() == self.free_set(), f"free_ids={sorted(p.free_ids())}, want {sorted(self.free_set())}"
         assert [p.refcount(b) for b in range(self.size)] == [self.holders.get(b, 0) for b in range(self.size)]
         for bad in (self.size, -1):
-            assert refuses(lambda: p.refcount(bad)), f"refcount({bad}) accepted in a pool of {self.size} blocks"
+            assert out_of_range_refused(p, bad), f"refcount({bad}) accepted in a pool of {self.size} blocks"
 
     @invariant()
     def storage_is_sized_by_the_geometry(self):
@@ -147,6 +168,25 @@ def test_a_growing_pool_keeps_its_counts_ids_storage_and_rows(evidence):
         evidence.record(key, STATS[key])
 
 
+def test_refcounter_extend_holds_counts_of_exactly_ids_0_to_n(evidence):
+    """RefCounter.extend(n), as a pool's growth calls it: the old counts are kept, ids up to n - 1 get
+    count 0, and id n is not one of its ids (IndexError); extending to the size it has changes nothing."""
+    rc = RefCounter(2)
+    rc.incref(0), rc.incref(1), rc.incref(1)
+    checked = 0
+    for n, want in ((5, [1, 2, 0, 0, 0]), (5, [1, 2, 0, 0, 0]), (8, [1, 2, 0, 0, 0, 0, 0, 0])):
+        rc.extend(n)
+        got = [rc.get(b) for b in range(n)]
+        assert got == want, f"after extend({n}): counts {got}, want {want}"
+        try:
+            rc.get(n)
+        except IndexError:
+            checked += 1
+        else:
+            raise AssertionError(f"after extend({n}) the counter holds a count for id {n}")
+    evidence.record("sizes_checked", checked)
+
+
 def test_a_fixed_pool_refuses_instead_of_growing(evidence):
     """grow=False: ensure_free(n) beyond num_free raises PoolExhausted and changes nothing; n <= num_free
     returns without a change."""
@@ -179,19 +219,17 @@ def test_paged_nbytes_is_blocks_held_times_block_bytes_from_the_geometry(evidenc
     def prop(g, bs, seed, steps):
         rng = np.random.default_rng(seed)
         pool = BlockPool(2, bs, g, grow=True)
-        live = [(PagedSequence(pool), Ref(g))]
+        live = [PagedSequence(pool)]
         worst = 0
         for verb, x in steps:
-            seq, ref = live[x % len(live)]
+            seq = live[x % len(live)]
             if verb == "append":
-                append(seq, ref, 1 + x % 6, rng)
+                write_rows(seq, 1 + x % 6, rng)
             elif verb == "truncate":
-                n = x % (len(seq) + 1)
-                seq.truncate(n)
-                ref.truncate(n)
+                seq.truncate(x % (len(seq) + 1))
             else:
-                live.append((seq.fork(), ref.copy()))
-            for s, _ in live:
+                live.append(seq.fork())
+            for s in live:
                 held = -(-len(s) // bs)
                 assert len(s.blocks) == held, f"len {len(s)} with block_size {bs} holds {len(s.blocks)} blocks"
                 want = held * block_bytes(g, bs)
@@ -212,11 +250,11 @@ def test_contiguous_nbytes_is_rows_times_row_bytes_from_the_geometry(evidence):
                           min_size=1, max_size=8))
     def prop(g, capacity, seed, steps):
         rng = np.random.default_rng(seed)
-        c, ref = contiguous(g, capacity), Ref(g)
+        c = KVCache(g, [RopeTable(10000.0, g.head_dim, 256)] * g.n_layers, capacity=capacity)
         worst = 0
         for verb, x in steps:
             if verb == "append":
-                append(c, ref, 1 + x % 6, rng)
+                write_rows(c, 1 + x % 6, rng)
             elif verb == "truncate":
                 c.truncate(x % (len(c) + 1))
             elif len(c):
