@@ -161,6 +161,18 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
             assert len(c) == int(n) and type(len(c)) is int, f"truncate({n!r}) left len={len(c)!r}"
             assert rows_differing(c, want) == 0 and list(c.pos) == list(range(int(n)))
             evidence.count("accepted")
+        # a narrow numpy int is an int too: the length it leaves must not be stuck in its dtype, so the
+        # next appends (past what an int8 holds) continue at n, n+1, ... and land after the kept rows
+        for n in (np.int8(length), np.uint8(length // 2), np.int16(0)):
+            c, want = base.clone(), ref.copy()
+            accepts(lambda: c.truncate(n), f"truncate({n!r}) on len {length}")
+            want.truncate(int(n))
+            for t in (130, 130):
+                n0 = len(c)
+                got = append(c, want, t, rng)
+                assert list(got) == list(range(n0, n0 + t)), f"after truncate({n!r}) an append got {list(got)}"
+            assert len(c) == int(n) + 260 and rows_differing(c, want) == 0
+            evidence.count("accepted_narrow")
         before = snapshot(base)
         for n in [-1, -length - 1, length + 1, length + 5, *NOT_INTS]:
             assert refuses(lambda: base.truncate(n)), \
@@ -207,6 +219,9 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
                 continue
             got = accepts(lambda: c.evict(start, n), f"evict(start={start!r}, n={n!r}) on len {length}")
             assert got == what, f"evict({start}, {n}) on len {length} returned {got!r}, removed must be {what}"
+            if what == 0:  # removing nothing is a no-op: no row (not even a K after start) is rewritten
+                assert snapshot(c) == snapshot(base), f"evict({start}, {n}) removed nothing but changed the cache"
+                evidence.count("empty_unchanged")
             want = ref.copy()
             want.evict(int(start), what)
             assert len(c) == length - what, f"evict({start}, {n}) left len {len(c)}, want {length - what}"

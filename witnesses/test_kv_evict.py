@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from impl.model.session import Session
-from impl.rope import apply_rope
+from impl.rope import RopeTable, apply_rope
 from witnesses.synthetic import cache_delta, thetas, tiny_llama, token_ids
 
 GREEDY = 12  # the oracle's greedy continuations are 12 tokens
@@ -104,3 +105,25 @@ def test_no_evict_equals_oracle_poisoned_greedy_which_differs_from_never_saw(smo
     evidence.record("continuation", smollm2.tokenizer.decode(got))
     assert got == poisoned
     assert differing > 0, "the poison does not change the continuation: eviction would prove nothing"
+
+
+# ---- RopeTable.rows: the rows eviction re-rotates with, and only those -----------------------
+
+def test_rope_rows_are_the_table_rows_in_range_and_refused_outside(evidence):
+    """rows(pos) is the table's row pos for every pos in 0..max_pos-1 (a list, a range or an int
+    array; an empty int array gives no rows) and raises ValueError when any position is outside that range: a
+    negative position must not wrap around to the table's end, one past it must not be an IndexError."""
+    max_pos, d = 12, 4
+    table = RopeTable(10000.0, d, max_pos)
+    for pos in ([0, 1, 2], list(range(max_pos)), range(3, 9), np.array([max_pos - 1, 0, 5], np.int64), np.array([], np.int64)):
+        cos, sin = table.rows(pos)
+        idx = list(pos)
+        assert cos.shape == sin.shape == (len(idx), d)
+        assert all(np.array_equal(cos[i], table.cos[p]) and np.array_equal(sin[i], table.sin[p])
+                   for i, p in enumerate(idx)), f"rows({pos!r}) are not the table's rows"
+        evidence.count("accepted")
+    for pos in ([-1], [3, -1], [-1, 0, max_pos - 1], [max_pos], [0, max_pos], [max_pos + 3, 2], [-5, max_pos],
+                np.array([2, -2], np.int64)):
+        with pytest.raises(ValueError):
+            table.rows(pos)
+        evidence.count("refused")

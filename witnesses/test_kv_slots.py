@@ -10,7 +10,7 @@ from impl.kv import KVCache
 from impl.model.llama import rmsnorm, silu
 from impl.model.session import Session
 from impl.rope import RopeTable, apply_rope
-from witnesses.synthetic import geometries, tiny_llama, token_ids
+from witnesses.synthetic import VOCAB, geometries, tiny_llama, token_ids
 
 
 def tag(layer: int, pos: int, head: int, d: np.ndarray) -> np.ndarray:
@@ -105,7 +105,49 @@ def test_cached_path_equals_uncached_reference_position_by_position(evidence):
                 assert g.shape == w.shape
                 delta = max(delta, float(np.max(np.abs(g.astype(np.float64) - w))))
                 assert np.array_equal(g, w)
+        # the prompt path (generate feeds its prompt with logits_rows="last"): same cache, same last row
+        g = Session(model)
+        g.generate(ids, 0)
+        assert list(g.cache.pos) == list(range(len(ids)))
+        for got, want in ((g.cache.k, ks), (g.cache.k_raw, kraws), (g.cache.v, vs), ([g.last_logits], [ref_logits[-1]])):
+            for a, w in zip(got, want):
+                assert a.shape == w.shape
+                delta = max(delta, float(np.max(np.abs(a.astype(np.float64) - w))))
+                assert np.array_equal(a, w)
         evidence.observe("max_abs_delta", delta)
         evidence.count("examples")
 
     prop()
+
+
+# (ids fed, the first id outside 0..VOCAB-1 the error must name); VOCAB = 61 -- worked out by hand
+OUT_OF_VOCAB = [
+    ([61], 61), ([-1], -1), ([3, -1], -1), ([0, 61], 61), ([60, 0, 64], 64),
+    ([5, 61, -2], 61), ([-3, 70], -3), ([0, 1, 2, -61], -61), ([VOCAB + 100, 0], VOCAB + 100),
+]
+
+
+def test_forward_refuses_out_of_vocabulary_ids_and_leaves_the_cache_unchanged(evidence):
+    """Llama.forward refuses any token id outside 0..vocab-1 (a negative id must not wrap around the
+    embedding table) with a ValueError naming the first such id, before the cache changes; the boundary
+    ids 0 and vocab-1 are accepted."""
+    model = tiny_llama(n_layers=2)
+    s = Session(model)
+    s.prefill([0, VOCAB - 1, 7])
+    before = [a.copy() for name in ("k", "k_raw", "v") for a in getattr(s.cache, name)] + [s.cache.pos.copy()]
+    for ids, bad in OUT_OF_VOCAB:
+        try:
+            model.forward(np.asarray(ids, dtype=np.int64), s.cache, s.window)
+        except ValueError as e:
+            assert f"id={bad} " in str(e), f"forward({ids}) named the wrong id: {e}"
+        else:
+            raise AssertionError(f"forward({ids}) accepted an id outside 0..{VOCAB - 1}")
+        evidence.count("refused")
+        after = [a for name in ("k", "k_raw", "v") for a in getattr(s.cache, name)] + [s.cache.pos]
+        assert len(s.cache) == 3 and all(np.array_equal(a, b) for a, b in zip(before, after)), \
+            f"a refused forward({ids}) changed the cache"
+    for ids in ([0], [VOCAB - 1], [0, VOCAB - 1, 0]):
+        n0 = len(s.cache)
+        out = model.forward(np.asarray(ids, dtype=np.int64), s.cache, s.window)
+        assert out.shape == (len(ids), VOCAB) and len(s.cache) == n0 + len(ids)
+        evidence.count("accepted")

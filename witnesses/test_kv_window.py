@@ -154,3 +154,36 @@ def test_prefix_splice_property_on_random_prefixes(evidence):
         evidence.count("examples")
 
     prop()
+
+
+def test_fork_carries_last_logits_and_its_clone_grows_and_evicts_like_a_fresh_cache(evidence):
+    """A fork of a prefilled session predicts what the source predicts (last_logits equal, but its own
+    copy) and continues with the same greedy tokens as a session that prefilled the prefix itself; a fork
+    of an empty session has no last_logits. The cloned cache is a whole KVCache: prefilled past its
+    capacity (64 rows, so storage grows) and then evicted, it equals a never-forked session doing the
+    same, and the source is untouched."""
+    model = tiny_llama(n_layers=2)
+    pre, suffix = token_ids(9, 3), token_ids(70, 4)
+    base = Session(model)
+    assert Session.fork(base).last_logits is None
+    base.prefill(pre)
+    want = base.last_logits.copy()
+    f = base.fork()
+    assert f.last_logits is not None and np.array_equal(f.last_logits, want)
+    assert not np.shares_memory(f.last_logits, base.last_logits), "the fork shares last_logits with its source"
+    solo = Session(model)
+    solo.prefill(pre)
+    g_fork, g_solo = f.generate([], 4), solo.generate([], 4)
+    assert g_fork == g_solo, f"fork continues {g_fork}, a session that prefilled the prefix continues {g_solo}"
+    assert np.array_equal(base.last_logits, want), "generating on the fork changed the source's last_logits"
+    # the cloned cache grows and evicts like a cache that was never cloned
+    h, ref = base.fork(), Session(model)
+    ref.prefill(pre)
+    h.prefill(suffix)
+    ref.prefill(suffix)
+    assert h.cache.evict(5, 20) == ref.cache.evict(5, 20) == 20
+    source = Session(model)
+    source.prefill(pre)
+    delta = max(cache_delta(h.cache, ref.cache), cache_delta(base.cache, source.cache))
+    evidence.record("max_abs_delta", delta)
+    assert delta == 0 and len(h) == len(pre) + len(suffix) - 20
