@@ -94,3 +94,66 @@ def test_a_step_without_its_tail_differs(evidence):
     delta = float(np.max(np.abs(got.astype(np.float64) - want)))
     evidence.record("max_abs_delta", delta)
     assert delta > 0
+
+
+def test_seeded_tail_float64_inputs_memory_and_bad_arguments(evidence):
+    """A tail seeded with earlier inputs continues exactly as the sequence convolution over (history; x);
+    float64 inputs, float64 taps and lists are cast to float32 first (the float32 result, dtype float32); the tail's nbytes
+    is reach * channels * 4 however long it runs; x that is not (T, channels) (feed), (channels,) (step), and
+    taps not (K >= 1, channels) or a dilation that is not an int >= 1 raise ConvError, leaving the tail as it was."""
+    from impl.conv import ConvError
+
+    @given(p=convs, h=st.integers(0, 12))
+    def prop(p, h):
+        taps, x = _case(p)
+        d, c = p["dilation"], p["channels"]
+        reach = (p["taps"] - 1) * d
+        hist = np.random.default_rng(p["seed"] + 1).standard_normal((h, c)).astype(np.float32)
+        whole = causal_conv(np.concatenate([hist, x]), taps, d)[h:]
+        tail = ConvTail(taps, d)
+        tail.seed(hist)
+        got = tail.feed(x)
+        assert np.array_equal(got, whole), f"seeded with {h} inputs (reach {reach}): differs from the sequence form"
+        assert tail.nbytes == reach * c * 4, f"nbytes {tail.nbytes}, want reach {reach} x {c} channels x 4"
+        x64 = x.astype(np.float64) + 1e-12  # not float32-representable: a missing cast shows in the bits
+        for fed in (x64, x64.tolist()):
+            y = causal_conv(fed, taps, d)
+            assert y.dtype == np.float32 and np.array_equal(y, causal_conv(x, taps, d)), "float64 x not cast"
+            t2 = ConvTail(taps, d)
+            y2 = t2.feed(fed)
+            assert y2.dtype == np.float32 and np.array_equal(y2, causal_conv(x, taps, d)), "feed: float64 x not cast"
+        taps64 = taps.astype(np.float64) + 1e-12  # float64 taps (and lists) are cast to float32 too
+        for t64 in (taps64, taps64.tolist()):
+            y = causal_conv(x, t64, d)
+            y2 = ConvTail(t64, d).feed(x)
+            assert y.dtype == y2.dtype == np.float32, "float64 taps not cast"
+            assert np.array_equal(y, causal_conv(x, taps, d)) and np.array_equal(y2, y), "float64 taps not cast"
+        before = tail.tail.copy()
+        for bad in (np.ones((2, c + 1), np.float32), np.ones(c, np.float32), np.ones((1, 1, c), np.float32)):
+            for fn in (tail.feed, lambda a: causal_conv(a, taps, d)):
+                try:
+                    fn(bad)
+                except ConvError:
+                    evidence.count("refused")
+                else:
+                    raise AssertionError(f"x of shape {bad.shape} accepted with {c} channels")
+        for bad in (np.ones(c + 1, np.float32), np.ones((1, c), np.float32)):
+            try:
+                tail.step(bad)
+            except ConvError:
+                evidence.count("refused")
+            else:
+                raise AssertionError(f"step(x of shape {bad.shape}) accepted with {c} channels")
+        assert np.array_equal(tail.tail, before), "a refused input changed the tail"
+        for bad_taps, bad_d in ((np.ones((0, c), np.float32), 1), (np.ones(c, np.float32), 1), (taps, 0),
+                                (taps, -1), (taps, 1.0), (taps, True)):
+            for make in (lambda: ConvTail(bad_taps, bad_d), lambda: causal_conv(x, bad_taps, bad_d)):
+                try:
+                    make()
+                except ConvError:
+                    evidence.count("refused")
+                else:
+                    raise AssertionError(f"taps {np.shape(bad_taps)}, dilation {bad_d!r} accepted")
+        evidence.count("examples")
+
+    prop()

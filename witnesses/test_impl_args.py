@@ -60,8 +60,31 @@ def test_quantize_takes_bits_2_to_8_and_refuses_every_other_width(evidence):
                     nonzero = np.abs(x).max(axis=-1) > 0
                     assert np.all(np.abs(at_peak[nonzero]) == qmax), \
                         f"bits={bits}: the largest |x| quantised to {at_peak[nonzero]}, want +-{qmax}"
+                else:  # round to nearest within the range: |fake_quant(x) - x| <= scale / 2, scale = absmax / qmax
+                    qmax = 2 ** (int(bits) - 1) - 1
+                    absmax = np.abs(x.astype(np.float64)).max(axis=-1, keepdims=True)
+                    step = np.where(absmax > 0, absmax / qmax, 1.0)
+                    err = np.abs(out.astype(np.float64) - x)
+                    assert out.dtype == np.float32 and out.shape == x.shape
+                    assert np.all(err <= step * (0.5 + 1e-4)), \
+                        f"bits={bits}: fake_quant moved x by {float((err / step).max())} steps, at most 1/2 allowed"
 
     prop()
+
+    # x is cast to float32 first: a float64 x (or a list) quantises exactly as x.astype(np.float32). Here
+    # 2.5 + 1e-9 is 2.5 in float32, which rounds half to even (2) at scale 1; in float64 it would round to 3.
+    x64 = np.array([[127.0, 2.5 + 1e-9, -1.5 - 1e-9]], np.float64)
+    x32 = x64.astype(np.float32)
+    for bits in (8, np.int64(8)):
+        q32, s32 = quantize(x32, bits)
+        assert q32.tolist() == [[127, 2, -2]] and s32.tolist() == [1.0], (q32, s32)
+        for given_x in (x64, x64.tolist()):
+            q, scale = quantize(given_x, bits)
+            assert q.dtype == np.int8 and np.array_equal(q, q32) and scale.dtype == np.float32 \
+                and np.array_equal(scale, s32), f"quantize(float64 x) = {q}, {scale}; want {q32}, {s32}"
+            fq = fake_quant(given_x, bits)
+            assert fq.dtype == np.float32 and fq.tolist() == [[127.0, 2.0, -2.0]], f"fake_quant(float64 x) = {fq}"
+            evidence.count("accepted")
 
 
 # ---- RingConfig ----------------------------------------------------------------------------------
@@ -130,5 +153,19 @@ def test_session_window_is_normalised_as_documented(evidence):
         ids = token_ids(w + 3, w)
         one, per = Session(model, window=w), Session(model, window=[w] * n_layers)
         assert np.array_equal(one.prefill(ids), per.prefill(ids)), "window=W and [W] * n_layers differ"
+        # cache options go with a design name only; generate takes n >= 0 and, on an empty session, a prompt
+        assert refuses(lambda: Session(model, window=w, cache=one.cache, hint=4)), \
+            "Session(cache=<a ready store>, hint=4) accepted options it cannot apply"
+        fresh = Session(model, window=w)
+        for call in (lambda: per.generate(ids[:1], -1), lambda: per.generate([], -2), lambda: fresh.generate([], 1)):
+            n_before = len(per)
+            try:
+                call()
+            except ValueError:
+                evidence.count("refused")
+            else:
+                raise AssertionError("generate(n < 0), or generate([], n) on an empty session, was accepted")
+            assert len(per) == n_before and len(fresh) == 0, "a refused generate fed tokens"
+        evidence.count("refused")
 
     prop()

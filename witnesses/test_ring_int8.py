@@ -45,6 +45,24 @@ def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
 
     prop()
 
+    # Where the clip at -qmax - 1 binds: a subnormal vector whose absmax / qmax rounds (float32 has few
+    # subnormal digits) to a scale so small that |x| / scale > qmax + 1. Found here by float64 arithmetic
+    # on multiples of the least positive float32 (exact), not by impl.
+    for bits in range(2, 9):
+        qmax = 2 ** (bits - 1) - 1
+        for m in range(1, 4 * qmax + 4):
+            a = np.float32(m * TINY)
+            s = a / np.float32(qmax)  # float32 division, as the documented rule
+            if s == 0 or m / (float(s) / TINY) < qmax + 1.5:
+                continue
+            x = np.array([[-a, a / np.float32(2)], [a, -a]], np.float32)
+            q, scale = quantize(x, bits)
+            assert int(q[0, 0]) == -qmax - 1 and int(q[1, 0]) == qmax and int(q[1, 1]) == -qmax - 1, \
+                f"bits={bits}, x={m} x 2**-149: q={q.tolist()}, the clip gives {-qmax - 1} and {qmax}"
+            got, want = dequantize(q, scale), fake_quant(x, bits)
+            assert np.array_equal(got, want), f"bits={bits}, x={m} x 2**-149: {got} != fake_quant {want}"
+            evidence.count("clip_binding_vectors")
+
 
 def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence):
     """Distinct magnitude per position, so a scale taken from another slot is visible."""

@@ -87,6 +87,15 @@ def test_a_512_token_session_pays_at_least_4x_less_than_reserving(evidence):
     evidence.record("reserved_mib", round(reserved / 2**20, 2))
     evidence.record("saving_factor", round(reserved / held, 3))
     assert [ring.slots(i) for i in range(30)] == [512] * 30
+    # fed one decode step at a time (hint 64): doublings at 64, 128 and 256 only, so again 512 slots a layer
+    stepped = RingCache(smollm2_ring(), hint=64)
+    row = np.zeros(192, np.float32)
+    for pos in range(512):
+        for layer in range(30):
+            stepped.write_kv(layer, pos, row, row)
+        stepped.advance()
+    assert [stepped.slots(i) for i in range(30)] == [512] * 30, "stepping grew a ring past what it uses"
+    assert stepped.nbytes == held
     assert held == 30 * 512 * 2 * 192 * 4, "30 layers x 512 slots x (K + V) x 192 floats"
     assert reserved / held >= 4
 

@@ -205,3 +205,27 @@ def test_masked_contiguous_is_not_bit_identical_to_window_rows(evidence):
     evidence.record("max_abs_delta", delta)
     evidence.record("rows_differing", int(np.sum(np.any(la != lb, axis=1))))
     assert delta > 0, "masked and window-rows attention agree bit for bit here: the control shows nothing"
+
+
+def test_ring_store_takes_one_window_for_its_local_layers(evidence):
+    """make_cache("ring") (Session(cache="ring")) takes a window list whose non-None entries are one W: the
+    ring's local layers get W, the None layers are global; a list with two different windows raises
+    CacheError (the ring has one window)."""
+    from impl.errors import CacheError
+
+    model = tiny_llama(n_layers=3, n_kv_heads=1, group=2, head_dim=4)
+    for ws, ok in [([2, None, 2], True), ([None, None, None], True), ([3, 3, 3], True), (4, True),
+                   ([2, 3, None], False), ([2, None, 5], False), ([1, 2, 3], False)]:
+        try:
+            s = Session(model, window=ws, cache="ring", hint=2)
+        except CacheError:
+            assert not ok, f"window={ws}: refused, the non-None windows are one W"
+            evidence.count("refused")
+            continue
+        assert ok, f"window={ws}: accepted, but the ring has one window for its local layers"
+        per = ws if isinstance(ws, list) else [ws] * 3
+        cfg = s.cache.ring.config
+        local = {w for w in per if w is not None}
+        assert cfg.window == (local.pop() if local else None), (ws, cfg.window)
+        assert cfg.global_layers == tuple(i for i, w in enumerate(per) if w is None), (ws, cfg.global_layers)
+        evidence.count("accepted")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from impl.cache import KVGeometry
 from impl.model.session import Session
@@ -133,3 +133,85 @@ def test_clamped_session_differs_from_one_that_kept_everything(evidence):
     delta = float(np.max(np.abs(la.astype(np.float64) - lb)))
     evidence.record("max_abs_delta", delta)
     assert delta > 0
+
+
+def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
+    """Writes at ascending positions (gaps, chunks, single rows; no advance): after each, every layer has the
+    slots of the growth rule (start at min(hint, cap); a write reaching pos >= slots below the cap doubles,
+    at least to pos + 1, at most to the cap), holds the last `slots` positions below its high-water mark, and
+    RingCache.read(layer, lo, hi) returns each written position's own rows for every h_lo <= lo <= hi <= high
+    (none when lo == hi) and raises CacheError for every other (lo, hi). is_saturated() is true exactly once
+    a layer that needs more than its cap (global, or window > max_seq_len) has a position >= its cap written.
+    Caps, slots and held ranges are worked out here from the rules, not asked of impl."""
+    from impl.errors import CacheError
+
+    @given(hint=st.integers(1, 8), window=st.integers(1, 16), max_seq_len=st.integers(1, 20),
+           writes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()), min_size=1, max_size=7))
+    @example(hint=2, window=8, max_seq_len=16, writes=[(0, 1, True), (0, 1, False), (1, 3, False), (0, 1, True)])
+    @example(hint=1, window=3, max_seq_len=4, writes=[(0, 2, False), (2, 1, True), (0, 4, False), (3, 1, True)])
+    def prop(hint, window, max_seq_len, writes):
+        cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=max_seq_len, window=window, global_layers=(1,))
+        ring = RingCache(cfg, hint=hint)
+        caps = [min(window, max_seq_len), max_seq_len]
+        needs_more = [window > max_seq_len, True]
+        slots = [min(hint, c) for c in caps]
+        f = np.float32
+        for k, v in [(np.ones((1, 3), f), np.ones((1, 2), f)), (np.ones((1, 2), f), np.ones((1, 3), f)),
+                     (np.ones((3, 2), f), np.ones((2, 2), f)), (np.ones((2, 2), f), np.ones((3, 2), f)),
+                     (np.ones(2, f), np.ones(2, f)), (np.ones((1, 1, 2), f), np.ones((1, 2), f))]:
+            try:
+                ring.write_rows(0, 0, k, v)
+            except CacheError:
+                evidence.count("bad_shapes_refused")
+            else:
+                raise AssertionError(f"write_rows(k{k.shape}, v{v.shape}) accepted; expected (T, 2) and (T, 2)")
+        latest: list[dict] = [{}, {}]
+        high = 0
+        for gap, t, single in writes:
+            start = high + gap
+            for layer in range(2):
+                rows = np.arange(start, start + t, dtype=np.float32)[:, None] + 1  # (t, 1), distinct per position
+                k = np.concatenate([rows, -rows], axis=1) + 1000 * layer
+                v = np.concatenate([rows + 0.5, 2 * rows], axis=1) - 1000 * layer
+                if t == 1 and single:
+                    ring.write_kv(layer, start, k[0], v[0])
+                else:
+                    ring.write_rows(layer, start, k, v)
+                for i in range(t):
+                    latest[layer][start + i] = (k[i], v[i])
+                last = start + t - 1
+                if last >= slots[layer] and slots[layer] < caps[layer]:
+                    slots[layer] = min(caps[layer], max(2 * slots[layer], last + 1))
+            high = start + t
+            want_sat = any(needs_more[la] and high > caps[la] for la in range(2))
+            assert ring.is_saturated() == want_sat, \
+                f"written up to {high - 1}, caps {caps}: is_saturated() = {ring.is_saturated()}, want {want_sat}"
+            for layer in range(2):
+                assert ring.slots(layer) == slots[layer], \
+                    f"layer {layer} (cap {caps[layer]}, hint {hint}) after writing up to {high - 1}: " \
+                    f"{ring.slots(layer)} slots, the growth rule gives {slots[layer]}"
+                h_lo = max(0, high - slots[layer])
+                for lo in range(max(-1, h_lo - 2), high + 2):
+                    for hi in range(lo - 1, high + 2):
+                        ok = h_lo <= lo <= hi <= high
+                        try:
+                            k, v = ring.read(layer, lo, hi)
+                        except CacheError:
+                            assert not ok, f"layer {layer}: read({lo}, {hi}) refused, the ring holds {h_lo}..{high - 1}"
+                            evidence.count("refused")
+                            continue
+                        assert ok, f"layer {layer}: read({lo}, {hi}) accepted, the ring holds {h_lo}..{high - 1}"
+                        assert k.shape == (hi - lo, 2) and v.shape == (hi - lo, 2), (lo, hi, k.shape, v.shape)
+                        for i, p in enumerate(range(lo, hi)):
+                            if p in latest[layer]:  # a gap position was never written: no claim on its rows
+                                wk, wv = latest[layer][p]
+                                if not (np.array_equal(k[i], wk) and np.array_equal(v[i], wv)):
+                                    evidence.count("misread_rows")
+                                    raise AssertionError(f"layer {layer}: read({lo}, {hi}) row of pos {p} is "
+                                                         f"{k[i]}, {v[i]}; written {wk}, {wv}")
+                        evidence.count("accepted")
+                        evidence.count("empty_reads", int(lo == hi))
+        evidence.count("saturated_examples", int(ring.is_saturated()))
+        evidence.count("examples")
+
+    prop()
