@@ -161,8 +161,10 @@ class _RingLayer:
     """One layer's ring: buffers with ``slots`` rows, its cap, and its high-water mark.
 
     ``high`` is one past the highest position written; the ring holds
-    positions [max(low, high - slots), high) (with a gap write, some of
-    them were never written and read as zeros). ``low`` only rises when a
+    positions [max(low, high - slots), high). A write that skips positions
+    (a gap) leaves their slots as they were: zeros before the ring wraps,
+    the rows of ``pos - slots`` after; sessions never skip, and no card
+    claims what a skipped position reads. ``low`` only rises when a
     truncate drops positions whose slots had already been reused.
     """
 
