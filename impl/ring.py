@@ -161,10 +161,8 @@ class _RingLayer:
     """One layer's ring: buffers with ``slots`` rows, its cap, and its high-water mark.
 
     ``high`` is one past the highest position written; the ring holds
-    positions [max(low, high - slots), high). A write that skips positions
-    (a gap) leaves their slots as they were: zeros before the ring wraps,
-    the rows of ``pos - slots`` after; sessions never skip, and no card
-    claims what a skipped position reads. ``low`` only rises when a
+    positions [max(low, high - slots), high) (a gap write leaves skipped slots as they were: zeros
+    before the ring wraps, rows of pos - slots after; sessions never skip). ``low`` only rises when a
     truncate drops positions whose slots had already been reused.
     """
 
