@@ -28,7 +28,7 @@ class RopeTable:
 
     def rows(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin rows for integer positions ``pos`` (T,) -> two (T, D) arrays."""
-        pos = np.asarray(pos)
+        pos = np.asarray(pos, dtype=np.int64) if np.size(pos) == 0 else np.asarray(pos)  # [] is float otherwise
         if pos.size and (pos.min() < 0 or pos.max() >= self.max_pos):
             raise ValueError(
                 f"RoPE position out of range: pos={int(pos.min())}..{int(pos.max())}, "
