@@ -9,6 +9,8 @@ transformers oracle both use. Comparison is on the float32 bit patterns
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -61,11 +63,17 @@ def _check(pairs, evidence, key: str) -> list[str]:
     return failures
 
 
-def test_loader_returns_every_tensor_as_the_format_defines_it(gguf_path, reference, evidence):
-    """read_gguf's float32 tensors equal the reference decode of the raw blocks, bit for bit, for every tensor."""
+@pytest.fixture(scope="module")
+def gguf_read(gguf_path):
+    """read_gguf's result, once per module (uncached: read_gguf never consults the float32 weights cache)."""
     from impl.model.gguf_load import read_gguf
 
-    loaded = read_gguf(gguf_path).tensors  # uncached: read_gguf never consults the float32 weights cache
+    return read_gguf(gguf_path)
+
+
+def test_loader_returns_every_tensor_as_the_format_defines_it(gguf_read, reference, evidence):
+    """read_gguf's float32 tensors equal the reference decode of the raw blocks, bit for bit, for every tensor."""
+    loaded = gguf_read.tensors
     names = list(reference.infos)
     missing = [n for n in names if n not in loaded]
     extra = sorted(set(loaded) - set(names))
@@ -83,39 +91,89 @@ def test_loader_returns_every_tensor_as_the_format_defines_it(gguf_path, referen
     assert not failures, f"{len(failures)} tensors differ from the format's definition:\n  " + "\n  ".join(failures[:8])
 
 
-def test_the_forward_reads_every_tensor_as_the_format_defines_it(reference, evidence):
-    """The arrays load_model's Llama computes with (through the float32 cache when on) equal the reference."""
-    from impl.model import f32cache, load_model
+def _forward_pairs(llama, reference, used: set[str]):
+    """(label, array the forward reads, reference) per array of ``llama``; adds the file's tensor names to ``used``.
 
-    evidence.record("f32_cache", "off" if f32cache.cache_root() is None else "on")
-    llama = load_model().llama
-    used: set[str] = set()
-
+    Generated lazily: one layer's arrays (reference and Linear.weight() copies) alive at a time.
+    """
     def w(*names: str) -> np.ndarray:
         """The reference tensor(s), concatenated along the output rows as Llama fuses them."""
         used.update(names)
         parts = [reference.tensor(n) for n in names]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
-    def pairs():
-        # generated lazily: one layer's arrays (reference and Linear.weight() copies) alive at a time
-        head = "output.weight" if "output.weight" in reference.infos else "token_embd.weight"  # tied when absent
-        yield "embed", llama.embed, w("token_embd.weight")
-        yield "head", llama.head.weight(), w(head)
-        yield "norm", llama.norm, w("output_norm.weight")
-        for i, L in enumerate(llama.layers):
-            b = f"blk.{i}."
-            yield f"layers[{i}].attn_norm", L.attn_norm, w(b + "attn_norm.weight")
-            yield f"layers[{i}].wqkv", L.wqkv.weight(), w(b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight")
-            yield f"layers[{i}].wo", L.wo.weight(), w(b + "attn_output.weight")
-            yield f"layers[{i}].ffn_norm", L.ffn_norm, w(b + "ffn_norm.weight")
-            yield f"layers[{i}].w_gate_up", L.w_gate_up.weight(), w(b + "ffn_gate.weight", b + "ffn_up.weight")
-            yield f"layers[{i}].w_down", L.w_down.weight(), w(b + "ffn_down.weight")
+    head = "output.weight" if "output.weight" in reference.infos else "token_embd.weight"  # tied when absent
+    yield "embed", llama.embed, w("token_embd.weight")
+    yield "head", llama.head.weight(), w(head)
+    yield "norm", llama.norm, w("output_norm.weight")
+    for i, L in enumerate(llama.layers):
+        b = f"blk.{i}."
+        yield f"layers[{i}].attn_norm", L.attn_norm, w(b + "attn_norm.weight")
+        yield f"layers[{i}].wqkv", L.wqkv.weight(), w(b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight")
+        yield f"layers[{i}].wo", L.wo.weight(), w(b + "attn_output.weight")
+        yield f"layers[{i}].ffn_norm", L.ffn_norm, w(b + "ffn_norm.weight")
+        yield f"layers[{i}].w_gate_up", L.w_gate_up.weight(), w(b + "ffn_gate.weight", b + "ffn_up.weight")
+        yield f"layers[{i}].w_down", L.w_down.weight(), w(b + "ffn_down.weight")
 
-    failures = _check(pairs(), evidence, "arrays")
+
+def _check_forward_arrays(llama, reference, evidence) -> list[str]:
+    used: set[str] = set()
+    failures = _check(_forward_pairs(llama, reference, used), evidence, "arrays")
     evidence.record("tensors_checked", len(used))
-    failures += [f"{n}: in the file, read by no array of the forward" for n in reference.infos if n not in used]
+    return failures + [f"{n}: in the file, read by no array of the forward" for n in reference.infos if n not in used]
+
+
+def test_the_forward_reads_every_tensor_as_the_format_defines_it(reference, evidence):
+    """The arrays load_model's Llama computes with (through the float32 cache when on) equal the reference."""
+    from impl.model import f32cache, load_model
+
+    evidence.record("f32_cache", "off" if f32cache.cache_root() is None else "on")
+    failures = _check_forward_arrays(load_model().llama, reference, evidence)
     assert not failures, f"{len(failures)} forward arrays differ from the format's definition:\n  " + "\n  ".join(failures[:8])
+
+
+def test_a_llama_built_from_the_file_and_rebuilt_from_its_state_reads_the_format_bits(gguf_read, reference, evidence):
+    """What a cache miss runs: Llama(config, read_gguf tensors) holds the reference bits, and
+    Llama.from_state(config, llama.state()) (what the float32 cache stores and serves) uses those
+    very arrays, no copies, so a memory-mapped entry is what the forward reads."""
+    from impl.model.llama import Llama
+
+    fresh = Llama(gguf_read.config, gguf_read.tensors)
+    failures = _check_forward_arrays(fresh, reference, evidence)
+    st = fresh.state()
+    again = Llama.from_state(gguf_read.config, st)
+    shared, not_shared = 0, []
+    for name, a in st.items():
+        # every stored array must reappear, as itself, somewhere in the rebuilt model
+        found = any(b is a for b in _model_arrays(again))
+        shared += found
+        if not found:
+            not_shared.append(name)
+    evidence.record("state_arrays", len(st))
+    evidence.record("state_arrays_not_reused", len(not_shared))
+    if not_shared:
+        failures.append(f"from_state did not use {len(not_shared)} state arrays as they are: {not_shared[:5]}")
+    linears = [("head", again.head, fresh.head)] + [
+        (f"layers[{i}].{name}", getattr(La, name), getattr(Lf, name))
+        for i, (La, Lf) in enumerate(zip(again.layers, fresh.layers)) for name in Llama.LINEARS]
+    if len(again.layers) != len(fresh.layers):
+        failures.append(f"from_state: {len(again.layers)} layers, the fresh build {len(fresh.layers)}")
+    for label, got, want in linears:  # the same blocks, read back as the same (out, in) weight
+        why = _differs(got.weight(), want.weight())
+        if why is not None:
+            failures.append(f"from_state: {label}: {why}")
+    assert not failures, f"{len(failures)} problems:\n  " + "\n  ".join(failures[:8])
+
+
+def _model_arrays(llama):
+    yield llama.embed
+    yield llama.norm
+    yield from llama.head.blocks
+    for L in llama.layers:
+        yield L.attn_norm
+        yield L.ffn_norm
+        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
+            yield from getattr(L, name).blocks
 
 
 def test_stored_q_and_k_rows_are_not_in_hugging_face_order(reference, evidence):
@@ -131,3 +189,96 @@ def test_stored_q_and_k_rows_are_not_in_hugging_face_order(reference, evidence):
             differing += int(not np.array_equal(reference.stored(name).view(np.uint32),
                                                 reference.tensor(name).view(np.uint32)))
     evidence.record("qk_tensors_differing_as_stored", differing)
+
+
+def test_the_float32_cache_serves_what_was_stored_and_refuses_any_other_entry(tmp_path, monkeypatch, evidence):
+    """f32cache in a temporary folder, on a small random llama (per-layer RoPE bases, so the config's
+    tuple must survive JSON): a stored entry loads back with the same config, tokenizer JSON and
+    array bits, and the rebuilt forward gives the same logits; an entry whose data bytes, data hash,
+    GGUF hash or producing code differ is refused (load returns None, never the wrong arrays); the
+    code fingerprint changes with the gguf package's version (or, without one, its quants source)."""
+    from importlib import metadata
+
+    from impl.model import f32cache
+    from impl.model.llama import Llama
+    from impl.model.session import Session
+    from witnesses.synthetic import tiny_llama, token_ids
+
+    monkeypatch.setenv(f32cache.ENV_DIR, str(tmp_path / "cache"))
+    model = tiny_llama(n_layers=2, theta=(10000.0, 50000.0))
+    st, tok = model.state(), '{"model": "tiny"}'
+    sha = "ab" * 32
+    problems: list[str] = []
+
+    def fresh_entry():
+        entry = f32cache.store(sha, model.config, st, tok)
+        assert entry == tmp_path / "cache" / sha[:16] and (entry / "manifest.json").is_file(), entry
+        return entry
+
+    entry = fresh_entry()
+    hit = f32cache.load(sha)
+    if hit is None:
+        problems.append("a valid entry was refused")
+    else:
+        config, got, tok_back = hit
+        if config != model.config:
+            problems.append(f"config {config} != stored {model.config}")
+        if tok_back != tok:
+            problems.append("tokenizer JSON changed")
+        if sorted(got) != sorted(st) or any(not np.array_equal(got[k].view(np.uint32), np.asarray(st[k], dtype=np.float32).view(np.uint32))
+                                            or got[k].shape != st[k].shape for k in st):
+            problems.append("arrays differ from those stored")
+        else:
+            ids = token_ids(6, 1)
+            a, b = Session(model), Session(Llama.from_state(config, got))
+            if not np.array_equal(a.prefill(ids), b.prefill(ids)):
+                problems.append("the forward rebuilt from the entry gives other logits")
+
+    def refused(label: str, edit) -> None:
+        e = fresh_entry()
+        edit(e)
+        if f32cache.load(sha) is not None:
+            problems.append(f"served an entry with {label}")
+
+    def flip_byte(e):
+        data = bytearray((e / "weights.f32").read_bytes())
+        data[len(data) // 2] ^= 1
+        (e / "weights.f32").write_bytes(bytes(data))
+
+    def edit_manifest(**changes):
+        def edit(e):
+            man = json.loads((e / "manifest.json").read_text())
+            man.update(changes)
+            (e / "manifest.json").write_text(json.dumps(man))
+        return edit
+
+    cases = {
+        "one data byte flipped": flip_byte,
+        "another data sha256": edit_manifest(data_sha256="0" * 64),
+        "another GGUF sha256": edit_manifest(gguf_sha256=sha[:16] + "cd" * 24),
+        "another producing code": edit_manifest(code_sha256="1" * 64),
+        "a truncated data file": lambda e: (e / "weights.f32").write_bytes((e / "weights.f32").read_bytes()[:-4]),
+    }
+    for label, edit in cases.items():
+        refused(label, edit)
+
+    honest = f32cache.code_fingerprint()
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0.0-other")
+    other_version = f32cache.code_fingerprint()
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    source_a = f32cache.code_fingerprint()
+    import gguf.quants
+
+    fake = tmp_path / "quants.py"
+    fake.write_text("# another gguf.quants\n")
+    monkeypatch.setattr(gguf.quants, "__file__", str(fake))
+    source_b = f32cache.code_fingerprint()
+    if len({honest, other_version, source_a, source_b}) != 4:
+        problems.append("the code fingerprint ignores the gguf package's version or its quants source")
+    evidence.record("corruptions_tried", len(cases))
+    evidence.record("cache_problems", len(problems))
+    assert not problems, problems

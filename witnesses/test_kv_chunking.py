@@ -24,14 +24,17 @@ def feed(s: Session, ids: list[int], chunks) -> np.ndarray:
 
 
 def test_any_chunking_is_bit_identical_on_random_geometries(evidence):
-    @given(geo=geometries, case=chunkings(), seed=st.integers(0, 9999))
-    def prop(geo, case, seed):
+    from impl.kv import KVCache
+
+    # the chunked feed starts from a small capacity too, so its buffers grow (and are copied) mid-way
+    @given(geo=geometries, case=chunkings(), seed=st.integers(0, 9999), capacity=st.sampled_from([1, 2, 5, 64]))
+    def prop(geo, case, seed, capacity):
         n, chunks = case
         model = tiny_llama(**geo)
         ids = token_ids(n, seed)
         whole = Session(model)
         lw = whole.prefill(ids)
-        parts = Session(model)
+        parts = Session(model, cache=KVCache(model.config.kv_geometry, model.ropes, capacity=capacity))
         lp = feed(parts, ids, chunks)
         delta = max(float(np.max(np.abs(lw - lp))), cache_delta(whole.cache, parts.cache))
         evidence.observe("max_abs_delta", delta)
@@ -67,3 +70,109 @@ def test_real_weights_forty_tokens_fed_four_ways_are_bit_identical(smollm2, evid
         assert d == 0 and np.array_equal(logits, ref_logits), f"{name}: max|delta|={d}"
     evidence.record("max_abs_delta", delta)
     evidence.record("chunkings_compared", len(CHUNKINGS_40))
+
+
+# Shapes for the Linear witness: widths that are and are not multiples of a 16-column panel,
+# and (with block_bytes) of a 64-column gemv block, so the fallback has one, two or many blocks.
+LINEAR_SHAPES = [(1, 1), (5, 3), (16, 8), (17, 5), (64, 3), (130, 7), (300, 40)]
+
+
+def _fallback_widths(n_out: int, n_in: int, block_bytes: int) -> list[int]:
+    """numpy-gemv column blocks as documented: the widest multiple of 64 whose (in, C) float32 block
+    fits in block_bytes (at least 64), the last block taking the rest."""
+    cols = 64
+    while 4 * n_in * (cols + 64) <= block_bytes:
+        cols += 64
+    return [min(cols, n_out - s) for s in range(0, n_out, cols)]
+
+
+def test_linear_on_either_path_keeps_w_computes_x_wt_and_row_bits_ignore_the_row_count(monkeypatch, evidence):
+    """impl.linear.Linear under the kernel path and the numpy-gemv fallback (kernels.load() -> None):
+
+    weight() is W bit for bit; the layout is the documented one (kernel: one (ceil(out/16), in, 16)
+    panel array, zero past out; fallback: 64-multiple column blocks sized by block_bytes);
+    from_blocks rebuilds it (same path: the very arrays, no copy; the other path: converted) with
+    the same weight; y = x @ W.T within float32 rounding of a float64 reference; and row t of a
+    T-row call has the bits of the same row fed alone or with any other rows.
+    """
+    from impl import kernels
+    from impl.linear import Linear
+
+    honest_load = kernels.load
+    paths = {"fallback": lambda: None}
+    if honest_load() is not None:
+        paths["kernel"] = honest_load
+    rng = np.random.default_rng(4)
+    layout_errors, weight_mismatches, rebuild_errors, rel, row_delta, calls = [], 0, [], 0.0, 0.0, 0
+    for pname, load in paths.items():
+        other = next((f for n, f in paths.items() if n != pname), None)
+        for n_out, n_in in LINEAR_SHAPES:
+            w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+            for block_bytes in (1, 4 * n_in * 128, 1 << 24):
+                monkeypatch.setattr(kernels, "load", load)
+                lin = Linear(w, block_bytes=block_bytes)
+                tag = f"{pname} {n_out}x{n_in} block_bytes={block_bytes}"
+                if pname == "kernel":
+                    p = -(-n_out // 16)
+                    ok = (len(lin.blocks) == 1 and lin.blocks[0].shape == (p, n_in, 16)
+                          and not lin.blocks[0].transpose(0, 2, 1).reshape(-1, n_in)[n_out:].any())
+                else:
+                    ok = [b.shape for b in lin.blocks] == [(n_in, c) for c in _fallback_widths(n_out, n_in, block_bytes)]
+                if not ok:
+                    layout_errors.append(f"{tag}: blocks {[b.shape for b in lin.blocks]}")
+                weight_mismatches += not np.array_equal(lin.weight().view(np.uint32), w.view(np.uint32))
+                # rebuilt on the same path: the same arrays (the float32 cache memory-maps them), same weight
+                nb = n_out if n_out % 16 or pname == "fallback" else None
+                same = Linear.from_blocks(lin.blocks, n_out=nb)
+                if not all(a is b for a, b in zip(same.blocks, lin.blocks)) or len(same.blocks) != len(lin.blocks):
+                    rebuild_errors.append(f"{tag}: from_blocks copied or re-laid the blocks")
+                if not np.array_equal(same.weight(), w) or same.n_out != n_out:
+                    rebuild_errors.append(f"{tag}: from_blocks on the same path changed the weight")
+                x = rng.standard_normal((9, n_in)).astype(np.float32)
+                y = lin(x)
+                calls += 1
+                assert y.shape == (9, n_out) and y.dtype == np.float32, tag
+                want = x.astype(np.float64) @ w.T.astype(np.float64)
+                scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)  # error bound's scale
+                rel = max(rel, float(np.max(np.abs(y - want) / scale)))
+                if not np.array_equal(same(x), y):
+                    rebuild_errors.append(f"{tag}: the rebuilt Linear computes other bits")
+                for a, b in ((0, 1), (3, 4), (8, 9), (2, 7), (0, 9)):
+                    row_delta = max(row_delta, float(np.max(np.abs(lin(x[a:b]) - y[a:b]))))
+                if other is not None:  # blocks made on this path, rebuilt on the other: converted, same weight
+                    monkeypatch.setattr(kernels, "load", other)
+                    conv = Linear.from_blocks(lin.blocks, n_out=n_out)
+                    if not np.array_equal(conv.weight(), w) or conv.n_out != n_out:
+                        rebuild_errors.append(f"{tag}: from_blocks on the other path changed the weight")
+                    rel = max(rel, float(np.max(np.abs(conv(x) - want) / scale)))
+    monkeypatch.setattr(kernels, "load", honest_load)
+    evidence.record("paths", sorted(paths))
+    evidence.record("calls", calls)
+    evidence.record("layout_errors", len(layout_errors))
+    evidence.record("weight_mismatches", weight_mismatches)
+    evidence.record("rebuild_errors", len(rebuild_errors))
+    evidence.record("max_rel_error", rel)
+    evidence.record("row_count_delta", row_delta)
+    assert not layout_errors and not weight_mismatches and not rebuild_errors, (layout_errors, rebuild_errors)
+    # float32 sums of n_in <= 40 products: each within ~n_in ulps of sum|x_k w_k|
+    assert rel <= 64 * 2.0**-24, rel
+    assert row_delta == 0, f"a row's bits depend on the rows fed with it: max|delta|={row_delta}"
+
+
+def test_last_row_logits_are_the_last_row_of_all_logits(evidence):
+    """forward(logits_rows="last") (prefill's shortcut for generate) gives the bits of the last row of "all"."""
+    from impl.model.session import Session
+
+    worst, n = 0.0, 0
+    for geo, t in (({}, 1), ({}, 2), ({"n_layers": 1, "group": 1}, 7), ({"head_dim": 4}, 12)):
+        model = tiny_llama(**geo)
+        ids = np.asarray(token_ids(t, t), dtype=np.int64)
+        a, b = Session(model), Session(model)
+        all_rows = model.forward(ids, a.cache, a.window)
+        last = model.forward(ids, b.cache, b.window, logits_rows="last")
+        assert last.shape == (1, all_rows.shape[1]), last.shape
+        worst = max(worst, float(np.max(np.abs(last - all_rows[-1:]))), cache_delta(a.cache, b.cache))
+        n += 1
+    evidence.record("max_abs_delta", worst)
+    evidence.record("cases", n)
+    assert worst == 0

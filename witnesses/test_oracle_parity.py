@@ -177,3 +177,37 @@ def test_greedy_tokens_equal_oracle_for_eviction_fixture_continuations(smollm2, 
         "prefix+poison+query": (np.concatenate([ev.prefix_ids, ev.poison_ids, ev.query_ids]).tolist(), ev.poisoned_greedy),
     }
     _compare_greedy(cases, smollm2, evidence)
+
+
+def test_forward_refuses_every_id_outside_the_vocabulary_and_names_the_first(evidence) -> None:
+    """Llama.forward takes exactly the ids 0..vocab-1 (both ends included) and refuses any other with a
+    ValueError naming the first bad id, leaving the cache as it was: an out-of-range id must never index
+    the embedding (numpy would wrap a negative one to a real row and answer fluently)."""
+    from impl.model.session import Session
+    from witnesses.synthetic import VOCAB, tiny_llama
+
+    model = tiny_llama()
+    s = Session(model)
+    accepted = 0
+    for ids in ([0], [VOCAB - 1], [0, VOCAB - 1, 3]):
+        s.prefill(ids)
+        accepted += 1
+    n = len(s)
+    wrong = []
+    bad_cases = {(-1,): -1, (VOCAB,): VOCAB, (5, VOCAB + 3, -2): VOCAB + 3, (2, -7, VOCAB): -7,
+                 (VOCAB - 1, 0, -1): -1, (1, VOCAB + 100): VOCAB + 100}
+    for ids, first_bad in bad_cases.items():
+        try:
+            s.prefill(list(ids))
+            wrong.append(f"{ids}: accepted")
+        except ValueError as e:
+            if f"token id={first_bad} " not in str(e):
+                wrong.append(f"{ids}: {e!s} (want id={first_bad} named)")
+        except Exception as e:  # noqa: BLE001 - anything but the documented ValueError is wrong
+            wrong.append(f"{ids}: {type(e).__name__}: {e}")
+        if len(s) != n:
+            wrong.append(f"{ids}: the cache grew to {len(s)} rows")
+    evidence.record("accepted", accepted)
+    evidence.record("refused_cases", len(bad_cases))
+    evidence.record("mismatches", len(wrong))
+    assert not wrong, wrong
