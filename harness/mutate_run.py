@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from harness import mutants as gen
 from harness import mutation, provenance
-from harness.binding import digest
 from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
@@ -121,7 +120,7 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
                 last = ledger.last_mutation(cid)
                 previous[cid] = last[2].score if last else None
                 if req.changed:
-                    same = ledger.last_mutation(cid, digest(the_plan.bound[cid]))
+                    same = ledger.last_mutation(cid, mutation.score_digest(plans[cid].card, the_plan.bound[cid]))
                     if same is not None:
                         reused[cid] = {m.key: replace(m, reused_from=m.reused_from or same[0])
                                        for m in same[2].mutants if m.status != MutantStatus.ERROR}
@@ -173,7 +172,8 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
             rows.append(r)
         per_card[cid] = rows
         out[cid] = mutation.summarize(cm, rows, seed=opts.seed, max_mutants=opts.max_mutants,
-                                      bound_digest=digest(the_plan.bound[cid]), measured_at=measured_at,
+                                      bound_digest=mutation.score_digest(cm.card, the_plan.bound[cid]),
+                                      measured_at=measured_at,
                                       previous=previous.get(cid), partial=bool(opts.only))
     everyone = list(all_cards) or list(the_plan.cards)
     files = mutation.impl_files(req.root, everyone)
@@ -197,7 +197,8 @@ def recall(req: "RunRequest", cards: Sequence[Card], bound: Mapping[str, Sequenc
                 continue
             if last is not None:
                 run_id, started, past = last
-                out[card.id] = replace(mutation.recalled(card, past, run_id, digest(bound[card.id])),
+                now = mutation.score_digest(card, bound[card.id])
+                out[card.id] = replace(mutation.recalled(card, past, run_id, now),
                                        measured_at=past.measured_at or started)
     return out
 

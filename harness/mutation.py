@@ -31,6 +31,7 @@ claims is code no theorem constrains.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ import yaml
 
 from harness import mutants as gen
 from harness.cardcheck import Problem, line_for, line_index, schema_problems, short
+from harness.binding import BoundFile, digest
 from harness.cards import EQUIVALENT_FILE, Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
@@ -145,6 +147,38 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
                                         f"equivalent[{i}].cards[{j}]", short(cid), "no card has this id"))
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
     return ({} if any(p.kind != "stale" for p in problems) else marks), problems
+
+
+# ---------------------------------------------------------------- what a score is bound to
+
+
+def without_floor(text: bytes) -> bytes:
+    """A card file's bytes without its top-level ``mutation:`` entry (the line and its indented continuation)."""
+    out, skipping = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith(b"mutation:"):
+            skipping = True
+            continue
+        if skipping and line[:1] in (b" ", b"\t"):
+            continue
+        skipping = False
+        out.append(line)
+    return b"".join(out)
+
+
+def score_digest(card: Card, bound: Iterable[BoundFile]) -> str:
+    """The digest a mutation score is bound to: the card's bound files, the card file without its floor.
+
+    The floor (``mutation: {min_score: ...}``) judges a score; it is not
+    part of what was measured, so setting or changing it keeps the score
+    fresh. Any other byte of the card, its witnesses, liars or covered
+    files makes the score stale, as it makes a verdict stale.
+    """
+    try:
+        own = hashlib.sha256(without_floor(card.source.read_bytes())).hexdigest()
+    except OSError:
+        own = None
+    return digest(replace(b, sha256=own) if b.role == "card" else b for b in bound)
 
 
 # ---------------------------------------------------------------- what a card claims
@@ -348,5 +382,5 @@ def impl_files(root: Path, cards: Sequence[Card]) -> list[str]:
 
 
 __all__ = ["CardMutants", "DEFAULT_MAX_MUTANTS", "EQUIVALENT_FILE", "Generated", "Mark", "card_mutants", "claimed", "claimed_functions",
-           "claims", "classify", "impl_files", "load_marks", "mutant_job", "mutant_timeouts", "recalled", "score_of",
+           "claims", "classify", "score_digest", "without_floor", "impl_files", "load_marks", "mutant_job", "mutant_timeouts", "recalled", "score_of",
            "summarize"]

@@ -65,7 +65,8 @@ def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> li
 
     from dataclasses import replace
 
-    from harness.binding import bound_files, digest, oracle_files
+    from harness.binding import bound_files, oracle_files
+    from harness.mutation import score_digest
 
     rows = []
     for card in cards:
@@ -75,5 +76,5 @@ def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> li
         current = [asdict(b) for b in now] if last is not None else []
         row = card_status(card.id, card.title, last, recorded, current)
         measured = ledger.last_mutation(card.id) if ledger is not None else None
-        rows.append(replace(row, mutation=mutation_text(card.min_score, measured, digest(now))))
+        rows.append(replace(row, mutation=mutation_text(card.min_score, measured, score_digest(card, now))))
     return rows

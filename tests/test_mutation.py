@@ -216,3 +216,21 @@ def test_claims_name_functions_no_card_claims(scale_card):
     assert by["scale"].cards == ("FX-SCALE",) and (by["scale"].mutants, by["scale"].survived) == (1, 1)
     assert by["count_up"].cards == () and by["count_up"].mutants == 0
     assert set(by) == {"scale", "count_up", "Box.__init__", "Box.doubled", "Box.half", "Box.of"}
+
+
+def test_a_floor_is_not_part_of_what_a_score_is_bound_to(cards_copy):
+    from harness.binding import bound_files, digest
+
+    path = cards_copy / "cards-mutation" / "FX-LOOP.yaml"
+    card, _, _ = load_card(path, cards_copy)
+    before = mutation.score_digest(card, bound_files(card, cards_copy, {}))
+    assert before == digest(bound_files(card, cards_copy, {}))  # no floor: the plain digest
+    for floor in ("mutation: {min_score: 0.5}\n", "mutation:\n  min_score: 0.5\n"):
+        path.write_text(path.read_text().replace("version: 1\n", floor + "version: 1\n"))
+        with_floor, _, _ = load_card(path, cards_copy)
+        assert with_floor.min_score == 0.5
+        assert mutation.score_digest(with_floor, bound_files(with_floor, cards_copy, {})) == before
+        path.write_text(path.read_text().replace(floor, ""))
+    path.write_text(path.read_text().replace("count_up(n) returns n.", "count_up(n) returns n, exactly."))
+    changed, _, _ = load_card(path, cards_copy)
+    assert mutation.score_digest(changed, bound_files(changed, cards_copy, {})) != before
