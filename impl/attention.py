@@ -9,20 +9,30 @@ depends on how many tokens were fed together, and summation order
 position's attention output is the same bits for a prefill, a chunk or a
 single decode step.
 
-Windows are a mask inside that product: keys below the window get score
--inf, so exp gives exactly 0 and the sums keep the same length and order.
-A window at least as long as the context is therefore bit-identical to no
-window. The window is decided from the cache's stored ``pos``, never from
+A window hides the keys below it: the numpy path gives them score -inf
+inside that product (exp gives exactly 0, the sums keep their length and
+order), the kernel never visits them (the same bits as the mask, since
+adding an exact 0 changes no sum). Either way a window at least as long as
+the context is bit-identical to no window. The window is decided from the cache's stored ``pos``, never from
 row indices: a query at absolute position p sees keys with pos >= p - W + 1.
 
-Two numerics paths (:func:`attention_path` names the one in force): the
-C kernel (impl.kernels ``kv_attend``: every query's scores, softmax and
-weighted sum over exactly its visible keys [lo, hi) in one fixed order,
-all T queries of a call in one native call) or the numpy code below, one
-query at a time (the default for now, see ENV_ATTENTION). Under the
-kernel, keys outside the window are not visited at all, which equals the
--inf mask bit for bit (exp gives exactly 0 and adding 0 changes no sum),
-so a window as long as the context is identical to none there too.
+Two numerics paths (:func:`attention_path` names the one in force):
+
+- ``kernel`` (default when impl.kernels loads): ``kv_attend``, every
+  query's scores, softmax and weighted sum over exactly its visible keys
+  [lo, hi) in one fixed order, all T queries of a call in one native call.
+  Keys outside the window are not visited at all, which equals the -inf
+  mask bit for bit (exp gives exactly 0 and adding 0 changes no sum), so
+  under the kernel a window is the same bits as attention over the
+  window's rows alone, and a window as long as the context the same as none.
+- ``numpy`` (fallback: no C compiler, or ``KVPROOF_ATTENTION=numpy``): the
+  code below, one query at a time, the -inf mask over [0, hi). Its sums run
+  over hi terms whatever the window, so it differs in the last bits from
+  attention over the window's rows alone (numpy's pairwise sums group
+  terms by position).
+
+Each path is invariant on its own; the two give different bits, so compare
+runs made under the same path only (the report header names it).
 """
 from __future__ import annotations
 
@@ -31,19 +41,36 @@ import os
 import numpy as np
 
 from impl import kernels
+from impl.errors import SettingError
 
-# NOTE: the kernel path is opt-in (KVPROOF_ATTENTION=kernel) until the witnesses that pin
-# numpy's bits are restated: KV-T3's masked reference repeats the numpy operations below
-# and demands equal bits, and RING-T1's control demands that a -inf mask over extra rows
-# differs from summing the window's rows only (under the kernel they agree, by design).
-ENV_ATTENTION = "KVPROOF_ATTENTION"  # "numpy" (default) or "kernel"
+ENV_ATTENTION = "KVPROOF_ATTENTION"  # "auto" (default: kernel when it loads), "kernel", or "numpy"
+ATTENTION_CHOICES = ("auto", "kernel", "numpy")
+
+
+def attention_choice() -> str:
+    """The validated value of KVPROOF_ATTENTION ("auto" when unset); SettingError naming the allowed values."""
+    choice = os.environ.get(ENV_ATTENTION, "auto").strip().lower() or "auto"
+    if choice not in ATTENTION_CHOICES:
+        raise SettingError(f"{ENV_ATTENTION}={os.environ.get(ENV_ATTENTION)!r} is not an attention path: use one of "
+                         f"{', '.join(ATTENTION_CHOICES)} (auto = the C kernel when it builds, else numpy), "
+                         f"or unset it")
+    return choice
 
 
 def attention_kernel():
-    """The compiled kernel when this process runs attention through it, else None."""
-    if os.environ.get(ENV_ATTENTION, "numpy").lower() != "kernel":
+    """The compiled kernel when this process runs attention through it, else None.
+
+    ``kernel`` insists (SettingError when the kernel cannot be built);
+    ``auto`` takes it when it loads; ``numpy`` never.
+    """
+    choice = attention_choice()
+    if choice == "numpy":
         return None
-    return kernels.load()
+    k = kernels.load()
+    if k is None and choice == "kernel":
+        raise SettingError(f"{ENV_ATTENTION}=kernel but the C kernel is unavailable ({kernels.status()}); "
+                           f"unset it to fall back to numpy")
+    return k
 
 
 def attention_path() -> str:
@@ -51,7 +78,8 @@ def attention_path() -> str:
     k = attention_kernel()
     if k is not None:
         return f"kernel {k.isa}: all queries in one call, each over exactly its visible keys"
-    return "numpy, one query at a time (KVPROOF_ATTENTION=kernel for the C kernel)"
+    why = f"{ENV_ATTENTION}=numpy" if attention_choice() == "numpy" else kernels.status()
+    return f"numpy, one query at a time, -inf mask over [0, hi) (fallback: {why})"
 
 
 def window_lo(pos: np.ndarray, hi: int, window: int | None) -> int:

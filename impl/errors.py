@@ -23,3 +23,7 @@ class WeightsCorrupt(WeightsError, ValueError):
 
 class CacheError(ImplError, ValueError):
     """A KV-cache operation got arguments it cannot honour."""
+
+
+class SettingError(ImplError, ValueError):
+    """An environment setting (KVPROOF_KERNEL, KVPROOF_ATTENTION) has a value impl does not know."""

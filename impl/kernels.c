@@ -128,9 +128,26 @@ static void row_panels(const float *x, const float *w, long K, long p0, long p1,
             tile_1_1(x, 0, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
 }
 
-/* T rows, panels [p0, p1) in groups of TP, k in blocks of KC, rows in tiles of MR. */
+#ifndef MC_BYTES
+#define MC_BYTES (128 * 1024) /* rows of x per block: about this many bytes, so the block stays in L2 */
+#endif
+
+static void rows_panels_block(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
+                              float *y, long ldy);
+
+/* T rows, panels [p0, p1): rows in blocks of MC (x's block stays in L2 while every panel passes
+ * over it), panels in groups of TP, k in blocks of KC, rows in tiles of MR. Blocking changes which
+ * elements are in flight together, never the order in which any one element is summed. */
 static void rows_panels(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
                         float *y, long ldy) {
+    long mc = MC_BYTES / (4 * K) / MR * MR;
+    if (mc < MR) mc = MR;
+    for (long t0 = 0; t0 < T; t0 += mc)
+        rows_panels_block(x + t0 * ldx, T - t0 < mc ? T - t0 : mc, ldx, w, K, p0, p1, y + t0 * ldy, ldy);
+}
+
+static void rows_panels_block(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
+                              float *y, long ldy) {
     long pstride = K * NR;
     int np;
     for (long p = p0; p < p1; p += np) {

@@ -169,7 +169,13 @@ _state: dict[str, object] = {}
 def load() -> Kernel | None:
     """The kernel, or None when the numpy fallback is in force (see :func:`status`). Cached per process."""
     if "kernel" not in _state:
-        choice = os.environ.get(ENV_CHOICE, "auto").lower()
+        choice = os.environ.get(ENV_CHOICE, "auto").strip().lower() or "auto"
+        if choice not in ("auto", "c", "numpy"):
+            from impl.errors import SettingError
+
+            raise SettingError(f"{ENV_CHOICE}={os.environ.get(ENV_CHOICE)!r} is not a kernel choice: use auto "
+                               f"(the C kernel when it builds, else numpy), c (the C kernel or an error) or numpy, "
+                               f"or unset it")
         kernel, why = None, ""
         if choice == "numpy":
             why = f"{ENV_CHOICE}=numpy"
@@ -178,7 +184,9 @@ def load() -> Kernel | None:
                 kernel = Kernel(build())
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
                 if choice == "c":
-                    raise RuntimeError(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e
+                    from impl.errors import SettingError
+
+                    raise SettingError(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e
                 why = f"kernel unavailable: {e}"
         _state["kernel"], _state["why"] = kernel, why
     return _state["kernel"]  # type: ignore[return-value]

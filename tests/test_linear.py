@@ -124,3 +124,29 @@ def test_kernel_builds_once_into_its_cache_folder_and_gives_the_same_bits(tmp_pa
     fresh.linear(x[:9], panels, a)
     kernels.load().linear(x[:9], panels, b)
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("var,value", [("KVPROOF_KERNEL", "gpu"), ("KVPROOF_ATTENTION", "fast")])
+def test_unknown_path_settings_are_refused_with_the_allowed_values(var, value, monkeypatch):
+    """A typo in KVPROOF_KERNEL / KVPROOF_ATTENTION is an error naming the variable, the value and the choices,
+    never a silent fallback to some default path."""
+    from impl.attention import attention_kernel
+    from impl.errors import ImplError
+
+    monkeypatch.setenv(var, value)
+    monkeypatch.setattr(kernels, "_state", {})
+    with pytest.raises(ImplError) as e:
+        attention_kernel() if var == "KVPROOF_ATTENTION" else kernels.load()
+    msg = str(e.value)
+    assert f"{var}={value!r}" in msg and "numpy" in msg and "auto" in msg
+
+
+def test_attention_defaults_to_the_kernel_when_it_loads(monkeypatch):
+    from impl.attention import attention_kernel, attention_path
+
+    monkeypatch.delenv("KVPROOF_ATTENTION", raising=False)
+    k = kernels.load()
+    assert attention_kernel() is k
+    assert attention_path().startswith("kernel" if k is not None else "numpy")
+    monkeypatch.setenv("KVPROOF_ATTENTION", "numpy")
+    assert attention_kernel() is None and "KVPROOF_ATTENTION=numpy" in attention_path()

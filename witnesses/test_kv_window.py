@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from impl.attention import causal_attention, window_lo
+from impl.attention import attention_kernel, causal_attention, window_lo
 from impl.model.session import Session
 from witnesses.synthetic import cache_delta, tiny_llama, token_ids
 from witnesses.test_kv_slots import uncached_reference
@@ -32,12 +32,20 @@ def test_window_lowest_visible_index_table(pos, row, window, want, evidence):
     assert got == want
 
 
+def visible_rows(pos, i, window):
+    """Rows query row i may see, from the definition: j <= i with pos[j] >= pos[i] - window + 1."""
+    rows = np.arange(i + 1)
+    if window is None:
+        return rows
+    return rows[pos[: i + 1] >= pos[i] - window + 1]
+
+
 def masked_reference(q, k, v, pos, window, scale):
     """Attention for every query row, with out-of-window scores set to -inf by a direct mask.
 
     q (T, Hkv, G, D), k/v (T, Hkv*D), pos (T,); query row i sees rows j <= i
     with pos[j] >= pos[i] - window + 1. Written independently of impl.attention
-    (its own mask from the definition), with the same float32 operations.
+    (its own mask from the definition), with the numpy path's float32 operations.
     """
     t, hkv, _, d = q.shape
     out = []
@@ -46,7 +54,7 @@ def masked_reference(q, k, v, pos, window, scale):
         vh = v[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)
         s = np.ascontiguousarray(np.matmul(kh, q[i].transpose(0, 2, 1)).transpose(0, 2, 1)) * np.float32(scale)
         if window is not None:
-            hidden = pos[: i + 1] < pos[i] - window + 1  # (i+1,) True = out of window
+            hidden = ~np.isin(np.arange(i + 1), visible_rows(pos, i, window))  # (i+1,) True = out of window
             s = np.where(hidden, np.float32(-np.inf), s)
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         w = e / e.sum(axis=-1, keepdims=True)
@@ -54,7 +62,43 @@ def masked_reference(q, k, v, pos, window, scale):
     return np.stack(out)
 
 
+def rows_reference(kernel, q, k, v, pos, window, scale):
+    """Attention for every query row over exactly its visible rows, copied out by the witness's own mask.
+
+    Each query goes to the kernel alone with a fresh contiguous array holding only its visible
+    rows and no window (lo = 0, hi = their count): the kernel never sees a window or a row
+    outside it, so the window logic under test (window_lo, causal_attention's lo/hi) is not used.
+    """
+    out = []
+    for i in range(q.shape[0]):
+        rows = visible_rows(pos, i, window)
+        kv, vv = np.ascontiguousarray(k[rows]), np.ascontiguousarray(v[rows])
+        out.append(kernel.attend(q[i : i + 1], kv, vv, np.array([0]), np.array([len(rows)]), scale)[0])
+    return np.stack(out)
+
+
+def float64_reference(q, k, v, pos, window, scale):
+    """The same attention in float64 from the definition (-inf mask), independent of either float32 path."""
+    t, hkv, g, d = q.shape
+    out = np.empty((t, hkv * g * d))
+    for i in range(t):
+        rows = visible_rows(pos, i, window)
+        kh = k[rows].astype(np.float64).reshape(len(rows), hkv, d)
+        vh = v[rows].astype(np.float64).reshape(len(rows), hkv, d)
+        s = np.einsum("hgd,nhd->hgn", q[i].astype(np.float64), kh) * scale
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        w /= w.sum(axis=-1, keepdims=True)
+        out[i] = np.einsum("hgn,nhd->hgd", w, vh).reshape(-1)
+    return out
+
+
 def test_windowed_attention_equals_masked_reference(evidence):
+    """Bit for bit against the reference of the attention path in force (numpy: a -inf mask over [0, hi)
+    with the same float32 steps; kernel: the kernel over only the visible rows, which the witness copies
+    out itself), and within 1e-5 of a float64 reference on either path."""
+    kernel = attention_kernel()
+    evidence.record("attention_path", "kernel" if kernel is not None else "numpy")
+
     @given(n=st.integers(1, 30), window=st.one_of(st.none(), st.integers(1, 12)), seed=st.integers(0, 9999))
     def prop(n, window, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
@@ -63,10 +107,14 @@ def test_windowed_attention_equals_masked_reference(evidence):
         q = np.random.default_rng(seed).standard_normal((n, 2, 2, 8)).astype(np.float32)
         for layer in range(2):
             got = causal_attention(q, s.cache, layer, 0, window, model.scale)
-            want = masked_reference(q, s.cache.k[layer], s.cache.v[layer], s.cache.pos, window, model.scale)
+            args = (q, s.cache.k[layer], s.cache.v[layer], s.cache.pos, window, model.scale)
+            want = masked_reference(*args) if kernel is None else rows_reference(kernel, *args)
             delta = float(np.max(np.abs(got - want)))
             evidence.observe("max_abs_delta", delta)
             assert np.array_equal(got, want), f"layer {layer}: max|delta|={delta}"
+            d64 = float(np.max(np.abs(got - float64_reference(*args))))
+            evidence.observe("max_abs_delta_float64", d64)
+            assert d64 <= 1e-5, f"layer {layer}: {d64} from the float64 reference"
         evidence.count("examples")
 
     prop()
