@@ -300,4 +300,12 @@ def semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[
                             shown, values.get(fp, 0), fp, short(limit),
                             f"a tolerance above zero needs a reason; add `reason:` to {where} "
                             f"saying why {limit!r} is right"))
+            bounded = sorted(w.get("bounds") or {})
+            for key in (w.get("regression") or {}):
+                if key not in bounded:
+                    fp = f"{where}.regression.{key}"
+                    problems.append(Problem(
+                        shown, values.get(fp, 0), fp, short(key),
+                        f"a regression threshold applies to a bounded key, and {where} bounds "
+                        f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound"))
     return problems

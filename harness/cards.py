@@ -61,6 +61,7 @@ class Witness:
     reason: str = ""
     timeout: float | None = None  # seconds; None = harness default
     notes: str = ""
+    regression: tuple[tuple[str, float], ...] = ()  # (key, fraction of the headroom) pairs (harness.compare)
 
     @property
     def file(self) -> str:
@@ -144,7 +145,8 @@ def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
 def _witness(raw: Mapping[str, Any], kind: Kind) -> Witness:
     return Witness(
         id=raw["id"], test=raw["test"], kind=kind, bounds=_bounds(raw.get("bounds")),
-        reason=raw.get("reason", ""), timeout=raw.get("timeout"), notes=raw.get("notes", ""))
+        reason=raw.get("reason", ""), timeout=raw.get("timeout"), notes=raw.get("notes", ""),
+        regression=tuple((k, float(v)) for k, v in (raw.get("regression") or {}).items()))
 
 
 def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[str, ...]:

@@ -1,0 +1,161 @@
+"""compare: per-card changes between two runs, and each regression rule (harness.compare)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.compare import compare, thresholds_from_cards
+from harness.document import CardResult, RunDocument
+from harness.statuses import LiarStatus, Verdict
+
+DOC = Path(__file__).parent / "fixtures" / "report-data" / "mixed-verdicts.json"
+
+
+@pytest.fixture()
+def base() -> RunDocument:
+    return RunDocument.from_json(json.loads(DOC.read_text()))
+
+
+def _card(doc: RunDocument, cid: str) -> CardResult:
+    return next(c for c in doc.cards if c.id == cid)
+
+
+def _with_card(doc: RunDocument, card: CardResult) -> RunDocument:
+    return dataclasses.replace(doc, cards=tuple(card if c.id == card.id else c for c in doc.cards))
+
+
+def _set_actual(card: CardResult, witness: str, key: str, value, *, controls: bool = False) -> CardResult:
+    group = card.controls if controls else card.witnesses
+    new = []
+    for w in group:
+        if w.id == witness:
+            w = dataclasses.replace(w, bounds=tuple(dataclasses.replace(b, actual=value) if b.key == key else b
+                                                    for b in w.bounds))
+        new.append(w)
+    return dataclasses.replace(card, **{"controls" if controls else "witnesses": tuple(new)})
+
+
+def test_a_run_against_itself_has_no_change_and_no_regression(base):
+    cmp = compare(base, base)
+    assert [c.status for c in cmp.cards] == ["unchanged"] * len(base.cards)
+    assert cmp.regressions == ()
+    assert all(m.change in (None, 0.0) and not m.regression for c in cmp.cards for m in c.measures)
+
+
+def test_a_verdict_that_gets_worse_is_a_regression_and_a_better_one_is_not(base):
+    add = _card(base, "FX-ADD")
+    worse = _with_card(base, dataclasses.replace(add, verdict=Verdict.FAILED, reason="bound broken"))
+    cmp = compare(base, worse)
+    regs = [r for r in cmp.regressions if r.rule == "verdict"]
+    assert [r.card for r in regs] == ["FX-ADD"] and "PROVEN -> FAILED" in regs[0].text
+    better = compare(worse, base)
+    assert not [r for r in better.regressions if r.rule == "verdict"]
+    # VACUOUS -> FAILED is worse too; FAILED -> VACUOUS is not
+    weak = _card(base, "FX-WEAK")
+    failed = _with_card(base, dataclasses.replace(weak, verdict=Verdict.FAILED))
+    assert [r.card for r in compare(base, failed).regressions if r.rule == "verdict"] == ["FX-WEAK"]
+    assert not [r for r in compare(failed, base).regressions if r.rule == "verdict"]
+
+
+def test_a_liar_caught_before_and_surviving_now_is_a_regression(base):
+    add = _card(base, "FX-ADD")
+    (liar,) = add.liars
+    survived = dataclasses.replace(liar, caught=False, caught_by=(), status=LiarStatus.SURVIVED)
+    after = _with_card(base, dataclasses.replace(add, liars=(survived,), verdict=Verdict.VACUOUS))
+    cmp = compare(base, after)
+    change = next(c for c in cmp.cards if c.id == "FX-ADD")
+    assert change.newly_surviving == ("arith.off_by_one",)
+    assert change.liars_before == (1, 1) and change.liars_after == (0, 1)
+    assert {r.rule for r in change.regressions} == {"verdict", "liar"}
+    # a liar that already survived before is not news
+    assert not [r for r in compare(after, after).regressions]
+
+
+def test_any_move_on_an_exact_bound_is_a_regression(base):
+    add = _card(base, "FX-ADD")  # exact: max_abs_delta le 0, measured 0
+    moved = _with_card(base, _set_actual(add, "exact", "max_abs_delta", 1e-9))
+    cmp = compare(base, moved)
+    (m,) = [m for m in next(c for c in cmp.cards if c.id == "FX-ADD").measures if m.witness == "exact"]
+    assert m.before == 0 and m.after == 1e-9 and m.change == pytest.approx(1e-9)
+    assert m.toward_bound and math.isinf(m.used) and m.threshold == 0.0 and m.regression
+    assert [r.rule for r in cmp.regressions] == ["measure"]
+
+
+def test_a_move_away_from_the_bound_is_never_a_regression(base):
+    add = _card(base, "FX-ADD")  # control inputs-differ: max_abs_delta gt 0, measured 1
+    grew = _with_card(base, _set_actual(add, "inputs-differ", "max_abs_delta", 5, controls=True))
+    cmp = compare(base, grew)
+    (m,) = [m for m in next(c for c in cmp.cards if c.id == "FX-ADD").measures if m.witness == "inputs-differ"]
+    assert m.change == 4 and not m.toward_bound and not m.regression and cmp.regressions == ()
+
+
+def test_a_move_toward_a_loose_bound_is_shown_not_judged_without_a_threshold(base):
+    add = _card(base, "FX-ADD")  # control: gt 0 from 1 down to 0.2 is toward the bound, 80% of the room
+    shrank = _with_card(base, _set_actual(add, "inputs-differ", "max_abs_delta", 0.2, controls=True))
+    cmp = compare(base, shrank)
+    (m,) = [m for m in next(c for c in cmp.cards if c.id == "FX-ADD").measures if m.witness == "inputs-differ"]
+    assert m.toward_bound and m.used == pytest.approx(0.8) and m.threshold is None and not m.regression
+    assert next(c for c in cmp.cards if c.id == "FX-ADD").status == "changed"
+    # with a card threshold of half the room it is a regression; with 0.9 it is not
+    over = compare(base, shrank, thresholds={("FX-ADD", "inputs-differ", "max_abs_delta"): 0.5})
+    assert [r.rule for r in over.regressions] == ["measure"] and "used 80% of the room" in over.regressions[0].text
+    under = compare(base, shrank, thresholds={("FX-ADD", "inputs-differ", "max_abs_delta"): 0.9})
+    assert under.regressions == ()
+
+
+def test_changed_bound_files_name_why_a_card_moved(base):
+    add = _card(base, "FX-ADD")
+    files = tuple(dataclasses.replace(f, sha256="0" * 64) if f.path.endswith("test_arith.py") else f
+                  for f in add.bound_files)
+    after = _with_card(base, dataclasses.replace(add, bound_files=files, version=add.version + 1))
+    change = next(c for c in compare(base, after).cards if c.id == "FX-ADD")
+    assert change.status == "changed" and change.version_before + 1 == change.version_after
+    assert change.changed_files == ("witnesses/test_arith.py (witness)",)
+    assert change.regressions == ()
+
+
+def test_added_and_removed_cards(base):
+    fewer = dataclasses.replace(base, cards=tuple(c for c in base.cards if c.id != "FX-ADD"))
+    cmp = compare(fewer, base)
+    assert cmp.added == ("FX-ADD",) and cmp.removed == () and cmp.regressions == ()  # it enters PROVEN
+    cmp = compare(base, fewer)
+    assert cmp.removed == ("FX-ADD",) and cmp.cards[-1].id == "FX-ADD" and cmp.regressions == ()
+    # a card that enters not PROVEN is a regression against nothing
+    only_weak = dataclasses.replace(base, cards=tuple(c for c in base.cards if c.id != "FX-WEAK"))
+    regs = compare(only_weak, base).regressions
+    assert [(r.card, r.rule) for r in regs if r.card == "FX-WEAK"][:1] == [("FX-WEAK", "verdict")]
+
+
+def test_duration_change_is_reported(base):
+    add = _card(base, "FX-ADD")
+    slower = _with_card(base, dataclasses.replace(add, duration_s=add.duration_s + 2.5))
+    change = next(c for c in compare(base, slower).cards if c.id == "FX-ADD")
+    assert change.duration_change == pytest.approx(2.5)
+
+
+def test_card_regression_thresholds_are_read_from_the_witnesses(tmp_path):
+    from harness.cards import load_cards
+
+    card = tmp_path / "T-1.yaml"
+    card.write_text(
+        "id: T-1\ntitle: t\nmodule: m\nregime: A\ntheorem: t\nproof: p\nrefs: []\nversion: 1\n"
+        "witnesses:\n  - id: w\n    test: witnesses/test_x.py::test_x\n"
+        "    bounds: {max_abs_delta: {le: 1.0e-4}}\n    reason: r\n    regression: {max_abs_delta: 0.5}\n")
+    res = load_cards(tmp_path, root=tmp_path)
+    assert thresholds_from_cards(res.cards) == {("T-1", "w", "max_abs_delta"): 0.5}
+
+
+def test_a_threshold_on_a_key_the_witness_does_not_bound_is_refused(tmp_path):
+    from harness.cards import load_cards
+
+    (tmp_path / "T-2.yaml").write_text(
+        "id: T-2\ntitle: t\nmodule: m\nregime: A\ntheorem: t\nproof: p\nrefs: []\nversion: 1\n"
+        "witnesses:\n  - id: w\n    test: witnesses/test_x.py::test_x\n"
+        "    bounds: {max_abs_delta: {le: 0}}\n    regression: {max_rel_delta: 0.5}\n")
+    res = load_cards(tmp_path, root=tmp_path)
+    (p,) = [p for p in res.problems if "regression" in p.field]
+    assert p.field == "witnesses[0].regression.max_rel_delta" and "max_abs_delta" in p.message and p.line == 13
