@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError
 
-SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "new", "oracle")
+SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "new", "oracle")
 
 
 # ---------------------------------------------------------------- parser
@@ -113,6 +113,18 @@ def _reading_parsers(sub) -> None:
     hist.add_argument("ids", nargs="*", metavar="ID", help="card ids; default: list the runs")
     hist.add_argument("--limit", type=argtypes.positive_int, default=20, metavar="N", help="newest N entries (default 20)")
     _reports_opt(hist)
+    cmp = sub.add_parser("compare", help="what changed between two runs, per card; exit 1 on a regression "
+                                         "with --fail-on-regression")
+    cmp.add_argument("before", nargs="?", default="previous", metavar="A",
+                     help="run id (`history`), latest/previous, a report folder or a verdicts.json (default: previous)")
+    cmp.add_argument("after", nargs="?", default="latest", metavar="B", help="the same kinds (default: latest)")
+    cmp.add_argument("--json", metavar="PATH", help="write the comparison as JSON ('-' for stdout)")
+    cmp.add_argument("--markdown", metavar="PATH", help="write it as Markdown for a pull request ('-' for stdout)")
+    cmp.add_argument("--all", action="store_true", help="list unchanged cards too")
+    cmp.add_argument("--fail-on-regression", action="store_true",
+                     help="exit 1 when any card regressed (docs/compare.md: the rules)")
+    _cards_opt(cmp)
+    _reports_opt(cmp)
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
     new.add_argument("id", metavar="ID")
     _cards_opt(new)
@@ -123,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
                     "UNVERIFIED / ERROR per card. `run` is the default command.")
-    sub = parser.add_subparsers(dest="command", metavar="{run,mutate,list,validate,show,status,history,new,oracle}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,mutate,list,validate,show,status,history,compare,new,oracle}")
     _run_parser(sub)
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")

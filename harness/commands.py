@@ -258,6 +258,80 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- compare
+
+
+def _write_text(raw: str, text: str, what: str) -> None:
+    """Write ``text`` to ``raw`` ('-': stdout); a folder that does not exist or cannot be written is a UsageError."""
+    import sys
+
+    if raw == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if path.is_dir():
+        raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
+    if not path.parent.is_dir():
+        raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--{what}={raw!r}: cannot write it ({e.strerror or e}); give a writable path") from e
+
+
+def comparison_thresholds(args: argparse.Namespace, root: Path):
+    """(card, witness, key) -> fraction from the cards as they are now (a card that does not load adds none)."""
+    from harness.cards import load_cards
+    from harness.compare import thresholds_from_cards
+
+    try:
+        return thresholds_from_cards(load_cards(cards_dir(args, root), root).cards)
+    except UsageError:
+        return {}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.compare import compare
+    from harness.compare_io import load_ref, open_ledger
+    from harness.report.compare import render_terminal, to_json, to_markdown
+
+    root = project_root()
+    reports = reports_dir(args, root)
+    for raw, what in ((args.json, "json"), (args.markdown, "markdown")):
+        if raw and raw != "-":
+            _write_text_check(raw, what)
+    ledger = open_ledger(reports)
+    try:
+        a = load_ref(args.before, reports, ledger)
+        b = load_ref(args.after, reports, ledger)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    cmp = compare(a.doc, b.doc, before_label=a.label, after_label=b.label,
+                  thresholds=comparison_thresholds(args, root))
+    to_stdout = "-" in (args.json, args.markdown)
+    if not to_stdout:
+        render_terminal(make_console(), cmp, all_cards=args.all)
+    if args.json:
+        _write_text(args.json, json.dumps(to_json(cmp), indent=2, ensure_ascii=False), "json")
+    if args.markdown:
+        _write_text(args.markdown, to_markdown(cmp), "markdown")
+    return 1 if (args.fail_on_regression and cmp.regressions) else 0
+
+
+def _write_text_check(raw: str, what: str) -> None:
+    """Refuse an output path that cannot be written before anything is read."""
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if path.is_dir():
+        raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
+    if not path.parent.is_dir():
+        raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
+
+
 # ---------------------------------------------------------------- new
 
 

@@ -159,3 +159,53 @@ def test_a_threshold_on_a_key_the_witness_does_not_bound_is_refused(tmp_path):
     res = load_cards(tmp_path, root=tmp_path)
     (p,) = [p for p in res.problems if "regression" in p.field]
     assert p.field == "witnesses[0].regression.max_rel_delta" and "max_abs_delta" in p.message and p.line == 13
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _cli(*args):
+    from harness.cli import main
+
+    return main(["compare", *args])
+
+
+def _write(doc: RunDocument, path: Path) -> Path:
+    path.write_text(json.dumps(doc.to_json()))
+    return path
+
+
+def test_compare_command_exit_codes_json_and_markdown(base, tmp_path, capsys):
+    a = _write(base, tmp_path / "a.json")
+    add = _card(base, "FX-ADD")
+    broke = _write(_with_card(base, dataclasses.replace(add, verdict=Verdict.FAILED, reason="bound broken")),
+                   tmp_path / "b.json")
+    assert _cli(str(a), str(a), "--fail-on-regression") == 0
+    assert _cli(str(a), str(broke)) == 0  # without --fail-on-regression it only reports
+    out = capsys.readouterr().out
+    assert "PROVEN → FAILED" in out and "1 regression(s)" in out
+    assert _cli(str(a), str(broke), "--fail-on-regression", "--json", str(tmp_path / "c.json"),
+                "--markdown", str(tmp_path / "c.md")) == 1
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["schema"] == "kvproof.compare" and data["summary"]["regressions"] == 1
+    assert [r["card"] for r in data["regressions"]] == ["FX-ADD"]
+    md = (tmp_path / "c.md").read_text()
+    assert "| FX-ADD | PROVEN → FAILED |" in md and "### Regressions" in md
+
+
+def test_compare_a_report_folder_and_a_missing_reference(base, tmp_path, capsys):
+    folder = tmp_path / "2026-11-30T00-00-00Z"
+    folder.mkdir()
+    _write(base, folder / "verdicts.json")
+    assert _cli(str(folder), str(folder / "verdicts.json"), "--json", "-") == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["unchanged"] == len(base.cards)
+    assert _cli(str(tmp_path / "nope"), str(folder), "--reports", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "'" + str(tmp_path / "nope") + "'" in err and "history" in err
+    (tmp_path / "bad.json").write_text("{not json")
+    assert _cli(str(tmp_path / "bad.json"), str(folder)) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    assert _cli(str(folder), str(folder), "--markdown", str(tmp_path / "no" / "such" / "x.md")) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert _cli("--reports", str(tmp_path / "empty")) == 2  # no ledger: previous/latest cannot be found
+    assert "0 run(s) recorded" in capsys.readouterr().err
