@@ -268,12 +268,7 @@ def _write_text(raw: str, text: str, what: str) -> None:
     if raw == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    path = Path(raw).expanduser()
-    path = path if path.is_absolute() else Path.cwd() / path
-    if path.is_dir():
-        raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
-    if not path.parent.is_dir():
-        raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
+    path = _write_text_check(raw, what)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as e:
@@ -322,14 +317,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if (args.fail_on_regression and cmp.regressions) else 0
 
 
-def _write_text_check(raw: str, what: str) -> None:
-    """Refuse an output path that cannot be written before anything is read."""
+def _write_text_check(raw: str, what: str) -> Path:
+    """The output path, or a UsageError for one that cannot be written (checked before anything is read)."""
     path = Path(raw).expanduser()
     path = path if path.is_absolute() else Path.cwd() / path
     if path.is_dir():
         raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
     if not path.parent.is_dir():
         raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
+    return path
 
 
 # ---------------------------------------------------------------- new
