@@ -1,0 +1,145 @@
+"""Small inline SVG pictures for the HTML reports: no script, no external resource, readable on a phone.
+
+- :func:`trend`: a card's headline measure (or its duration) over the
+  ledger's runs, with its bound as a dashed line, the newest point marked,
+  and the first/last values printed; the y axis always includes the bound,
+  so the gap between line and dashes is the room left.
+- :func:`measure_bars`: for a comparison, each changed measure as two bars
+  (before, after) scaled to its bound.
+
+Every picture carries a ``<title>`` and ``role="img"`` with an
+``aria-label`` that says in words what it shows, and a viewBox so it scales
+with the page (``width: 100%`` up to its natural size).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str  # e.g. the run's date, shown on hover
+    value: float | None  # None: not measured in that run (a gap)
+
+
+def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000 or abs(v) < 0.01:
+        return f"{v:.2g}"
+    return f"{v:.3g}"
+
+
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def trend(points: Sequence[Point], *, bound: tuple[str, float] | None = None, unit: str = "",
+          title: str = "", width: int = 220, height: int = 48) -> str:
+    """A line over ``points`` (oldest first) with the bound dashed; '' when no point has a value."""
+    vals = _finite([p.value for p in points])
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    limit = None
+    if bound is not None and isinstance(bound[1], (int, float)) and math.isfinite(bound[1]):
+        limit = float(bound[1])
+        lo, hi = min(lo, limit), max(hi, limit)
+    if hi == lo:
+        hi, lo = hi + (abs(hi) or 1.0) * 0.5, lo - (abs(lo) or 1.0) * 0.5
+    pad_l, pad_r, pad_t, pad_b = 4, 60, 6, 6
+    w, h = width - pad_l - pad_r, height - pad_t - pad_b
+    n = len(points)
+
+    def x(i: int) -> float:
+        return pad_l + (w * i / (n - 1) if n > 1 else w / 2)
+
+    def y(v: float) -> float:
+        return pad_t + h - (v - lo) / (hi - lo) * h
+
+    parts: list[str] = []
+    if limit is not None:
+        op = escape(bound[0])  # type: ignore[index]
+        parts.append(f'<line class="bound" x1="{pad_l}" x2="{pad_l + w}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
+                     f'stroke="#b42318" stroke-width="1" stroke-dasharray="4 3"><title>bound: {op} {_fmt(limit)}'
+                     f'</title></line>')
+    segment: list[str] = []
+    segments: list[list[str]] = []
+    for i, p in enumerate(points):
+        if p.value is None or not math.isfinite(float(p.value)):
+            if segment:
+                segments.append(segment)
+            segment = []
+            continue
+        segment.append(f"{x(i):.1f},{y(float(p.value)):.1f}")
+    if segment:
+        segments.append(segment)
+    for seg in segments:
+        if len(seg) > 1:
+            parts.append(f'<polyline fill="none" stroke="#1f6feb" stroke-width="1.5" points="{" ".join(seg)}"/>')
+    for i, p in enumerate(points):  # a dot per run, with its value on hover
+        if p.value is None or not math.isfinite(float(p.value)):
+            continue
+        last = i == n - 1
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(float(p.value)):.1f}" r="{2.6 if last else 1.6}" '
+                     f'fill="{"#1f6feb" if last else "#6e9fe6"}"><title>{escape(p.label)}: {_fmt(float(p.value))}'
+                     f'{escape(unit)}</title></circle>')
+    newest = next((p.value for p in reversed(points) if p.value is not None), None)
+    text = f"{_fmt(float(newest))}{unit}" if newest is not None else "–"
+    parts.append(f'<text x="{pad_l + w + 6}" y="{pad_t + h / 2 + 4:.1f}" font-size="11" fill="currentColor">'
+                 f'{escape(text)}</text>')
+    if limit is not None:
+        parts.append(f'<text x="{pad_l + w + 6}" y="{height - 2}" font-size="9" fill="#b42318">'
+                     f'{escape(bound[0])} {_fmt(limit)}</text>')  # type: ignore[index]
+    label = (f"{title}: {len(vals)} of {n} runs measured, newest {text}, range {_fmt(min(vals))} to "
+             f"{_fmt(max(vals))}{unit}" + (f", bound {bound[0]} {_fmt(limit)}" if limit is not None else ""))  # type: ignore[index]
+    return (f'<svg class="trend" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+            f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+            f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>')
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str  # "CARD/witness: key"
+    before: float | None
+    after: float | None
+    limit: float | None
+    regression: bool = False
+
+
+def measure_bars(bars: Sequence[Bar], *, width: int = 420, row: int = 30) -> str:
+    """Two bars per measure (before grey, after blue; red when it regressed), each as a fraction of its limit
+    (the dashed line); '' when there is nothing to draw."""
+    rows = [b for b in bars if b.before is not None or b.after is not None]
+    if not rows:
+        return ""
+    label_w, pad = 170, 6
+    bar_w = width - label_w - 70
+    height = row * len(rows) + pad * 2
+    parts: list[str] = []
+    for i, b in enumerate(rows):
+        top = pad + i * row
+        scale_to = max(_finite([b.before, b.after, b.limit]) or [1.0]) or 1.0
+        scale_to = abs(scale_to) or 1.0
+        parts.append(f'<text x="0" y="{top + 15}" font-size="10" fill="currentColor">{escape(b.label[:34])}'
+                     f'<title>{escape(b.label)}</title></text>')
+        for j, (val, color) in enumerate(((b.before, "#9aa4b2"), (b.after, "#b42318" if b.regression else "#1f6feb"))):
+            if val is None or not math.isfinite(val):
+                continue
+            length = max(1.0, abs(val) / scale_to * bar_w)
+            parts.append(f'<rect x="{label_w}" y="{top + 4 + j * 10}" width="{length:.1f}" height="8" fill="{color}">'
+                         f'<title>{"before" if j == 0 else "after"}: {_fmt(val)}</title></rect>')
+        if b.limit is not None and math.isfinite(b.limit):
+            lx = label_w + abs(b.limit) / scale_to * bar_w
+            parts.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{top + 2}" y2="{top + 24}" stroke="#b42318" '
+                         f'stroke-dasharray="3 2"><title>bound {_fmt(b.limit)}</title></line>')
+        after = "–" if b.after is None else _fmt(b.after)
+        parts.append(f'<text x="{label_w + bar_w + 6}" y="{top + 15}" font-size="10" fill="currentColor">'
+                     f'{escape(after)}</text>')
+    label = f"{len(rows)} measure(s) before (grey) and after (blue, red if regressed), against their bounds"
+    return (f'<svg class="bars" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+            f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+            f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>')
