@@ -133,6 +133,25 @@ def display_path(path: Path, root: Path) -> str:
 
 # ---------------------------------------------------------------- loading
 
+_LOADED: dict[str, bytes] = {}  # sha256 -> the bytes of every card file this process loaded
+
+
+def _keep_bytes(raw: bytes) -> str:
+    """Remember a card file's bytes under their sha256 (the card's fingerprint), which is returned."""
+    fp = hashlib.sha256(raw).hexdigest()
+    _LOADED[fp] = raw
+    return fp
+
+
+def card_bytes(fingerprint: str) -> bytes | None:
+    """The exact bytes a card with this fingerprint was loaded from in this process (None: not loaded here).
+
+    The report folder keeps them (``cards/``), so an old report still shows the theorem, bounds and liars
+    its verdicts were judged against, even after the card file changed.
+    """
+    return _LOADED.get(fingerprint)
+
+
 
 def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
     out = []
@@ -202,7 +221,7 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
         requires=tuple(data.get("requires") or ()), witnesses=witnesses, controls=controls,
         liars=tuple(data.get("liars") or ()), notes=(data.get("notes") or "").strip(),
         tags=tuple(data.get("tags") or ()), version=data["version"], source=path.resolve(),
-        display_path=shown, fingerprint=hashlib.sha256(raw_bytes).hexdigest(), lines=values,
+        display_path=shown, fingerprint=_keep_bytes(raw_bytes), lines=values,
         min_score=(data.get("mutation") or {}).get("min_score"), explicit_covers="covers" in data)
     return card, [], card_id
 

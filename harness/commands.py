@@ -306,7 +306,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if ledger is not None:
             ledger.close()
     cmp = compare(a.doc, b.doc, before_label=a.label, after_label=b.label,
-                  thresholds=comparison_thresholds(args, root))
+                  thresholds=comparison_thresholds(args, root), card_texts=(a.cards, b.cards))
     to_stdout = "-" in (args.json, args.markdown)
     if not to_stdout:
         render_terminal(make_console(), cmp, all_cards=args.all)

@@ -87,6 +87,7 @@ class CardChange:
     measures: tuple[MeasureChange, ...]
     regressions: tuple[Regression, ...]
     replayed_after: bool = False  # the after verdict was replayed (--changed), not recomputed
+    card_diff: str = ""  # unified diff of the card file between the runs, when both reports kept it
 
     @property
     def duration_change(self) -> float | None:
@@ -127,18 +128,37 @@ def run_ref(doc: RunDocument, label: str) -> RunRef:
 
 
 def compare(before: RunDocument, after: RunDocument, *, before_label: str = "before", after_label: str = "after",
-            thresholds: Thresholds | None = None) -> Comparison:
-    """Every card of either run, in the after run's order then the removed ones, with its changes."""
+            thresholds: Thresholds | None = None, card_texts: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})
+            ) -> Comparison:
+    """Every card of either run, in the after run's order then the removed ones, with its changes.
+
+    ``card_texts``: (before, after) card id -> the card file's text as run, for the card's own diff.
+    """
     thresholds = thresholds or {}
     a = {c.id: c for c in before.cards}
     b = {c.id: c for c in after.cards}
     order = [c.id for c in after.cards] + [c.id for c in before.cards if c.id not in b]
-    cards = tuple(card_change(a.get(cid), b.get(cid), thresholds) for cid in order)
+    cards = tuple(card_change(a.get(cid), b.get(cid), thresholds, card_diff(cid, a.get(cid), b.get(cid), card_texts))
+                  for cid in order)
     regressions = tuple(r for c in cards for r in c.regressions)
     return Comparison(run_ref(before, before_label), run_ref(after, after_label), cards, regressions)
 
 
-def card_change(a: CardResult | None, b: CardResult | None, thresholds: Thresholds) -> CardChange:
+def card_diff(cid: str, a: CardResult | None, b: CardResult | None,
+              texts: tuple[Mapping[str, str], Mapping[str, str]]) -> str:
+    """The card file's unified diff between the runs ('' when unchanged or either text is unknown)."""
+    import difflib
+
+    if a is None or b is None or a.fingerprint == b.fingerprint:
+        return ""
+    x, y = texts[0].get(cid), texts[1].get(cid)
+    if x is None or y is None:
+        return ""
+    return "".join(difflib.unified_diff(x.splitlines(keepends=True), y.splitlines(keepends=True),
+                                        f"{a.card_path} (before)", f"{b.card_path} (after)"))
+
+
+def card_change(a: CardResult | None, b: CardResult | None, thresholds: Thresholds, diff: str = "") -> CardChange:
     assert a is not None or b is not None
     cid = (b or a).id  # type: ignore[union-attr]
     measures = tuple(measure_changes(cid, a, b, thresholds)) if b is not None else ()
@@ -160,7 +180,8 @@ def card_change(a: CardResult | None, b: CardResult | None, thresholds: Threshol
     elif b is None:
         status = "removed"
     else:
-        same = (va == vb and not files and a.version == b.version and _liars(a) == _liars(b)
+        same = (va == vb and not files and a.version == b.version and a.fingerprint == b.fingerprint
+                and _liars(a) == _liars(b)
                 and all(m.change in (0, 0.0, None) and m.before == m.after for m in measures))
         status = "unchanged" if same else "changed"
     return CardChange(
@@ -170,7 +191,7 @@ def card_change(a: CardResult | None, b: CardResult | None, thresholds: Threshol
         liars_before=_liars(a), liars_after=_liars(b), newly_surviving=newly,
         duration_before=_duration(a), duration_after=_duration(b),
         changed_files=files, measures=measures, regressions=tuple(regs),
-        replayed_after=bool(b is not None and b.replayed_from is not None))
+        replayed_after=bool(b is not None and b.replayed_from is not None), card_diff=diff)
 
 
 def _rank(v: str) -> int:

@@ -13,8 +13,9 @@ reference, says what was looked for and how to list what there is.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from harness.document import RunDocument
 from harness.errors import UsageError
@@ -27,6 +28,24 @@ VERDICTS_FILE = "verdicts.json"
 class LoadedRun:
     doc: RunDocument
     label: str  # "run 12 (2026-11-30T18:11:04Z)" or the file shown
+    cards: Mapping[str, str] = field(default_factory=dict)  # card id -> its text as run (the report's cards/)
+
+
+def card_texts(folder: Path) -> dict[str, str]:
+    """Card id -> the card file's text as the run loaded it, from a report folder's ``cards/`` (empty if none)."""
+    index = folder / "cards" / "index.json"
+    try:
+        entries = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and e.get("file"):
+            try:
+                out[str(e["id"])] = (folder / "cards" / str(e["file"])).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+    return out
 
 
 def _from_file(path: Path, ref: str) -> LoadedRun:
@@ -45,7 +64,7 @@ def _from_file(path: Path, ref: str) -> LoadedRun:
     except Exception as e:  # cattrs raises its own exception groups: name the file, not the traceback
         raise UsageError(f"compare reference {ref!r}: {path} does not read as a verdicts document ({type(e).__name__}: "
                          f"{str(e)[:200]}); was it written by another kvproof version?") from e
-    return LoadedRun(doc, str(path))
+    return LoadedRun(doc, str(path), card_texts(path.parent))
 
 
 def _from_ledger(ledger: Ledger | None, run_id: int, ref: str, reports: Path) -> LoadedRun:
@@ -60,7 +79,7 @@ def _from_ledger(ledger: Ledger | None, run_id: int, ref: str, reports: Path) ->
     header_json, started, report_dir = row
     if report_dir and (reports / report_dir / VERDICTS_FILE).is_file():  # the whole document, timing included
         loaded = _from_file(reports / report_dir / VERDICTS_FILE, ref)
-        return LoadedRun(loaded.doc, f"run {run_id} ({started})")
+        return LoadedRun(loaded.doc, f"run {run_id} ({started})", loaded.cards)
     cards = [json.loads(e) for (e,) in ledger.conn.execute(
         "SELECT entry_json FROM verdicts WHERE run_id = ? ORDER BY rowid", (run_id,))]
     doc = RunDocument.from_json({"header": json.loads(header_json), "cards": cards})

@@ -209,3 +209,20 @@ def test_compare_a_report_folder_and_a_missing_reference(base, tmp_path, capsys)
     assert "does not exist" in capsys.readouterr().err
     assert _cli("--reports", str(tmp_path / "empty")) == 2  # no ledger: previous/latest cannot be found
     assert "0 run(s) recorded" in capsys.readouterr().err
+
+
+def test_compare_shows_a_cards_own_changes_from_the_report_folders(base, tmp_path, capsys):
+    add = _card(base, "FX-ADD")
+    runs = []
+    for i, (text, fp) in enumerate((("id: FX-ADD\ntheorem: a + b\n", "a" * 64), ("id: FX-ADD\ntheorem: a + b, exactly\n",
+                                                                                  "b" * 64))):
+        folder = tmp_path / f"run{i}"
+        (folder / "cards").mkdir(parents=True)
+        (folder / "cards" / "FX-ADD.yaml").write_text(text)
+        (folder / "cards" / "index.json").write_text(json.dumps([{"id": "FX-ADD", "file": "FX-ADD.yaml"}]))
+        _write(_with_card(base, dataclasses.replace(add, fingerprint=fp)), folder / "verdicts.json")
+        runs.append(str(folder))
+    assert _cli(*runs, "--markdown", str(tmp_path / "c.md")) == 0
+    md = (tmp_path / "c.md").read_text()
+    assert "FX-ADD: the card changed" in md and "-theorem: a + b\n+theorem: a + b, exactly" in md
+    assert "+theorem: a + b, exactly" in capsys.readouterr().out

@@ -52,7 +52,7 @@ def test_publish_writes_the_four_files_records_the_run_and_points_latest(tmp_pat
     reports = tmp_path / "reports"
     final = folder.publish(reports, doc_at("2026-01-01T10:00:00Z"), FIXTURE)
     assert final.name == "2026-01-01T10-00-00Z"
-    assert sorted(p.name for p in final.iterdir()) == sorted(folder.FILES)
+    assert sorted(p.name for p in final.iterdir()) == sorted(folder.FILES + (folder.CARDS,))
     assert os.readlink(reports / "latest") == final.name and (reports / "latest" / "index.html").is_file()
     again = folder.publish(reports, doc_at("2026-01-01T10:00:00Z"), FIXTURE)  # same second: a new name
     assert again.name == "2026-01-01T10-00-00Z.2" and os.readlink(reports / "latest") == again.name
@@ -139,7 +139,7 @@ def ran(tmp_path_factory) -> Path:
 def test_a_run_leaves_a_dated_report_and_status_reads_it_without_running(ran):
     reports = ran / "reports"
     latest = reports / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == sorted(folder.FILES)
+    assert sorted(p.name for p in latest.iterdir()) == sorted(folder.FILES + (folder.CARDS,))
     assert "| FX-ADD | add is exact on integers | N | PROVEN |" in (latest / "verdicts.md").read_text()
     proc = kvproof(ran, "status", "FX-ADD")
     assert proc.returncode == 0 and "PROVEN" in proc.stdout and "STALE" not in proc.stdout
@@ -159,6 +159,31 @@ def test_status_marks_a_card_stale_after_its_impl_file_is_edited(ran, tmp_path):
     finally:
         impl.write_text(original)
     assert kvproof(ran, "status", "FX-ADD").returncode == 0
+
+
+def test_the_report_keeps_each_card_exactly_as_it_was_run(ran, tmp_path):
+    """cards/ holds the bytes the run judged against (sha256 = the card's fingerprint), even once the card file
+    changes; a later run's report keeps the new bytes and the old report is untouched."""
+    import hashlib
+
+    first = (ran / "reports" / "latest").resolve()
+    (entry,) = json.loads((first / "cards" / "index.json").read_text())
+    card = ran / entry["card_path"]
+    kept = (first / "cards" / entry["file"]).read_bytes()
+    assert entry["id"] == "FX-ADD" and kept == card.read_bytes()
+    doc = json.loads((first / "verdicts.json").read_text())
+    assert hashlib.sha256(kept).hexdigest() == entry["sha256"] == doc["cards"][0]["fingerprint"]
+    original = card.read_bytes()
+    try:
+        card.write_bytes(original + b"# an edit after the run\n")
+        proc = kvproof(ran, "run", "FX-ADD")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        second = (ran / "reports" / "latest").resolve()
+        assert second != first
+        assert (second / "cards" / entry["file"]).read_bytes().endswith(b"# an edit after the run\n")
+        assert (first / "cards" / entry["file"]).read_bytes() == kept
+    finally:
+        card.write_bytes(original)
 
 
 def test_history_lists_runs_and_a_cards_verdicts(ran):

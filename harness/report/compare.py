@@ -105,6 +105,10 @@ def to_markdown(cmp: Comparison) -> str:
         lines.append("")
     else:
         lines += ["No card changed.", ""]
+    for c in cmp.cards:
+        if c.card_diff:
+            lines += [f"<details><summary>{c.id}: the card changed</summary>", "", "```diff",
+                      c.card_diff.rstrip("\n"), "```", "", "</details>", ""]
     return "\n".join(lines)
 
 
@@ -132,6 +136,10 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
                           "\n".join(measure_text(m) for m in changed_measures(c)) or "–",
                           "\n".join(c.changed_files) or "–", style=style)
         console.print(table)
+    for c in rows:
+        if c.card_diff:
+            console.print(f"[bold]{c.id}: the card changed[/]")
+            console.print(c.card_diff.rstrip("\n"), markup=False, highlight=False)
     if cmp.regressions:
         console.print(f"[bold red]{len(cmp.regressions)} regression(s):[/]")
         for r in cmp.regressions:

@@ -1,7 +1,9 @@
 """Publish one run: the dated report folder, the ledger row, the ``latest`` link.
 
 ``reports/<UTC date-time>/`` (e.g. ``2025-11-29T13-38-22Z``) holds
-``index.html``, ``verdicts.json``, ``verdicts.md`` and ``junit.xml``.
+``index.html``, ``verdicts.json``, ``verdicts.md``, ``junit.xml`` and
+``cards/`` (every card file exactly as the run loaded it, with
+``cards/index.json``: id, path, sha256, version, file).
 
 Order of work, so that an interrupt (Ctrl-C, SIGTERM, a kill) never leaves
 half a run anywhere:
@@ -34,6 +36,7 @@ from harness.procs import pid_alive
 PARTIAL = ".partial-"
 LATEST = "latest"
 FILES = ("verdicts.json", "verdicts.md", "junit.xml", "index.html")
+CARDS = "cards"  # the card files as run, and cards/index.json
 
 
 def folder_name(started: str) -> str:
@@ -60,9 +63,47 @@ def sweep_partials(reports: Path) -> list[Path]:
     return removed
 
 
-def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any]) -> None:
-    """The four report files: the document's JSON form, and three renderings of its view."""
+def write_cards(folder: Path, doc: RunDocument, root: Path | None = None) -> None:
+    """``cards/``: each card file exactly as the run loaded it, and ``cards/index.json`` (id, path, sha256, file).
+
+    The bytes come from :func:`harness.cards.card_bytes` (kept at load time), else from the card file
+    when its sha256 still equals the card's fingerprint; a card whose bytes are neither is listed with
+    ``file: null`` and why, never with other bytes than it was judged against.
+    """
+    import hashlib
+    import json
+
+    from harness.cards import card_bytes
+
+    out = folder / CARDS
+    out.mkdir()
+    index, used = [], set()
+    for card in doc.cards:
+        raw = card_bytes(card.fingerprint)
+        if raw is None and root is not None:
+            try:
+                disk = (root / card.card_path).read_bytes()
+            except OSError:
+                disk = None
+            if disk is not None and hashlib.sha256(disk).hexdigest() == card.fingerprint:
+                raw = disk
+        entry = {"id": card.id, "card_path": card.card_path, "sha256": card.fingerprint, "version": card.version}
+        if raw is None:
+            index.append({**entry, "file": None, "why": "the card file changed before the report was written"})
+            continue
+        name = Path(card.card_path).name
+        if name in used:  # two cards from files of the same name in different folders
+            name = f"{card.id}-{name}"
+        used.add(name)
+        (out / name).write_bytes(raw)
+        index.append({**entry, "file": name})
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+
+
+def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None) -> None:
+    """The four report files (the document's JSON form, three renderings of its view) and the cards as run."""
     folder.mkdir(parents=True)
+    write_cards(folder, doc, root)
     (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8")
     (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
     (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8")
@@ -124,7 +165,7 @@ def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None =
 
             retry = False
             try:
-                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name))
+                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name), root)
                 ledger.record(doc, report_dir=name, before_commit=move_into_place)
             except BaseException as exc:
                 if moved:  # COMMIT did not happen: take the folder back out of sight
