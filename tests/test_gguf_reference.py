@@ -162,3 +162,17 @@ def test_the_hand_written_file_is_one_the_gguf_package_reads_alike(tmp_path):
     for rt, t in zip(reader.tensors, idx.tensors):
         assert rt.tensor_type.value == t.ggml_type and tuple(int(n) for n in rt.shape) == t.ne
         assert int(rt.data_offset) == t.offset
+
+
+def test_reference_file_keeps_each_decoded_tensor_read_only(tmp_path):
+    """ReferenceFile.tensor decodes once and hands out the same read-only array after: no witness can
+    alter what the next one compares against."""
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(tiny_gguf(64))
+    rf = ref.ReferenceFile(path)
+    for name in rf.infos:
+        first = rf.tensor(name)
+        assert rf.tensor(name) is first and not first.flags.writeable
+        assert bits(first) == bits(ref.decode(rf.buf, rf.infos[name]))
+        with pytest.raises(ValueError):
+            first[...] = 0

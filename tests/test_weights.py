@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import impl.model.weights as weights
@@ -47,3 +48,55 @@ def test_generate_cli_reports_bad_weights_in_one_line_without_traceback(tmp_path
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "x.gguf" in r.stderr and r.stderr.startswith("error:")
+
+
+# ---- the loader's fast paths read what gguf reads ------------------------------------------------
+
+def _reader_tensor(data, qtype):
+    """What dequantize_tensor reads of a gguf ReaderTensor: .data (as GGUFReader shapes it) and .tensor_type."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(data=data, tensor_type=qtype)
+
+
+@pytest.mark.parametrize("shape", [(1, 32), (3, 64), (17, 96), (5, 4, 32), (64,)])
+@pytest.mark.parametrize("qname", ["Q4_1", "Q8_0", "Q4_0", "F16", "F32"])
+def test_dequantize_tensor_gives_the_bits_and_shape_of_gguf_row_by_row(qname, shape):
+    """One call over all the blocks (dequantize_tensor) equals gguf's own 16-rows-at-a-time decoding
+    of the tensor as GGUFReader shapes it, bit for bit, for any row count (prime ones too)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    from impl.model.gguf_load import dequantize_tensor
+
+    qtype = GGMLQuantizationType[qname]
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32) * 3
+    data = quantize(x, qtype)  # (..., bytes per row) for a block type, as GGUFReader gives it
+    want = np.asarray(dequantize(data, qtype), dtype=np.float32)
+    got = dequantize_tensor(_reader_tensor(data, qtype))
+    assert got.dtype == np.float32 and got.shape == want.shape == shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
+    """read_gguf's reader (GGUFReader over a plain view of its memory map) gives the same fields and
+    tensors as GGUFReader itself, on a small file written byte by byte."""
+    from gguf import GGUFReader
+
+    from impl.model.gguf_load import _plain_view_reader
+    from tests.test_gguf_reference import tiny_gguf
+
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(tiny_gguf(64))
+    want, got = GGUFReader(path), _plain_view_reader()(path)
+    assert type(got.data) is np.ndarray and isinstance(want.data, np.memmap)
+    assert list(got.fields) == list(want.fields)
+    for key, f in want.fields.items():
+        assert got.fields[key].contents() == f.contents(), key
+        assert got.fields[key].types == f.types and got.fields[key].offset == f.offset, key
+    assert len(got.tensors) == len(want.tensors) == 3
+    for a, b in zip(got.tensors, want.tensors):
+        assert (a.name, a.tensor_type, a.n_elements, a.n_bytes, a.data_offset) == \
+               (b.name, b.tensor_type, b.n_elements, b.n_bytes, b.data_offset)
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
+    assert not got.tensors[0].data.flags.writeable  # a view of the read-only map, as before

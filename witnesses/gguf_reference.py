@@ -204,7 +204,13 @@ def hf_row_order(n_rows: int, n_head: int) -> np.ndarray:
 
 
 class ReferenceFile:
-    """A GGUF file's bytes and index, decoding one tensor at a time on request (so memory stays one tensor)."""
+    """A GGUF file's bytes and index; :meth:`tensor` decodes a tensor on its first request and keeps it.
+
+    Several witnesses compare the same tensors (as read_gguf returns them, as
+    the forward holds them, as a fresh build holds them), so each tensor is
+    decoded once per process and handed out read-only: what one comparison
+    sees, the next sees too (SmolLM2 decoded is 540 MB of float32).
+    """
 
     # tensors whose rows llama.cpp's converter permuted, and the metadata key of their head count
     PERMUTED = {"attn_q.weight": "llama.attention.head_count", "attn_k.weight": "llama.attention.head_count_kv"}
@@ -213,6 +219,7 @@ class ReferenceFile:
         self.buf = Path(path).read_bytes()
         self.index = index(self.buf)
         self.infos = {t.name: t for t in self.index.tensors}
+        self._decoded: dict[str, np.ndarray] = {}  # name -> tensor() result, read-only
 
     def stored(self, name: str) -> np.ndarray:
         """The tensor decoded, rows as stored in the file."""
@@ -226,7 +233,12 @@ class ReferenceFile:
         return None
 
     def tensor(self, name: str) -> np.ndarray:
-        """The tensor decoded, attn_q/attn_k rows in Hugging Face order (:func:`hf_row_order`)."""
-        w = self.stored(name)
-        heads = self.permuted_heads(name)
-        return w if heads is None else w[hf_row_order(w.shape[0], heads)]
+        """The tensor decoded, attn_q/attn_k rows in Hugging Face order (:func:`hf_row_order`); read-only,
+        decoded on the first request for ``name`` and the same array after."""
+        if name not in self._decoded:
+            w = self.stored(name)
+            heads = self.permuted_heads(name)
+            w = w if heads is None else w[hf_row_order(w.shape[0], heads)]
+            w.setflags(write=False)
+            self._decoded[name] = w
+        return self._decoded[name]

@@ -18,8 +18,13 @@ from witnesses import gguf_reference as ref
 
 pytestmark = [pytest.mark.weights]
 
+# NOTE: the fixtures below are session-scoped, not module-scoped: a card interleaves witnesses of
+# several modules (GGUF-DEQUANT runs one of test_kv_chunking between two of these), and pytest tears
+# a module's fixtures down whenever the next test is in another module, so the file would be read,
+# dequantised and decoded again after every detour.
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture(scope="session")
 def gguf_path():
     """The GGUF impl loads by default (KVPROOF_GGUF or the packaged SmolLM2)."""
     from impl.errors import WeightsError
@@ -31,9 +36,10 @@ def gguf_path():
         pytest.skip(f"weights unavailable: {e}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(gguf_path) -> ref.ReferenceFile:
-    """The file's bytes and index; .tensor(name) decodes one tensor by the format's definition (q/k rows in HF order)."""
+    """The file's bytes and index; .tensor(name) decodes one tensor by the format's definition (q/k rows in HF
+    order), once per process (read-only, shared by every witness that compares it)."""
     return ref.ReferenceFile(gguf_path)
 
 
@@ -49,8 +55,12 @@ def _differs(got: np.ndarray, want: np.ndarray) -> str | None:
             f"got {got[first]!r}, want {want[first]!r}")
 
 
-def _check(pairs, evidence, key: str) -> list[str]:
-    """Compare (label, got, want) triples; record how many and how many differ; return the failures."""
+def _check(pairs, evidence, key: str, first_only: bool = False) -> list[str]:
+    """Compare (label, got, want) triples; record how many and how many differ; return the failures.
+
+    ``first_only``: stop at the first difference (the witness fails on it anyway; a wrong decoder
+    then costs one tensor's comparison, not every tensor's). A run that finds none compares all.
+    """
     failures = []
     n = 0
     for label, got, want in pairs:
@@ -58,21 +68,25 @@ def _check(pairs, evidence, key: str) -> list[str]:
         why = _differs(np.asarray(got), want)
         if why is not None:
             failures.append(f"{label}: {why}")
+            if first_only:
+                failures[-1] += f" (stopped at the first difference: {n} compared)"
+                break
     evidence.record(f"{key}_checked", n)
     evidence.record(f"mismatched_{key}", len(failures))
     return failures
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gguf_read(gguf_path):
-    """read_gguf's result, once per module (uncached: read_gguf never consults the float32 weights cache)."""
+    """read_gguf's result, once per process (uncached: read_gguf never consults the float32 weights cache)."""
     from impl.model.gguf_load import read_gguf
 
     return read_gguf(gguf_path)
 
 
 def test_loader_returns_every_tensor_as_the_format_defines_it(gguf_read, reference, evidence):
-    """read_gguf's float32 tensors equal the reference decode of the raw blocks, bit for bit, for every tensor."""
+    """read_gguf's float32 tensors equal the reference decode of the raw blocks, bit for bit, for every tensor
+    (in file order, failing at the first that differs)."""
     loaded = gguf_read.tensors
     names = list(reference.infos)
     missing = [n for n in names if n not in loaded]
@@ -82,10 +96,17 @@ def test_loader_returns_every_tensor_as_the_format_defines_it(gguf_read, referen
         types[info.type_name] = types.get(info.type_name, 0) + 1
     for name, n in sorted(types.items()):
         evidence.record(f"{name.lower()}_tensors", n)
-    evidence.record("values_checked", sum(reference.infos[n].n_values for n in names))
-    failures = _check(
-        ((f"{n} ({reference.infos[n].type_name})", loaded[n], reference.tensor(n)) for n in names if n in loaded),
-        evidence, "tensors")
+    values = 0
+
+    def pairs():
+        nonlocal values
+        for n in names:
+            if n in loaded:
+                values += reference.infos[n].n_values
+                yield f"{n} ({reference.infos[n].type_name})", loaded[n], reference.tensor(n)
+
+    failures = _check(pairs(), evidence, "tensors", first_only=True)
+    evidence.record("values_checked", values)
     failures += [f"{n}: in the file, not in read_gguf's tensors" for n in missing]
     failures += [f"{n}: in read_gguf's tensors, not in the file" for n in extra]
     assert not failures, f"{len(failures)} tensors differ from the format's definition:\n  " + "\n  ".join(failures[:8])

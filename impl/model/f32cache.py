@@ -4,7 +4,7 @@ Reading the GGUF costs seconds (metadata parsing and Q4_1 dequantisation);
 the cache is one raw float32 file holding every array the forward reads,
 in its final layout, plus the tokenizer as tokenizers' own JSON and a
 manifest. Loading memory-maps the file (processes share its pages) after
-checking its sha256 against the manifest.
+checking its sha256 against the manifest (hashed through that map).
 
 Layout of ``<cache dir>/<gguf sha256[:16]>/``:
     manifest.json   format, the GGUF's sha256, the producing code's sha256,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -30,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from impl.model.config import ModelConfig
-from impl.model.weights import sha256_file
 
 FORMAT = 1
 ALIGN = 4096
@@ -88,13 +88,19 @@ def load(gguf_sha256: str):
                 or man.get("code_sha256") != code_fingerprint():
             return None
         data = entry / "weights.f32"
-        if data.stat().st_size != man["data_bytes"] or sha256_file(data) != man["data_sha256"]:
+        if data.stat().st_size != man["data_bytes"]:
             return None
-        mm = np.memmap(data, dtype=np.float32, mode="r")
+        with open(data, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        # NOTE: hashed through the very map the arrays view (read-only): no copy of the file through
+        # read(), and its pages are already mapped when the forward first reads them.
+        if hashlib.sha256(mm).hexdigest() != man["data_sha256"]:
+            return None
+        flat = np.frombuffer(mm, dtype=np.float32)  # keeps the map open while any array views it
         state = {}
         for name, off, shape in man["arrays"]:
             n = int(np.prod(shape))
-            state[name] = mm[off // 4 : off // 4 + n].reshape(shape)
+            state[name] = flat[off // 4 : off // 4 + n].reshape(shape)
         return _config_from(man["config"]), state, (entry / "tokenizer.json").read_text()
     except (OSError, ValueError, KeyError, TypeError):
         return None
