@@ -271,6 +271,7 @@ class RunHeader:
     duration_s: float
     summary: Summary
     numerics: str | None = None  # impl's numerics path (impl.linear.numerics_path()), when impl says
+    launcher: str | None = None  # how witness processes started: "forkserver" or "subprocess" (None: not said)
 
 
 @dataclass(frozen=True)

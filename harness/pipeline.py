@@ -29,7 +29,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
-from harness import provenance, verdict
+from harness import forkserver, provenance, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
 from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
 from harness.document import CardResult, Claim, MutationResult, RunDocument
@@ -267,10 +267,11 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
 # ---------------------------------------------------------------- execute and judge
 
 
-def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None) -> dict[str, CardRun]:
+def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None,
+            launcher: str | None = None) -> dict[str, CardRun]:
     """Run every card that is not replayed; card id -> its runs."""
     cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout,
-                    liars=req.liars, oracle_dir=req.oracle_dir)
+                    liars=req.liars, oracle_dir=req.oracle_dir, launcher=launcher)
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
     if reporter is None:
@@ -354,12 +355,13 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     cards = runnable(loaded, req.ids, req.tags, reporter)
     marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
     check_outputs(req)
+    launcher = forkserver.choose()  # a bad KVPROOF_LAUNCHER is a UsageError before anything runs
     prov = provenance.gather(req.root)
     t0 = time.monotonic()
     the_plan = plan(req, loaded, cards, reporter, marks)
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
-    runs = execute(req, the_plan, reporter)
+    runs = execute(req, the_plan, reporter, launcher)
     measured: Mapping[str, MutationResult] = {}
     claims: tuple[Claim, ...] = ()
     if req.mutate is not None:
@@ -371,7 +373,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     settings = data.RunSettings(
         profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
         command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
-        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root))
+        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root), launcher=launcher)
     doc = data.build(prov, settings, judge(the_plan, runs, measured), finished=provenance.utc_now(),
                      wall_s=time.monotonic() - t0, claims=claims)
     if reporter is not None:

@@ -21,6 +21,17 @@ an abort). Nodes after it are "not run"; the card is ERROR either way, so
 they are not retried. Before the first node and between nodes (collection,
 module fixtures) the process gets ``startup_timeout`` seconds of silence.
 
+How a process starts (the launcher)
+-----------------------------------
+By default on Linux a witness process is forked from the run's fork server
+(:mod:`harness.forkserver`), a process that imported Hypothesis, numpy and
+pytest once and nothing of the project; elsewhere, or with
+``KVPROOF_LAUNCHER=subprocess``, it is a plain ``python -m
+harness._pytest_main`` subprocess. Both run the same code with the same
+environment, cwd, argv and session; the handle this module polls is a
+``Popen`` or a :class:`harness.forkserver.ForkChild`. A job that was running
+when the fork server died is run again as a subprocess.
+
 Each process runs with the project root as cwd and first on PYTHONPATH,
 ``PYTHONHASHSEED=0``, in its own session (so a kill reaches its children).
 No witness process outlives the runner: each gets the read end of the
@@ -49,9 +60,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import BinaryIO, Mapping, Union
 
-from harness import procs, protocol
+from harness import forkserver, procs, protocol
 from harness.cards import Card, Witness
 from harness.errors import Cancelled, UsageError
 from harness.project import KVPROOF_HOME
@@ -89,10 +100,13 @@ class RunConfig:
     oracle_dir: Path | None = None
     python: str = sys.executable
     blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
+    launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
 
     def __post_init__(self) -> None:
         check_timeout("default_timeout", self.default_timeout)
         check_timeout("startup_timeout", self.startup_timeout)
+        if self.launcher is not None:
+            forkserver.choose(self.launcher)  # UsageError for a name that is no launcher
 
 
 @dataclass(frozen=True)
@@ -156,9 +170,23 @@ def exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def pycache_dir(root: Path) -> Path:
+    """Where witness processes write bytecode: ``<root>/.cache/pycache``."""
+    return Path(root) / ".cache" / "pycache"
+
+
 def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(procs.WATCHDOG_ENV, None)
+    env.pop(forkserver.SOCKET_ENV, None)
+    # NOTE: bytecode. Some environments (this one) set PYTHONDONTWRITEBYTECODE=1, so no witness process
+    # ever kept a .pyc and each one compiled every module it imported and had pytest re-rewrite every
+    # witness module's asserts (about 0.4 s a process). Witness processes write bytecode, but only under
+    # <root>/.cache/pycache (PYTHONPYCACHEPREFIX, which pytest's rewritten modules honour too), never a
+    # __pycache__ in the source tree: the tree stays as the cards bind it, and the cache folder is
+    # git-ignored. A .pyc is checked against its source's mtime and size on import, as usual.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cfg.root))
     if watchdog is not None:
         env[procs.WATCHDOG_ENV] = str(watchdog)
     paths = [str(cfg.root), str(KVPROOF_HOME)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
@@ -175,15 +203,34 @@ def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     return env
 
 
-def _command(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
-    cmd = [cfg.python, "-m", "harness._pytest_main", "-p", "harness.plugin", "--kvproof-plan", str(plan),
-           "--rootdir", str(cfg.root), "--confcutdir", str(cfg.root), "-p", "no:cacheprovider",
-           "-q", "--no-header", "-rN"]
+def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
+    """What :func:`harness._pytest_main.main` gets, in a subprocess or a fork."""
+    args = ["-p", "harness.plugin", "--kvproof-plan", str(plan), "--rootdir", str(cfg.root), "--confcutdir",
+            str(cfg.root), "-p", "no:cacheprovider", "-q", "--no-header", "-rN"]
     if first_failure:
-        cmd.append("--exitfirst")  # a liar is caught by the first witness that fails under it
+        args.append("--exitfirst")  # a liar is caught by the first witness that fails under it
     if cfg.seed is not None:
-        cmd.append(f"--hypothesis-seed={cfg.seed}")
-    return cmd + nodes
+        args.append(f"--hypothesis-seed={cfg.seed}")
+    return args + nodes
+
+
+def _command(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
+    return [cfg.python, "-m", "harness._pytest_main", *_pytest_args(cfg, plan, nodes, first_failure)]
+
+
+def launcher_name(cfg: RunConfig) -> str:
+    """The launcher ``cfg`` asks for: ``forkserver`` or ``subprocess`` (UsageError for a bad KVPROOF_LAUNCHER)."""
+    return forkserver.choose(cfg.launcher)
+
+
+def open_launcher(cfg: RunConfig, scratch: Path) -> forkserver.Launcher | None:
+    """The run's fork server launcher (its zygote starts with the first job), or None for plain subprocesses.
+
+    Close it when the run ends. ``scratch``: the run's own folder (the zygote's log goes there).
+    """
+    if launcher_name(cfg) != forkserver.FORKSERVER:
+        return None
+    return forkserver.Launcher(cfg.python, _env(cfg), cfg.root, scratch / "forkserver.log", cfg.startup_timeout)
 
 
 class _EventTail:
@@ -233,16 +280,28 @@ class _Watch:
         return None
 
 
-def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO) -> subprocess.Popen:
-    """Start the witness process in its own session, holding the read end of the runner's watchdog pipe."""
+Proc = Union[subprocess.Popen, forkserver.ForkChild]
+
+
+def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO, log: Path,
+           launcher: forkserver.Launcher | None = None) -> Proc:
+    """Start the witness process in its own session, holding the read end of the runner's watchdog pipe.
+
+    Forked by ``launcher`` when there is one and it can; else a subprocess.
+    """
     watchdog = procs.watchdog_fd()
-    return subprocess.Popen(_command(cfg, plan, job.node_ids, first_failure=job.stops_at_first_failure), cwd=cfg.root,
-                            env=_env(cfg, watchdog),
+    env = _env(cfg, watchdog)
+    args = _pytest_args(cfg, plan, job.node_ids, first_failure=job.stops_at_first_failure)
+    if launcher is not None:
+        child = launcher.spawn(args, env, cfg.root, log)
+        if child is not None:
+            return child
+    return subprocess.Popen([cfg.python, "-m", "harness._pytest_main", *args], cwd=cfg.root, env=env,
                             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, pass_fds=(watchdog,))
 
 
-def _wait(proc: subprocess.Popen, job: Job, cfg: RunConfig, events: Path, out: JobResult,
+def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult,
           cancel: threading.Event | None) -> _Watch:
     """Poll every :data:`POLL_S` until ``proc`` exits or a timeout fires (``proc`` killed, ``timed_out`` set).
 
@@ -290,12 +349,14 @@ def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
         out.stopped = f"the interpreter died in {nodeid}"
 
 
-def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | None = None) -> JobResult:
+def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | None = None,
+            launcher: forkserver.Launcher | None = None) -> JobResult:
     """Run ``job`` in a fresh pytest process and collect what it streamed.
 
     Blocks until the process ends. When ``cancel`` is set (from another
     thread) the process group is killed within ``POLL_S`` and
-    :class:`Cancelled` is raised.
+    :class:`Cancelled` is raised. ``launcher``: the run's fork server
+    (:func:`open_launcher`); None starts a plain subprocess.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     events, stacks, log, plan = (workdir / n for n in ("events.jsonl", "stacks.txt", "pytest.log", "plan.json"))
@@ -304,17 +365,21 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
         timeouts.update(job.timeouts)
     Plan(str(events), str(stacks), str(cfg.root), job.liar, cfg.profile, cfg.seed, timeouts,
          cfg.default_timeout, job.mutant).write(plan)
-    events.touch()
-    out = JobResult()
     t0 = time.monotonic()
-    with open(log, "wb") as logf:
-        proc = _start(job, cfg, plan, logf)
-        try:
-            watch = _wait(proc, job, cfg, events, out, cancel)
-        finally:
-            if proc.poll() is None:
-                _kill(proc)
-            _kill_leftovers(proc)
+    while True:
+        events.write_bytes(b"")
+        out = JobResult()
+        with open(log, "wb") as logf:
+            proc = _start(job, cfg, plan, logf, log, launcher)
+            try:
+                watch = _wait(proc, job, cfg, events, out, cancel)
+            finally:
+                if proc.poll() is None:
+                    _kill(proc)
+                _kill_leftovers(proc)
+        if not getattr(proc, "lost", False):
+            break
+        launcher = None  # the fork server died under this job: it runs again, as a plain subprocess
     out.exit_code = proc.returncode
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
@@ -325,16 +390,24 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     return out
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: Proc) -> None:
     """SIGKILL the witness process, its group and every descendant that left the group."""
-    if proc.poll() is None:  # NOTE: not yet reaped, so proc.pid is still ours
+    if isinstance(proc, forkserver.ForkChild):
+        proc.kill_tree()  # NOTE: done by the fork server, the child's parent: only it knows the pid is still ours
+    elif proc.poll() is None:  # NOTE: not yet reaped, so proc.pid is still ours
         procs.kill_tree(proc.pid)
     proc.wait()
 
 
-def _kill_leftovers(proc: subprocess.Popen) -> None:
+def _kill_leftovers(proc: Proc) -> None:
     """After the witness process ended: SIGKILL what is left of its process group (say it crashed and left
-    children). The group id cannot name anyone else's group: a pid is not reused while a group has it."""
+    children). The group id cannot name anyone else's group: a pid is not reused while a group has it.
+
+    A fork child's group was killed by the fork server before it reaped the child (while the zombie still
+    held the pid), so there is nothing left to do here: a killpg now could reach a group that reused the pid.
+    """
+    if isinstance(proc, forkserver.ForkChild):
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

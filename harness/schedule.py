@@ -14,6 +14,15 @@ ties, and cards never run, go in card order. Starting the long chains first
 keeps the two slowest cards (RING-T3, ORACLE-PARITY: honest ~10 s, then one
 ~10 s liar each) from ending up alone at the tail.
 
+A liar job stops at its first failing witness (``--exitfirst``), so its
+witnesses run in an order that finds the failure early: the witnesses that
+caught this liar in the card's last recorded run go first, the rest keep
+card order (:func:`liar_order`).
+
+Witness processes start from the run's fork server
+(:func:`harness.run.open_launcher`, :mod:`harness.forkserver`), opened when
+the run starts and closed when it ends, or as plain subprocesses.
+
 Threads, not processes, drive the witness processes: each worker thread
 blocks in :func:`harness.run.execute` (which only polls a subprocess), and all
 bookkeeping happens on the calling thread, which is also where Ctrl-C
@@ -40,7 +49,8 @@ from harness.document import CardResult
 from harness.statuses import LiarStatus
 from harness.outcomes import (CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run,
                               not_run)
-from harness.run import Job, JobResult, RunConfig, execute
+from harness.forkserver import Launcher
+from harness.run import Job, JobResult, RunConfig, execute, launcher_name, open_launcher
 from harness.verdict import LiarRun
 
 UNKNOWN_S = 1.0  # expected seconds of a process never seen before
@@ -53,10 +63,11 @@ def default_jobs() -> int:
 
 @dataclass(frozen=True)
 class Expected:
-    """Expected seconds of a card's processes, from its last recorded run."""
+    """Expected seconds of a card's processes, and which witnesses caught each liar, from its last recorded run."""
 
     honest_s: float = UNKNOWN_S
     liars_s: Mapping[str, float] = field(default_factory=dict)
+    caught_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # liar -> witness ids
 
     def liar(self, name: str) -> float:
         return self.liars_s.get(name, UNKNOWN_S)
@@ -67,7 +78,21 @@ def expected_from_entry(entry: CardResult | None) -> Expected:
     if entry is None:
         return Expected()
     liars = {lv.name: float(lv.duration_s or 0.0) for lv in entry.liars if lv.status != LiarStatus.NOT_RUN}
-    return Expected(entry.honest_s or UNKNOWN_S, liars)
+    caught = {lv.name: tuple(lv.caught_by) for lv in entry.liars if lv.caught_by}
+    return Expected(entry.honest_s or UNKNOWN_S, liars, caught)
+
+
+def liar_order(job: Job, caught_by: Sequence[str]) -> Job:
+    """``job`` with the witnesses in ``caught_by`` (ids) first, the others after them, each group in card order.
+
+    NOTE: the verdict does not depend on the order (a liar is caught iff some witness fails under it), but a
+    liar job stops at its first failure, so ``caught_by`` names the witness that failed first in *this*
+    order: after a change it may name another witness than card order would have.
+    """
+    first = set(caught_by)
+    if not first:
+        return job
+    return replace(job, witnesses=tuple(sorted(job.witnesses, key=lambda w: w.id not in first)))
 
 
 @dataclass
@@ -151,7 +176,9 @@ class _Queue:
         st.honest = after_honest(st.card, self.cfg, res)
         for i, name in enumerate(st.card.liars):
             if name in st.honest.liars:
-                self.ready.append(_Ready(self._liar_key(st, i, name), liar_job(st.card, name), i))
+                job = liar_order(liar_job(st.card, name),
+                                 self.expected.get(st.card.id, Expected()).caught_by.get(name, ()))
+                self.ready.append(_Ready(self._liar_key(st, i, name), job, i))
                 st.waiting += 1
         if self.cfg.liars:
             self.settled += len(st.card.liars) - len(st.honest.liars)
@@ -164,8 +191,8 @@ class _Queue:
 class _Workers:
     """One thread per started job, each blocked in :func:`harness.run.execute`; results come back on a queue."""
 
-    def __init__(self, cfg: RunConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, launcher: Launcher | None = None) -> None:
+        self.cfg, self.launcher = cfg, launcher
         self.cancel = threading.Event()
         self.done: queue.Queue[tuple[_Ready, JobResult | BaseException]] = queue.Queue()
         self.running: dict[int, tuple[_Ready, threading.Thread]] = {}  # by start order
@@ -173,7 +200,7 @@ class _Workers:
 
     def _work(self, item: _Ready, workdir: Path) -> None:
         try:
-            self.done.put((item, execute(item.job, self.cfg, workdir, self.cancel)))
+            self.done.put((item, execute(item.job, self.cfg, workdir, self.cancel, self.launcher)))
         except BaseException as exc:  # Cancelled, or a bug: re-raised on the calling thread
             self.done.put((item, exc))
 
@@ -226,10 +253,12 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
     jobs = max(1, int(jobs))
     if jobs > 1 and cfg.blas_threads is None:
         cfg = replace(cfg, blas_threads=1)
+    launcher_name(cfg)  # a bad KVPROOF_LAUNCHER is a UsageError before anything starts
     todo = _Queue(cards, cfg, jobs, expected or {}, link_problems or {})
     procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
     base = procs.owned_tempdir()
-    workers = _Workers(cfg)
+    launcher = open_launcher(cfg, base)
+    workers = _Workers(cfg, launcher)
     try:
         while todo.ready or workers.running:
             while todo.ready and len(workers.running) < jobs:
@@ -245,6 +274,8 @@ def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str,
         workers.stop()
         raise
     finally:
+        if launcher is not None:
+            launcher.close()
         shutil.rmtree(base, ignore_errors=True)
     return todo.card_runs()
 
@@ -272,11 +303,13 @@ def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
     jobs = max(1, int(jobs))
     if jobs > 1 and cfg.blas_threads is None:
         cfg = replace(cfg, blas_threads=1)
+    launcher_name(cfg)
     ready = [_Plain(j, i) for i, j in enumerate(jobs_list)][::-1]  # pop() from the end: first job first
     results: dict[int, JobResult] = {}
     procs.sweep_owned()
     base = procs.owned_tempdir()
-    workers = _Workers(cfg)
+    launcher = open_launcher(cfg, base)
+    workers = _Workers(cfg, launcher)
     try:
         while ready or workers.running:
             while ready and len(workers.running) < jobs:
@@ -293,8 +326,10 @@ def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
         workers.stop()
         raise
     finally:
+        if launcher is not None:
+            launcher.close()
         shutil.rmtree(base, ignore_errors=True)
     return [results[i] for i in range(len(jobs_list))]
 
 
-__all__ = ["Expected", "default_jobs", "expected_from_entry", "run_cards", "run_jobs"]
+__all__ = ["Expected", "default_jobs", "expected_from_entry", "liar_order", "run_cards", "run_jobs"]

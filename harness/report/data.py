@@ -238,6 +238,7 @@ class RunSettings:
     jobs: int | None
     changed: bool
     numerics: str | None = None
+    launcher: str | None = None
 
 
 def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport | Replayed], *,
@@ -261,5 +262,5 @@ def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport 
         default_timeout_s=settings.default_timeout_s, command=settings.command, root=settings.root,
         cards_dir=settings.cards_dir, jobs=settings.jobs, changed=settings.changed, finished=finished,
         duration_s=round(wall_s if wall_s is not None else sum(c.duration_s for c in cards), 3),
-        summary=summary, numerics=settings.numerics)
+        summary=summary, numerics=settings.numerics, launcher=settings.launcher)
     return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)

@@ -195,6 +195,7 @@ def _header_view(head: Mapping[str, Any]) -> dict[str, Any]:
         "duration": f"{head.get('duration_s', 0.0):.1f} s",
         "command": head.get("command", ""),
         "numerics": head.get("numerics"),
+        "launcher": head.get("launcher"),
         "gate": head["summary"]["gate"],
     }
 
@@ -212,6 +213,8 @@ def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
     props += [(f"version.{k}", v or "") for k, v in (head.get("versions") or {}).items()]
     if head.get("numerics"):
         props.append(("kvproof.numerics", head["numerics"]))
+    if head.get("launcher"):
+        props.append(("kvproof.launcher", head["launcher"]))
     return props
 
 

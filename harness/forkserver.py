@@ -1,0 +1,722 @@
+"""A fork server for witness processes: the interpreter and third-party imports are paid once per run.
+
+Why
+---
+Every witness process used to spend 1.2-1.5 s before its first test:
+interpreter start, numpy, Hypothesis and pytest imports, loading pytest's
+entry-point plugins. A run starts 71 of them. Here one process per run (the
+*zygote*, ``python -m harness.forkserver``) imports those libraries once,
+and each witness process is a ``fork()`` of it.
+
+What the zygote holds, and what it must not
+--------------------------------------------
+Third-party libraries only (:func:`preload`): Hypothesis, numpy, pytest and
+its built-in plugins, the modules of installed ``pytest11`` entry-point
+plugins. Nothing of the project: no ``impl``, no witnesses, no conftest, no
+``harness.plugin``. Each job imports the code under test itself, after the
+fork, so a liar or mutant is patched into fresh modules exactly as in a
+plain subprocess, and ``impl``'s C kernel (OpenMP: libgomp cannot be used
+in a fork once a parallel region ran) is first loaded in the child. The
+zygote's only project modules are the runner's machinery it runs:
+``harness``, ``harness.forkserver``, ``harness.procs``, ``harness._pytest_main``.
+
+The zygote is started with the run's environment (``harness.run._env``:
+PYTHONPATH, PYTHONHASHSEED=0, BLAS thread variables, KVPROOF_*), so what the
+interpreter and OpenBLAS read once at start-up (hash seed, sys.path, thread
+count, bytecode settings) is what a fresh witness process would have read.
+A job whose environment differs runs as a plain subprocess.
+
+Threads and fork: the zygote is single-threaded when it forks (it watches the
+runner's pipe in its own select loop, not in a watchdog thread). numpy's
+OpenBLAS starts its thread pool on import when it may use more than one
+thread (``-j 1``: BLAS threads not pinned); OpenBLAS registers a
+``pthread_atfork`` handler that shuts the pool down before ``fork()`` and the
+child starts its own on first use (checked: OpenBLAS 0.3.31, numpy 2.4,
+``tests/test_forkserver.py``).
+
+A job
+-----
+The runner sends a request (argv, env, cwd, log file) over a unix socket.
+The zygote forks a child that becomes a session leader, chdirs, replaces
+``os.environ``, sends stdout/stderr to the log file, enables faulthandler
+(as PYTHONFAULTHANDLER does), starts the runner watchdog
+(:func:`harness.procs.watch_runner`; the watchdog pipe's read end is
+inherited), runs :func:`harness._pytest_main.main` with the argv, and
+``os._exit``\\ s with pytest's code. The zygote reports the child's pid at
+start and its exit status at its end; the runner sees a :class:`ForkChild`
+(``pid``, ``poll()``, ``wait()``, ``returncode``), like a ``Popen``.
+
+Killing, and pid reuse
+----------------------
+The zygote is the child's parent, so only it knows whether the child's pid
+is still the child's: it kills a child (a kill request from the runner: a
+timeout or Ctrl-C) only while the child is unreaped, and when a child ends
+it kills the child's process group while the child is still a zombie
+(``waitid(WNOWAIT)``), then reaps it. The zygote is a child subreaper, so
+what a dead child's processes leave behind in other sessions is re-parented
+to it; it kills those too. The runner never signals a pid of a fork child
+itself, except when the zygote is gone (below).
+
+Endings
+-------
+Runner gone (the watchdog pipe or the socket reaches end of file, whatever
+killed the runner): the zygote kills every child's tree and exits; each
+child's own watchdog kills it as well. The zygote gone mid-run: the runner
+says so once, kills the jobs that were running (each is its session's
+leader: checked through ``/proc`` before the kill), runs them again and
+every later job as plain subprocesses (:class:`Launcher`).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from harness import procs
+
+FORKSERVER = "forkserver"
+SUBPROCESS = "subprocess"
+LAUNCHERS = (FORKSERVER, SUBPROCESS)
+LAUNCHER_ENV = "KVPROOF_LAUNCHER"
+SOCKET_ENV = "KVPROOF_FORKSERVER_FD"
+LOST_CODE = -signal.SIGKILL  # returncode of a child whose zygote died under it (the runner killed it)
+TITLE_ROOM = 8192  # bytes of command line the zygote starts with, so each child can show its own (ps, /proc)
+
+
+# ---------------------------------------------------------------- which launcher
+
+
+def available() -> bool:
+    """True where witness processes can be forked from a zygote (POSIX fork, unix sockets)."""
+    return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and hasattr(os, "waitid")
+
+
+def choose(value: str | None = None) -> str:
+    """The launcher of a run: ``value``, else ``KVPROOF_LAUNCHER``, else the fork server on Linux.
+
+    ``forkserver`` where fork is missing gives ``subprocess``. Raises
+    :class:`harness.errors.UsageError` for any other name.
+    """
+    raw = os.environ.get(LAUNCHER_ENV, "") if value is None else value
+    name = raw.strip().lower()
+    if name in ("", "auto"):
+        return FORKSERVER if available() and sys.platform.startswith("linux") else SUBPROCESS
+    if name == SUBPROCESS:
+        return SUBPROCESS
+    if name == FORKSERVER:
+        return FORKSERVER if available() else SUBPROCESS
+    from harness.errors import UsageError  # NOTE: here, not at the top: the zygote imports this module
+
+    source = "launcher" if value is not None else LAUNCHER_ENV
+    raise UsageError(f"{source}={raw!r} is not a launcher: witness processes start from the fork server "
+                     f"({FORKSERVER!r}, the default on Linux) or as plain subprocesses ({SUBPROCESS!r}); "
+                     f"set {LAUNCHER_ENV}={SUBPROCESS} to force plain subprocesses, or unset it")
+
+
+# ---------------------------------------------------------------- runner side
+
+
+class Unavailable(Exception):
+    """The fork server cannot start this job (it is gone, never started, or fork failed): use a subprocess."""
+
+
+class ForkChild:
+    """A witness process forked by the zygote, as the runner sees it: ``pid``, ``poll()``, ``wait()``, ``returncode``.
+
+    ``lost`` is True when the zygote died while the child ran: the runner
+    killed the child, its ``returncode`` is :data:`LOST_CODE` and its result
+    means nothing (:func:`harness.run.execute` runs the job again).
+    """
+
+    def __init__(self, server: "ForkServer", job_id: int, args: Sequence[str]) -> None:
+        self.server, self.id, self.args = server, job_id, list(args)
+        self.pid = 0
+        self.returncode: int | None = None
+        self.lost = False
+        self.error = ""
+        self._started = threading.Event()
+        self._done = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode if self._done.is_set() else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill_tree(self) -> None:
+        """SIGKILL the child, its process group and its descendants (done by the zygote while the pid is the child's)."""
+        self.server.kill(self)
+
+    def _end(self, code: int, lost: bool = False) -> None:
+        self.returncode, self.lost = code, lost
+        self._started.set()
+        self._done.set()
+
+    def __repr__(self) -> str:
+        return f"<ForkChild pid={self.pid} returncode={self.returncode}{' lost' if self.lost else ''}>"
+
+
+def _kill_orphan(pid: int) -> None:
+    """SIGKILL what is left of a fork child whose zygote died, if ``pid`` still leads its own session.
+
+    NOTE: nobody reaps for us here (the child was re-parented), so the pid is
+    checked first: a fork child leads its session and process group, a pid
+    reused by some other process almost never does.
+    """
+    if pid <= 0:
+        return
+    try:
+        if os.getsid(pid) != pid or os.getpgid(pid) != pid:
+            return
+    except OSError:
+        return
+    procs.kill_tree(pid)
+
+
+class ForkServer:
+    """The runner's end of one zygote: start it, ask it for children, hear how they end.
+
+    One reader thread takes the zygote's messages; any thread may call
+    :meth:`spawn` and :meth:`kill`. ``on_lost(why)`` is called once if the
+    zygote goes away before :meth:`close`.
+    """
+
+    def __init__(self, python: str, env: Mapping[str, str], cwd: Path, log: Path, ready_timeout: float,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        self.env = dict(env)
+        self.log = log
+        self.on_lost = on_lost
+        self.alive = False
+        self.why = ""
+        self.closing = False
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._children: dict[int, ForkChild] = {}
+        self._serial = 0
+        self.spawned = 0  # children forked so far
+        self._ready = threading.Event()
+        self._modules: list[str] | None = None
+        self._modules_seen = threading.Condition(self._lock)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        watchdog = procs.watchdog_fd()
+        zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
+        try:
+            with open(log, "wb") as logf:
+                # NOTE: the log path is on the command line, so ps (and the orphan tests) see which run the
+                # zygote and every child it forks belong to; a session of its own keeps Ctrl-C away from it
+                room = "-" * TITLE_ROOM  # overwritten at once: see set_title
+                self.proc = subprocess.Popen([python, "-m", "harness.forkserver", str(log), room], cwd=cwd, env=zenv,
+                                             stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                             start_new_session=True, pass_fds=(watchdog, theirs.fileno()))
+        except OSError as exc:
+            ours.close()
+            raise Unavailable(f"the fork server could not start: {exc}") from None
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.alive = True
+        self.pid = self.proc.pid
+        self.reader = threading.Thread(target=self._read, name="kvproof-forkserver", daemon=True)
+        self.reader.start()
+        if not self._ready.wait(ready_timeout):
+            self.close()
+            raise Unavailable(f"the fork server was not ready after {ready_timeout:g} s")
+        if not self.alive:
+            raise Unavailable(self.why)
+
+    # -------------------------------------------------------- requests
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild:
+        """Fork a child that runs :func:`harness._pytest_main.main` with ``args``; returns once it started.
+
+        Raises :class:`Unavailable` when the zygote is gone or could not fork.
+        """
+        with self._lock:
+            if not self.alive:
+                raise Unavailable(self.why or "the fork server is closed")
+            self._serial += 1
+            child = ForkChild(self, self._serial, args)
+            self._children[child.id] = child
+        try:
+            self._send({"op": "spawn", "id": child.id, "argv": list(args), "env": dict(env), "cwd": str(cwd),
+                        "log": str(log)})
+        except OSError as exc:
+            self._gone(f"the fork server's socket failed: {exc}")
+        child._started.wait()
+        if child.error:
+            raise Unavailable(child.error)
+        if child.lost and not child.pid:
+            raise Unavailable(self.why)
+        return child
+
+    def modules(self, timeout: float = 30.0) -> list[str]:
+        """The names in the zygote's ``sys.modules`` (what every child starts with); [] if it does not answer."""
+        with self._lock:
+            self._modules = None
+        try:
+            self._send({"op": "modules"})
+        except OSError:
+            return []
+        with self._modules_seen:
+            self._modules_seen.wait_for(lambda: self._modules is not None or not self.alive, timeout)
+            return list(self._modules or [])
+
+    def kill(self, child: ForkChild) -> None:
+        """Kill ``child``'s tree: through the zygote (it alone knows the pid is still the child's), else directly."""
+        if child._done.is_set():
+            return
+        with self._lock:
+            alive = self.alive
+        if alive:
+            try:
+                self._send({"op": "kill", "id": child.id})
+                return
+            except OSError as exc:
+                self._gone(f"the fork server's socket failed: {exc}")
+        # NOTE: _gone already killed every child it knew; this covers a child reported after that
+        _kill_orphan(child.pid)
+
+    # -------------------------------------------------------- messages
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    self._dispatch(json.loads(line))
+                except ValueError:
+                    continue
+        self._gone("")
+
+    def _dispatch(self, msg: Mapping[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "ready":
+            self._ready.set()
+            return
+        if op == "modules":
+            with self._modules_seen:
+                self._modules = list(msg.get("names", []))
+                self._modules_seen.notify_all()
+            return
+        with self._lock:
+            child = self._children.get(int(msg.get("id", -1)))
+            if child is not None and op in ("exit", "failed"):
+                self._children.pop(child.id)
+        if child is None:
+            return
+        if op == "started":
+            self.spawned += 1
+            child.pid = int(msg["pid"])
+            child._started.set()
+        elif op == "failed":
+            child.error = f"the fork server could not fork: {msg.get('error', '?')}"
+            child._end(1)
+        elif op == "exit":
+            child._end(int(msg["code"]))
+
+    def _gone(self, why: str) -> None:
+        """The zygote went away (or its socket broke): every child still running is killed and marked lost."""
+        with self._lock:
+            if not self.alive:
+                return
+            self.alive = False
+            children, self._children = list(self._children.values()), {}
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if not why:
+            why = f"the fork server (pid {self.pid}) ended ({_exit_text(code)})"
+            tail = _tail(self.log)
+            if tail and not self.closing:
+                why += f": {tail}"
+        self.why = why
+        self._ready.set()
+        with self._modules_seen:
+            self._modules_seen.notify_all()
+        for child in children:
+            _kill_orphan(child.pid)
+            child._end(LOST_CODE, lost=True)
+        if not self.closing and self.on_lost is not None:
+            self.on_lost(why)
+
+    def close(self) -> None:
+        """End the zygote (it kills any child still running) and wait for it."""
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if threading.current_thread() is not self.reader:
+            self.reader.join(timeout=10)
+        self.sock.close()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+    return " | ".join(text.splitlines()[-lines:])
+
+
+_VOLATILE = (procs.WATCHDOG_ENV, SOCKET_ENV, "PYTEST_CURRENT_TEST")  # differ from call to call, read by no import
+
+
+def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    def strip(env: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k not in _VOLATILE}
+
+    return strip(a) == strip(b)
+
+
+class Launcher:
+    """A run's fork server, started on the first job; after it fails, every job starts as a plain subprocess.
+
+    :meth:`spawn` returns None when the job must start as a subprocess
+    instead (the zygote failed, or the job's environment is not the one the
+    zygote started with). The first failure is said once, on stderr.
+    """
+
+    name = FORKSERVER
+
+    def __init__(self, python: str, env: Mapping[str, str], cwd: Path, log: Path, ready_timeout: float,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.python, self.env, self.cwd, self.log, self.ready_timeout = python, dict(env), cwd, log, ready_timeout
+        self.say = say if say is not None else _say
+        self.server: ForkServer | None = None
+        self.failed = ""
+        self._lock = threading.Lock()
+
+    def _fail(self, why: str) -> None:
+        with self._lock:
+            first, self.failed = not self.failed, self.failed or why
+        if first:
+            self.say(f"kvproof: {why}; the remaining witness processes start as plain subprocesses")
+
+    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild | None:
+        with self._lock:
+            if self.failed:
+                return None
+            if self.server is None:
+                try:
+                    self.server = ForkServer(self.python, self.env, self.cwd, self.log, self.ready_timeout,
+                                             on_lost=self._fail)
+                except Unavailable as exc:
+                    self.failed = str(exc)
+                    self.say(f"kvproof: {exc}; witness processes start as plain subprocesses")
+                    return None
+            server = self.server
+        if not _same_env(env, server.env):
+            return None
+        try:
+            return server.spawn(args, env, cwd, log)
+        except Unavailable:
+            return None  # the zygote is gone (on_lost said so) or this one fork failed
+
+    def close(self) -> None:
+        with self._lock:
+            server, self.server = self.server, None
+            self.failed = self.failed or "closed"
+        if server is not None:
+            server.close()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- zygote side
+
+
+def preload() -> list[str]:
+    """Import the third-party libraries a witness process needs (nothing of the project); what failed, as text."""
+    import importlib
+
+    from harness import _pytest_main
+
+    problems = []
+    _pytest_main.preload()  # Hypothesis and numpy, before anything of pytest (see its NOTE)
+    import _pytest.config
+    import pytest  # noqa: F401
+
+    for name in _pytest.config.default_plugins:
+        try:
+            importlib.import_module(f"_pytest.{name}")
+        except Exception as exc:  # a built-in plugin this pytest does not have: pytest itself will say so
+            problems.append(f"_pytest.{name}: {exc}")
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="pytest11"):
+        try:
+            importlib.import_module(ep.module)
+        except Exception as exc:  # a broken plugin fails in the child as it would in a fresh process
+            problems.append(f"{ep.module}: {exc}")
+    return problems
+
+
+class _Zygote:
+    def __init__(self, sock: socket.socket, watchdog: int | None) -> None:
+        self.sock, self.watchdog = sock, watchdog
+        self.children: dict[int, int] = {}  # pid -> job id, every child forked and not yet reaped
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        try:
+            self.sock.sendall((json.dumps(message) + "\n").encode())
+        except OSError:
+            pass  # the runner is gone: the loop sees end of file next
+
+    def serve(self) -> None:
+        self.send({"op": "ready", "pid": os.getpid()})
+        buf = b""
+        watched = [self.sock, self.wake_r] + ([self.watchdog] if self.watchdog is not None else [])
+        while True:
+            readable, _, _ = select.select(watched, [], [], 1.0)
+            if self.wake_r in readable:
+                try:
+                    while os.read(self.wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            if self.watchdog is not None and self.watchdog in readable:
+                try:
+                    data = os.read(self.watchdog, 1)
+                except OSError:
+                    data = b""
+                if not data:
+                    break  # the runner is gone, however it died
+            if self.sock in readable:
+                try:
+                    data = self.sock.recv(1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    break  # the runner closed us (end of run) or died
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self.handle(json.loads(line))
+            self.reap()
+        for pid in list(self.children):
+            procs.kill_tree(pid)  # NOTE: unreaped, so each pid is still our child's
+
+    def handle(self, msg: Mapping[str, Any]) -> None:
+        if msg.get("op") == "spawn":
+            self.spawn(msg)
+        elif msg.get("op") == "modules":
+            self.send({"op": "modules", "names": sorted(sys.modules)})
+        elif msg.get("op") == "kill":
+            pid = next((p for p, i in self.children.items() if i == msg.get("id")), None)
+            if pid is not None:  # NOTE: not reaped yet (only reap() reaps), so the pid is still the child's
+                procs.kill_tree(pid)
+
+    def spawn(self, msg: Mapping[str, Any]) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.send({"op": "failed", "id": msg["id"], "error": str(exc)})
+            return
+        if pid == 0:
+            _child(msg, self)  # never returns
+        self.children[pid] = msg["id"]
+        self.send({"op": "started", "id": msg["id"], "pid": pid})
+
+    def reap(self) -> None:
+        ended = False
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                break
+            if info is None:
+                break
+            pid = info.si_pid
+            job = self.children.pop(pid, None)
+            if job is not None:
+                # NOTE: the child is a zombie and not yet reaped, so its pid (its process group's id) cannot
+                # have been reused: this reaches only what it left in its group
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
+            if job is not None:
+                ended = True
+                self.send({"op": "exit", "id": job, "code": os.waitstatus_to_exitcode(status)})
+        if ended:
+            self.kill_strays()
+
+    def kill_strays(self) -> None:
+        """Kill our children that we did not fork: processes a dead child left in other sessions, re-parented to us
+        (a subreaper). A live child is a subreaper itself, so what it leaves goes to it, not to us."""
+        me = os.getpid()
+        for pid in procs.descendants(me):
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    stat = fh.read().decode("ascii", "replace")
+                ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me and pid not in self.children:
+                procs.kill_tree(pid)
+
+
+def set_title(argv: Sequence[str]) -> bool:
+    """Linux: make this process's command line (``/proc/self/cmdline``, ``ps``) read ``argv``; False if it cannot.
+
+    The bytes are written over the process's original argument area (as the
+    setproctitle package does), cut to its size: the zygote starts with
+    :data:`TITLE_ROOM` bytes of padding for it. A fork child then shows the
+    ``python -m harness._pytest_main ...`` line a subprocess would have had, so
+    ``ps`` and the tests that look for witness processes by their command line
+    see the same thing with either launcher.
+    """
+    try:
+        import ctypes
+
+        with open("/proc/self/stat", "rb") as fh:
+            stat = fh.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48 and 49 of stat)
+        with open("/proc/self/cmdline", "rb") as fh:
+            if len(fh.read()) != end - start:
+                return False
+    except (OSError, ValueError, IndexError, ImportError):
+        return False
+    data = b"\0".join(os.fsencode(a) for a in argv)[: end - start - 1]
+    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+    return True
+
+
+def _child(msg: Mapping[str, Any], zygote: _Zygote) -> None:
+    """In the forked child: become the witness process ``msg`` asks for, run pytest, ``os._exit``."""
+    code = 70
+    try:
+        os.setsid()
+        set_title([sys.executable, "-m", "harness._pytest_main", *msg["argv"]])
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        zygote.sock.close()
+        os.close(zygote.wake_r)
+        os.close(zygote.wake_w)
+        os.chdir(msg["cwd"])
+        os.environ.clear()
+        os.environ.update(msg["env"])
+        if zygote.watchdog is not None and procs.WATCHDOG_ENV in os.environ:
+            os.environ[procs.WATCHDOG_ENV] = str(zygote.watchdog)  # the inherited read end, same pipe
+        fd = os.open(msg["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
+        if os.environ.get("PYTHONFAULTHANDLER"):
+            import faulthandler
+
+            faulthandler.enable()
+        procs.watch_runner()
+        if "numpy.random" in sys.modules:
+            # NOTE: a fresh process seeds numpy's global generator from the OS; forked ones would share the
+            # zygote's state (the random module reseeds itself after fork)
+            sys.modules["numpy.random"].seed()
+        from harness import _pytest_main
+
+        sys.argv = [_pytest_main.__file__, *msg["argv"]]
+        code = _pytest_main.main(msg["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 70
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()  # as a fresh interpreter's exit would
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    """The zygote's entry point: take the socket and watchdog fds from the environment, preload, serve."""
+    try:
+        sock_fd = int(os.environ.pop(SOCKET_ENV))
+    except (KeyError, ValueError):
+        print(f"harness.forkserver: {SOCKET_ENV} names no socket: this module is started by the runner "
+              "(harness.run), not by hand", file=sys.stderr)
+        return 2
+    watchdog_raw = os.environ.pop(procs.WATCHDOG_ENV, None)
+    watchdog = int(watchdog_raw) if watchdog_raw and watchdog_raw.isdigit() else None
+    procs._become_subreaper()
+    set_title([sys.executable, "-m", "harness.forkserver", *argv[:1]])
+    sock = socket.socket(fileno=sock_fd)
+    for problem in preload():
+        print(f"harness.forkserver: not preloaded: {problem}", file=sys.stderr)
+    # NOTE: what the zygote imported is never garbage: frozen, each child's collections (pytest runs
+    # gc.collect several times at exit) skip it, and do not write to the pages it shares with the zygote
+    gc.freeze()
+    _Zygote(sock, watchdog).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_main(sys.argv[1:]))
