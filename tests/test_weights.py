@@ -52,11 +52,12 @@ def test_generate_cli_reports_bad_weights_in_one_line_without_traceback(tmp_path
 
 # ---- the loader's fast paths read what gguf reads ------------------------------------------------
 
-def _reader_tensor(data, qtype):
-    """What dequantize_tensor reads of a gguf ReaderTensor: .data (as GGUFReader shapes it) and .tensor_type."""
+def _reader_tensor(data, qtype, shape):
+    """What dequantize_tensor reads of a gguf ReaderTensor: .data (as GGUFReader shapes it), .tensor_type
+    and .shape (ne: the numpy shape reversed, as uint64)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(data=data, tensor_type=qtype)
+    return SimpleNamespace(data=data, tensor_type=qtype, shape=np.array(shape[::-1], dtype=np.uint64))
 
 
 @pytest.mark.parametrize("shape", [(1, 32), (3, 64), (17, 96), (5, 4, 32), (64,)])
@@ -73,7 +74,7 @@ def test_dequantize_tensor_gives_the_bits_and_shape_of_gguf_row_by_row(qname, sh
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32) * 3
     data = quantize(x, qtype)  # (..., bytes per row) for a block type, as GGUFReader gives it
     want = np.asarray(dequantize(data, qtype), dtype=np.float32)
-    got = dequantize_tensor(_reader_tensor(data, qtype))
+    got = dequantize_tensor(_reader_tensor(data, qtype, shape))
     assert got.dtype == np.float32 and got.shape == want.shape == shape
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 

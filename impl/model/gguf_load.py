@@ -56,8 +56,8 @@ def dequantize_tensor(t) -> np.ndarray:
     """
     from gguf.quants import dequantize
 
-    data = t.data  # (..., bytes per row) for a quantized type, (..., values per row) otherwise
-    return np.asarray(dequantize(data.reshape(1, -1), t.tensor_type), dtype=np.float32).reshape(*data.shape[:-1], -1)
+    shape = tuple(int(n) for n in reversed(t.shape))  # ne reversed
+    return np.asarray(dequantize(t.data.reshape(1, t.data.size), t.tensor_type), dtype=np.float32).reshape(shape)
 
 
 def _field(reader, key: str, path: Path, default=None, required: bool = True):
