@@ -101,3 +101,33 @@ def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
                (b.name, b.tensor_type, b.n_elements, b.n_bytes, b.data_offset)
         assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
     assert not got.tensors[0].data.flags.writeable  # a view of the read-only map, as before
+
+
+def test_verified_sha256_hashes_again_after_any_write_and_never_stamps_a_young_file(tmp_path):
+    import hashlib
+    import os
+    import time
+
+    from impl.model.weights import sha256_file, verified_sha256
+
+    f, stamp = tmp_path / "w.bin", tmp_path / "w.stamp"
+    f.write_bytes(b"a" * 4096)
+    calls = []
+
+    def hasher(p):
+        calls.append(p)
+        return sha256_file(p)
+
+    # just written: hashed, and no stamp (a write in the same clock tick could leave the stat unchanged)
+    assert verified_sha256(f, stamp, hasher) == hashlib.sha256(b"a" * 4096).hexdigest()
+    assert not stamp.exists() and len(calls) == 1
+    old = time.time() - 10
+    os.utime(f, (old, old))  # quiet for 10 s: the next hash is stamped
+    verified_sha256(f, stamp, hasher)
+    assert stamp.exists() and len(calls) == 2
+    assert verified_sha256(f, stamp, hasher) == hashlib.sha256(b"a" * 4096).hexdigest() and len(calls) == 2
+    f.write_bytes(b"b" * 4096)  # same size, same inode: mtime and ctime move
+    assert verified_sha256(f, stamp, hasher) == hashlib.sha256(b"b" * 4096).hexdigest() and len(calls) == 3
+    os.utime(f, (old, old))  # even with the old mtime put back, ctime tells
+    assert verified_sha256(f, stamp, hasher) == hashlib.sha256(b"b" * 4096).hexdigest() and len(calls) == 4
+    assert verified_sha256(f, None, hasher) and len(calls) == 5  # no stamp place: always hashed

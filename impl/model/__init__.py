@@ -22,7 +22,7 @@ from impl.model.llama import Llama
 from impl.model.session import Session
 from impl.model.tokenizer import BPETokenizer
 from impl.model import f32cache
-from impl.model.weights import check_default, resolve_weights, sha256_file
+from impl.model.weights import check_default, resolve_weights, verified_sha256
 
 __all__ = ["Model", "ModelConfig", "Session", "load_model"]
 
@@ -80,7 +80,8 @@ def load_model(path: str | os.PathLike | None = None) -> Model:
     key = (str(wf.path.resolve()), wf.path.stat().st_mtime_ns)
     with _lock:
         if key not in _cache:
-            sha = sha256_file(wf.path)  # once per process: keys the f32 cache, verifies the default file
+            # keys the f32 cache and verifies the default file; hashed when the file changed since last verified
+            sha = verified_sha256(wf.path, f32cache.gguf_stamp(wf.path))
             check_default(wf, sha)
             hit = f32cache.load(sha)
             if hit is not None:

@@ -4,7 +4,9 @@ Reading the GGUF costs seconds (metadata parsing and Q4_1 dequantisation);
 the cache is one raw float32 file holding every array the forward reads,
 in its final layout, plus the tokenizer as tokenizers' own JSON and a
 manifest. Loading memory-maps the file (processes share its pages) after
-checking its sha256 against the manifest (hashed through that map).
+checking its sha256 against the manifest (hashed through that map, again
+only when the file was written since it was last verified: ``verified.json``
+keeps its size, inode, mtime and ctime from then).
 
 Layout of ``<cache dir>/<gguf sha256[:16]>/``:
     manifest.json   format, the GGUF's sha256, the producing code's sha256,
@@ -39,6 +41,8 @@ ALIGN = 4096
 # un-permutation) must rebuild the cache, never be masked by it.
 PRODUCERS = ("gguf_load.py", "llama.py", "config.py", "tokenizer.py", "f32cache.py", "../linear.py")
 ENV_DIR = "KVPROOF_WEIGHTS_CACHE"  # a folder, or "off" to disable the cache
+VERIFIED = "verified.json"  # the data file's stat key when it last hashed to the manifest's sha256
+GGUF_STAMPS = "gguf-verified"  # <root>/gguf-verified/<sha256 of the GGUF's path>.json
 
 
 def cache_root() -> Path | None:
@@ -76,6 +80,19 @@ def _config_from(d: dict) -> ModelConfig:
     return ModelConfig(**d)
 
 
+def gguf_stamp(path: Path) -> Path | None:
+    """Where the verified sha256 of the GGUF at ``path`` is kept (None: the cache is disabled)."""
+    root = cache_root()
+    if root is None:
+        return None
+    folder = root / GGUF_STAMPS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder / (hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24] + ".json")
+
+
 def load(gguf_sha256: str):
     """(config, state dict of memory-mapped arrays, tokenizer JSON) or None when absent/invalid."""
     root = cache_root()
@@ -93,8 +110,11 @@ def load(gguf_sha256: str):
         with open(data, "rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         # NOTE: hashed through the very map the arrays view (read-only): no copy of the file through
-        # read(), and its pages are already mapped when the forward first reads them.
-        if hashlib.sha256(mm).hexdigest() != man["data_sha256"]:
+        # read(). Hashed when the file changed since it was last verified (weights.verified_sha256:
+        # size, inode, mtime, ctime), so a warm load no longer reads all of it.
+        from impl.model.weights import verified_sha256
+
+        if verified_sha256(data, entry / VERIFIED, lambda _p: hashlib.sha256(mm).hexdigest()) != man["data_sha256"]:
             return None
         flat = np.frombuffer(mm, dtype=np.float32)  # keeps the map open while any array views it
         state = {}

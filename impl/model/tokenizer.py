@@ -41,10 +41,19 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> "BPETokenizer":
+        """Rebuilt from :meth:`to_json`, lazily: the JSON (49k tokens and merges, ~0.25 s) is parsed on first use,
+        so a process that only feeds token ids never pays for it."""
         self = cls.__new__(cls)
-        self._tk = Tokenizer.from_str(text)
-        self.vocab_size = self._tk.get_vocab_size(with_added_tokens=True)
+        self._json = text
         return self
+
+    def __getattr__(self, name: str):
+        # NOTE: only reached for attributes not set yet: _tk and vocab_size of a from_json tokenizer
+        if name in ("_tk", "vocab_size") and "_json" in self.__dict__:
+            tk = Tokenizer.from_str(self.__dict__.pop("_json"))
+            self._tk, self.vocab_size = tk, tk.get_vocab_size(with_added_tokens=True)
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; no BOS or other special token is added."""
