@@ -12,13 +12,15 @@ What the zygote holds, and what it must not
 --------------------------------------------
 Third-party libraries only (:func:`preload`): Hypothesis, numpy, pytest and
 its built-in plugins, the modules of installed ``pytest11`` entry-point
-plugins. Nothing of the project: no ``impl``, no witnesses, no conftest, no
-``harness.plugin``. Each job imports the code under test itself, after the
+plugins; and the judge: ``harness.plugin`` and the harness modules it
+imports (:data:`JUDGE`). Nothing of the code under test: no ``impl``, no
+witnesses, no conftest. Each job imports the code under test itself, after the
 fork, so a liar or mutant is patched into fresh modules exactly as in a
 plain subprocess, and ``impl``'s C kernel (OpenMP: libgomp cannot be used
 in a fork once a parallel region ran) is first loaded in the child. The
-zygote's only project modules are the runner's machinery it runs:
-``harness``, ``harness.forkserver``, ``harness.procs``, ``harness._pytest_main``.
+zygote's only project modules are the runner's machinery it runs
+(``harness``, ``harness.forkserver``, ``harness.procs``, ``harness._pytest_main``)
+and the judge.
 
 The zygote is started with the run's environment (``harness.run._env``:
 PYTHONPATH, PYTHONHASHSEED=0, BLAS thread variables, KVPROOF_*), so what the
@@ -493,7 +495,19 @@ def preload() -> list[str]:
             importlib.import_module(ep.module)
         except Exception as exc:  # a broken plugin fails in the child as it would in a fresh process
             problems.append(f"{ep.module}: {exc}")
+    for name in JUDGE:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the child imports it again and reports what is wrong
+            problems.append(f"{name}: {exc}")
     return problems
+
+
+# NOTE: the judge, not the judged: harness.plugin (which each job loads with -p) and the harness modules it
+# imports (cards, verdict, protocol, liars, ...; about 0.1 s per process) hold only constants at import and
+# read the environment when called. Liars and mutants patch impl, never these; impl, the witnesses and
+# conftest stay out of the zygote.
+JUDGE = ("yaml", "harness.plugin")
 
 
 class _Zygote:
