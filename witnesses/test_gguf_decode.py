@@ -76,6 +76,41 @@ def _check(pairs, evidence, key: str, first_only: bool = False) -> list[str]:
     return failures
 
 
+class _StoredTensor:
+    """What impl's dequantize_tensor reads of a gguf.GGUFReader tensor (data, shape in ne order, tensor_type),
+    made from the reference's own index of the file: raw block bytes for quantized types, float32 for F32."""
+
+    def __init__(self, reference: ref.ReferenceFile, name: str) -> None:
+        import gguf
+
+        info = reference.infos[name]
+        n = info.n_values
+        if info.ggml_type == ref.F32:
+            self.data = np.frombuffer(reference.buf, dtype=np.float32, count=n, offset=info.offset)
+        else:
+            nbytes = n // ref.BLOCK * ref.BLOCK_BYTES[info.ggml_type]
+            self.data = np.frombuffer(reference.buf, dtype=np.uint8, count=nbytes, offset=info.offset)
+        self.shape = info.ne
+        self.tensor_type = gguf.GGMLQuantizationType(info.ggml_type)
+
+
+def test_dequantize_tensor_decodes_one_stored_tensor_of_each_type_as_the_format_defines_it(reference, evidence):
+    """impl's dequantize_tensor on the first tensor of each type in the file (attn_q/attn_k left out: their
+    rows are permuted as stored), fed the raw bytes the reference indexed, equals the reference decode bit
+    for bit. loader-tensors checks every tensor through read_gguf; this one costs one tensor per type, so a
+    wrong block decoder is refuted in a second instead of after a whole read_gguf."""
+    from impl.model.gguf_load import dequantize_tensor
+
+    first: dict[str, str] = {}
+    for name, info in reference.infos.items():
+        if reference.permuted_heads(name) is None:
+            first.setdefault(info.type_name, name)
+    evidence.record("types_checked", len(first))
+    failures = _check(((f"{n} ({t})", dequantize_tensor(_StoredTensor(reference, n)), reference.tensor(n))
+                       for t, n in sorted(first.items())), evidence, "per_type")
+    assert not failures, "dequantize_tensor differs from the format's definition:\n  " + "\n  ".join(failures)
+
+
 @pytest.fixture(scope="session")
 def gguf_read(gguf_path):
     """read_gguf's result, once per process (uncached: read_gguf never consults the float32 weights cache)."""
