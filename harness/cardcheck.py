@@ -61,6 +61,22 @@ def load_schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it: ~10x faster
+
+
+def parse_yaml(text: str) -> tuple[Any, Any]:
+    """(node, data) of one YAML document, parsed once: the node keeps every line number, the data is what
+    ``yaml.safe_load`` gives. Raises yaml.YAMLError (MarkedYAMLError with the line) on bad YAML."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return node, data
+
+
 # ---------------------------------------------------------------- YAML with lines
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from harness.checktext import bound_text
-from harness.cardcheck import Problem, line_index, schema_problems, semantic_problems, short
+from harness.cardcheck import Problem, line_index, parse_yaml, schema_problems, semantic_problems, short
 from harness.cardcheck import load_schema  # noqa: F401  (re-exported: harness.schemadoc reads it here)
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
@@ -183,8 +183,7 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Problem(shown, 0, "", "", f"cannot read the card: {exc}")], None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = parse_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0

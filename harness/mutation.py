@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 import yaml
 
 from harness import mutants as gen
-from harness.cardcheck import Problem, line_for, line_index, schema_problems, short
+from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
 from harness.binding import BoundFile, digest
 from harness.cards import EQUIVALENT_FILE, Card
 from harness.document import Claim, MutantResult, MutationResult
@@ -111,8 +111,7 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
     shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
     try:
         text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = parse_yaml(text)
     except (OSError, UnicodeDecodeError) as exc:
         return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
     except yaml.YAMLError as exc:
