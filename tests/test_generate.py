@@ -53,3 +53,15 @@ def test_cli_refuses_precision_without_a_ring():
     r = subprocess.run([sys.executable, "-m", "impl", "generate", "hi", "--precision", "int8"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--precision applies to --cache ring only" in r.stderr
+
+
+def test_swiglu_is_silu_of_gate_times_up_bit_for_bit():
+    import numpy as np
+
+    from impl.model.llama import silu, swiglu
+
+    gu = (np.random.default_rng(0).standard_normal((37, 2 * 96)) * 6).astype(np.float32)
+    gu[0, :4] = [0.0, -0.0, 88.0, -104.0]  # exp overflow and underflow at the edges
+    want = silu(gu[:, :96]) * gu[:, 96:]
+    got = swiglu(gu, 96)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
