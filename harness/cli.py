@@ -78,9 +78,19 @@ def _run_parser(sub) -> None:
 
     run = sub.add_parser("run", help="run cards and print verdicts (default)")
     _run_options(run)
-    run.add_argument("--changed", action="store_true",
-                     help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
-                          "liars, covered files, oracle manifest) are byte-identical to then; run the rest")
+    which = run.add_mutually_exclusive_group()
+    which.add_argument("--changed", action="store_true",
+                       help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
+                            "liars, covered files, oracle manifest) are byte-identical to then; run the rest")
+    which.add_argument("--rerun-failed", action="store_true",
+                       help="run only the cards whose latest verdict is not PROVEN (or whose bound files changed "
+                            "since); replay the others' latest PROVEN verdict, marked as replayed")
+    run.add_argument("--baseline", metavar="REF",
+                     help="compare this run with REF (a run id, latest/previous, a report folder or a "
+                          "verdicts.json): a 'vs baseline' column and section in the terminal and index.html")
+    run.add_argument("--fail-on-regression", action="store_true",
+                     help="with --baseline: exit 1 when any card regressed against it (docs/compare.md), even "
+                          "if every card is PROVEN")
     mut = sub.add_parser("mutate", help="run cards, then mutants of the code each claims: a mutation score per card")
     _run_options(mut, mutate=True)
     mut.add_argument("--max-mutants", type=argtypes.non_negative_int, default=DEFAULT_MAX_MUTANTS, metavar="N",

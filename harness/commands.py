@@ -126,7 +126,11 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         seed=hypothesis_seed if hypothesis_seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
         liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
         changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
-        argv=tuple(args.argv), mutate=mutate)
+        argv=tuple(args.argv), mutate=mutate, rerun_failed=getattr(args, "rerun_failed", False),
+        baseline=getattr(args, "baseline", None), fail_on_regression=getattr(args, "fail_on_regression", False))
+    if req.fail_on_regression and not req.baseline:
+        raise UsageError("--fail-on-regression needs --baseline REF: the run it must not regress against "
+                         "(e.g. --baseline latest, or a release's verdicts.json)")
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
     return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
 

@@ -343,6 +343,17 @@ class Ledger:
             raise LedgerError(f"no verdict for card_id={card_id!r} in run_id={run_id}")
         return CardResult.from_json(json.loads(row[0]))
 
+    def trend(self, card_id: str, limit: int) -> list[dict[str, Any]]:
+        """The card's newest ``limit`` recorded verdicts, oldest first, as points for a trend picture:
+        started, headline key/value/op/limit (from its entry), duration_s (None for a replay: it ran nothing)."""
+        rows = self.conn.execute(
+            "SELECT r.started, v.duration_s, v.replay_of, json_extract(v.entry_json, '$.headline.key'), "
+            "json_extract(v.entry_json, '$.headline.value'), json_extract(v.entry_json, '$.headline.op'), "
+            "json_extract(v.entry_json, '$.headline.limit') FROM verdicts v JOIN runs r ON r.run_id = v.run_id "
+            "WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT ?", (card_id, limit)).fetchall()
+        return [{"started": st, "duration_s": None if rep is not None else dur, "key": key, "value": val, "op": op,
+                 "limit": lim} for st, dur, rep, key, val, op, lim in reversed(rows)]
+
     def run_count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 

@@ -72,6 +72,9 @@ class RunRequest:
     oracle_dir: Path | None = None
     argv: tuple[str, ...] = ()
     mutate: "MutateOptions | None" = None  # set: also run the mutation stage (run_obligations.py mutate)
+    rerun_failed: bool = False  # run cards whose latest verdict is not PROVEN; replay the rest
+    baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
+    fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
 
 
 class Reporter(Protocol):
@@ -85,6 +88,7 @@ class Reporter(Protocol):
     def wrote(self, what: str, path: Path) -> None: ...
     def error(self, text: str) -> None: ...
     def note(self, text: str) -> None: ...
+    def baseline(self, comparison: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -94,12 +98,17 @@ class Proof:
     doc: RunDocument
     recorded: bool
     report_dir: Path | None = None
+    comparison: Any = None  # harness.compare.Comparison against --baseline, when asked
+    fail_on_regression: bool = False
 
     @property
     def exit_code(self) -> int:
-        """0 gate PASS, 1 gate FAIL, 2 the evidence was not recorded (the verdicts do not count)."""
+        """0 gate PASS, 1 gate FAIL (or a regression against the baseline with --fail-on-regression),
+        2 the evidence was not recorded (the verdicts do not count)."""
         if not self.recorded:
             return 2
+        if self.fail_on_regression and self.comparison is not None and self.comparison.regressions:
+            return 1
         return 0 if self.doc.gate == Gate.PASS else 1
 
 
@@ -251,6 +260,16 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
     if ledger is not None:
         with ledger:
             for card in cards:
+                if req.rerun_failed and not links[card.id]:
+                    # NOTE: the card's latest verdict decides: not PROVEN -> it runs; PROVEN -> its PROVEN verdict
+                    # on exactly these bound files is replayed (none: the files changed since, so it runs too)
+                    latest = ledger.last(card.id)
+                    past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile) \
+                        if latest is not None and latest.verdict == Verdict.PROVEN else None
+                    if past is not None:
+                        replays[card.id] = data.Replayed(ledger.entry(past.run_id, card.id), past.run_id,
+                                                         past.started, past.report_dir)
+                        continue
                 if req.changed and not links[card.id]:
                     past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
                     if past is not None:
@@ -318,7 +337,8 @@ def _with_mutation(entry: CardResult, m: MutationResult, use: MutationResult | N
 # ---------------------------------------------------------------- record and publish
 
 
-def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None) -> tuple[bool, Path | None]:
+def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None,
+           comparison: Any = None) -> tuple[bool, Path | None]:
     """Write ``--json``, the dated report folder and the ledger row; (all written?, the report folder)."""
     ok, final = True, None
     if req.json_path is not None:
@@ -331,7 +351,7 @@ def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None) -> tupl
             if reporter is not None:
                 reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {exc}")
     try:
-        final = report_folder.publish(req.reports_dir, doc, req.root)
+        final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison)
         if reporter is not None:
             reporter.wrote("report", final / "index.html")
     except (OSError, LedgerError) as exc:
@@ -355,6 +375,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     cards = runnable(loaded, req.ids, req.tags, reporter)
     marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
     check_outputs(req)
+    baseline = load_baseline(req)  # a baseline that names nothing is a UsageError before anything runs
     launcher = forkserver.choose()  # a bad KVPROOF_LAUNCHER is a UsageError before anything runs
     prov = provenance.gather(req.root)
     t0 = time.monotonic()
@@ -376,7 +397,29 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
         jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root), launcher=launcher)
     doc = data.build(prov, settings, judge(the_plan, runs, measured), finished=provenance.utc_now(),
                      wall_s=time.monotonic() - t0, claims=claims)
+    comparison = None
+    if baseline is not None:
+        from harness.compare import compare, thresholds_from_cards
+
+        comparison = compare(baseline.doc, doc, before_label=baseline.label, after_label="this run",
+                             thresholds=thresholds_from_cards(loaded.result.cards), card_texts=(baseline.cards, {}))
     if reporter is not None:
-        reporter.results(build_view(doc, {}, root=req.root))
-    recorded, final = record(req, doc, reporter)
-    return Proof(doc, recorded, final)
+        reporter.results(build_view(doc, {}, root=req.root, comparison=comparison))
+        if comparison is not None:
+            reporter.baseline(comparison)
+    recorded, final = record(req, doc, reporter, comparison)
+    return Proof(doc, recorded, final, comparison, req.fail_on_regression)
+
+
+def load_baseline(req: RunRequest):
+    """The --baseline run (harness.compare_io.LoadedRun), or None; UsageError when it names nothing."""
+    if not req.baseline:
+        return None
+    from harness.compare_io import load_ref, open_ledger
+
+    ledger = open_ledger(req.reports_dir)
+    try:
+        return load_ref(req.baseline, req.reports_dir, ledger)
+    finally:
+        if ledger is not None:
+            ledger.close()

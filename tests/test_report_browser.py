@@ -162,3 +162,75 @@ def test_report_opens_in_chromium_with_working_counts_and_filter(browser, seeded
     assert errors == []
     requested = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert all(u.startswith("file://") for u in requested), requested
+
+
+@pytest.fixture()
+def trend_view(tmp_path):
+    """The fixture run as the fourth run of a ledger, compared with the third as its baseline: FX-ADD's control
+    measure and every card's time vary run to run (trends to draw), and FX-ADD's liar survives now (a
+    regression in the 'vs baseline' column)."""
+    import copy
+
+    from harness.compare import compare
+    from harness.document import RunDocument
+    from harness.ledger import Ledger
+    from harness.report.view import build_view
+    from test_report import PROJECT, at, load_doc
+
+    doc = load_doc()
+    runs = []
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        for i, (value, scale) in enumerate([(4.0, 1.0), (3.0, 1.6), (2.5, 0.8)]):
+            d = at(copy.deepcopy(doc), f"2026-01-0{i + 1}T10:00:00Z")
+            for c in d["cards"]:
+                c["duration_s"] = round(c["duration_s"] * scale + 0.1 * i, 3)
+                if c["id"] == "FX-ADD":
+                    c["headline"] = {**c["headline"], "value": value} if c.get("headline") else c["headline"]
+            ledger.record(RunDocument.from_json(d), f"2026-01-0{i + 1}T10-00-00Z")
+            runs.append(RunDocument.from_json(d))
+        now = at(copy.deepcopy(doc), "2026-01-04T10:00:00Z")
+        add = next(c for c in now["cards"] if c["id"] == "FX-ADD")
+        add["liars"][0].update(caught=False, caught_by=[], status="survived")
+        current = RunDocument.from_json(now)
+        ids = [c.id for c in current.cards]
+        past = ledger.histories(ids)
+        trends = {cid: ledger.trend(cid, 29) for cid in ids}
+    cmp = compare(runs[-1], current, before_label="run 3 (2026-01-03)", after_label="this run")
+    return build_view(current, past, root=PROJECT, report_dir="2026-01-04T10-00-00Z", trends=trends, comparison=cmp)
+
+
+def test_trends_and_the_baseline_column_are_drawn_and_fit_desktop_and_phone(browser, trend_view, tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text(html.render(trend_view), encoding="utf-8")
+    for domain in ("Page", "Runtime", "Network"):
+        browser.page(f"{domain}.enable")
+    browser.page("Page.navigate", url=page.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    art = Path(os.environ.get("KVPROOF_ARTIFACTS", tmp_path))
+    art.mkdir(parents=True, exist_ok=True)
+    shots = []
+    for width, name in ((1300, "report-trends-desktop.png"), (400, "report-trends-phone.png")):
+        shots.append(browser.screenshot(art / name, width))
+        boxes = browser.js("[...document.querySelectorAll('svg.trend')].map(s => { const r = s.getBoundingClientRect();"
+                           " return [r.left, r.right, r.width, r.height, s.querySelectorAll('circle').length]; })")
+        assert len(boxes) >= 11, boxes  # a time trend for every card, the measure trend where one is headlined
+        for left, right, w, h, dots in boxes:
+            assert w > 50 and h > 10 and dots >= 2  # drawn, not collapsed
+            assert left >= 0 and right <= width + 0.5, (width, left, right)  # inside the page, even on a phone
+        # the HTML report keeps every table inside the page (the witness table used to push 'time' off at 1300 px)
+        assert browser.js("document.documentElement.scrollWidth") <= width
+        if width == 1300:
+            clipped = browser.js("[...document.querySelectorAll('main table')].filter(t => t.offsetParent !== null)"
+                                 ".filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)"
+                                 ".length")
+            assert clipped == 0
+    heads = browser.js("[...document.querySelectorAll('table.index th')].map(t => t.textContent)")
+    assert "vs baseline" in heads
+    row = browser.js("[...document.querySelectorAll('table.index tr')].find(r => r.textContent.includes('FX-ADD'))"
+                     ".textContent")
+    assert "⚠" in row
+    section = browser.js("document.getElementById('baseline').textContent")
+    assert "vs baseline: run 3" in section and "arith.off_by_one is no longer caught" in section
+    labels = browser.js("[...document.querySelectorAll('svg.trend')].map(s => s.getAttribute('aria-label'))")
+    assert any("FX-ADD max_abs_delta" in x for x in labels) or any("FX-ADD time" in x for x in labels)
+    print(f"screenshots: {' '.join(map(str, shots))}")

@@ -73,6 +73,9 @@ def duration_text(c: CardChange) -> str:
 def measure_text(m: MeasureChange) -> str:
     mark = " ⚠" if m.regression else ""
     bound = f"{m.op} {_num(m.limit)}"
+    where = f"{m.witness}[{m.node.rsplit('[', 1)[-1].rstrip(']')}]" if "[" in m.node else m.witness
+    if where != m.witness:
+        m = dataclasses.replace(m, witness=where)
     if m.before == m.after:
         return f"{m.witness}: {m.key} = {_num(m.after)} ({bound})"
     change = f"{_delta(m.change)}; " if m.change is not None else ""

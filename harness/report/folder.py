@@ -100,10 +100,20 @@ def write_cards(folder: Path, doc: RunDocument, root: Path | None = None) -> Non
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
-def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None) -> None:
-    """The four report files (the document's JSON form, three renderings of its view) and the cards as run."""
+def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None,
+                comparison: Any = None) -> None:
+    """The four report files (the document's JSON form, three renderings of its view) and the cards as run;
+    with a --baseline comparison also compare.json and compare.md."""
     folder.mkdir(parents=True)
     write_cards(folder, doc, root)
+    if comparison is not None:
+        import json
+
+        from harness.report import compare as compare_report
+
+        (folder / "compare.json").write_text(json.dumps(compare_report.to_json(comparison), indent=2,
+                                                        ensure_ascii=False) + "\n", encoding="utf-8")
+        (folder / "compare.md").write_text(compare_report.to_markdown(comparison), encoding="utf-8")
     (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8")
     (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
     (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8")
@@ -138,7 +148,8 @@ def point_latest(reports: Path, name: str) -> str:
         return page.name
 
 
-def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None) -> Path:
+def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None, *,
+            comparison: Any = None) -> Path:
     """Write the dated report folder for ``doc`` and record the run in the ledger; returns the folder.
 
     ``ledger`` defaults to ``reports/ledger.sqlite``. History shown in the
@@ -151,6 +162,7 @@ def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None =
     try:
         ids = [c.id for c in doc.cards]
         past: dict[str, Sequence[PastVerdict]] = ledger.histories(ids, limit=HISTORY_LIMIT - 1)
+        trends = {cid: ledger.trend(cid, HISTORY_LIMIT - 1) for cid in ids}
         base = folder_name(doc.header.started)
         for _attempt in range(5):
             name = _free_name(reports, base)
@@ -165,7 +177,8 @@ def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None =
 
             retry = False
             try:
-                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name), root)
+                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name, trends=trends,
+                                                 comparison=comparison), root, comparison)
                 ledger.record(doc, report_dir=name, before_commit=move_into_place)
             except BaseException as exc:
                 if moved:  # COMMIT did not happen: take the folder back out of sight

@@ -249,6 +249,11 @@ class TerminalReporter:
             names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
             self.console.print(f"--changed: {len(replayed)} card(s) replayed (bound files unchanged since their last "
                                f"PROVEN verdict), {len(to_run)} to run{names}", soft_wrap=True)
+        if getattr(req, "rerun_failed", False):
+            names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
+            self.console.print(f"--rerun-failed: {len(replayed)} card(s) replayed (latest verdict PROVEN, bound files "
+                               f"unchanged), {len(to_run)} to run (not PROVEN last time, changed, or never run)"
+                               f"{names}", soft_wrap=True)
 
     @contextmanager
     def progress(self, total: int):
@@ -280,6 +285,13 @@ class TerminalReporter:
     def results(self, view: Mapping[str, Any]) -> None:
         render_run(self.console, view)
         render_timing(self.console, view["timing"])
+
+    def baseline(self, comparison) -> None:
+        """The 'vs baseline' section: what changed against --baseline, and the regressions."""
+        from harness.report.compare import render_terminal
+
+        self.console.print("[bold]vs baseline[/]")
+        render_terminal(self.console, comparison)
 
     def wrote(self, what: str, path: Path) -> None:
         self.console.print(f"{'wrote' if what == 'json' else what} {self.shown(path) if what != 'json' else path}",

@@ -345,7 +345,8 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
 
 
 def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | None = None, *,
-               root: Path, report_dir: str | None = None) -> dict[str, Any]:
+               root: Path, report_dir: str | None = None, trends: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+               comparison: Any = None) -> dict[str, Any]:
     """Everything every report shows (terminal, HTML, Markdown, JUnit), in display order, as plain data.
 
     ``past`` maps card id -> its earlier verdicts, oldest first (this run
@@ -358,6 +359,9 @@ def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | Non
     head = doc["header"]
     cards = [card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]))
              for c in doc["cards"]]
+    for c in cards:
+        c["trend"] = trend_view(c, head, (trends or {}).get(c["id"], ()))
+    baseline = baseline_view(comparison, cards) if comparison is not None else None
     summary = head["summary"]
     by_regime = [{"regime": r, "name": REGIME_NAMES.get(r, r), "total": sum(c["regime"] == r for c in cards),
                   "counts": _counts([c for c in cards if c["regime"] == r])}
@@ -380,4 +384,67 @@ def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | Non
         "not_proven": not_proven,
         "report_dir": report_dir,
         "timing": doc["timing"],
+        "baseline": baseline,
     }
+
+
+def trend_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Inline SVG trends of the card's headline measure (against its bound) and of its duration, over the
+    ledger's earlier runs and this one; '' where fewer than two runs have a value."""
+    from harness.report.svg import Point, trend
+
+    h = card.get("headline") or {}
+    replayed = bool(card.get("replayed_from"))
+    now = {"started": head.get("started"), "key": h.get("key"), "value": h.get("value"), "op": h.get("op"),
+           "limit": h.get("limit"), "duration_s": None if replayed else card.get("duration_s")}
+    rows = list(past) + [now]
+
+    def number(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    same = [r for r in rows if h.get("key") and r.get("key") == h.get("key")]
+    measure = [Point(display_date(r["started"]), number(r.get("value"))) for r in same]
+    durations = [Point(display_date(r["started"]), number(r.get("duration_s"))) for r in rows]
+    out = {"measure": "", "duration": ""}
+    if sum(p.value is not None for p in measure) >= 2:
+        bound = (h["op"], h["limit"]) if isinstance(h.get("limit"), (int, float)) else None
+        out["measure"] = trend(measure, bound=bound, title=f"{card['id']} {h['key']}")
+    if sum(p.value is not None for p in durations) >= 2:
+        out["duration"] = trend(durations, unit=" s", title=f"{card['id']} time")
+    return out
+
+
+def baseline_view(cmp: Any, cards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The 'vs baseline' column (per card, in ``cards``) and section: regressions, moved measures as bars."""
+    from harness.compare import summary_counts
+    from harness.report.compare import changed_measures, liars_text, verdict_text
+    from harness.report.svg import Bar, measure_bars
+
+    by_id = {c.id: c for c in cmp.cards}
+    for c in cards:
+        ch = by_id.get(c["id"])
+        if ch is None:
+            c["vs_baseline"] = None
+            continue
+        moved = changed_measures(ch)
+        text = "new" if ch.status == "added" else ("same" if ch.status == "unchanged" else verdict_text(ch))
+        if ch.status == "changed" and ch.verdict_before == ch.verdict_after:
+            if ch.newly_surviving:
+                text = f"liar {', '.join(ch.newly_surviving)} survives"
+            elif ch.liars_before != ch.liars_after:
+                text = f"liars {liars_text(ch)}"
+            elif moved:
+                text = f"{len(moved)} measure(s) moved"
+            else:
+                text = "card or files changed" if ch.changed_files or ch.card_diff or \
+                    ch.version_before != ch.version_after else "changed"
+        c["vs_baseline"] = {"text": text, "regression": bool(ch.regressions), "status": ch.status}
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    bars = [Bar(f"{ch.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
+            for ch in cmp.cards for m in changed_measures(ch)]
+    return {"label": cmp.before.label, "gate_before": cmp.before.gate, "counts": summary_counts(cmp),
+            "regressions": [{"card": r.card, "rule": r.rule, "text": r.text} for r in cmp.regressions],
+            "removed": list(cmp.removed), "bars": measure_bars(bars)}
