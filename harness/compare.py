@@ -12,8 +12,10 @@ Regression rules (docs/compare.md states them for users):
 1. verdict worse: the after verdict ranks below the before one, in the order
    PROVEN > UNVERIFIED > VACUOUS > ERROR > FAILED (a card that stops being
    PROVEN is always a regression; so is a VACUOUS card that now FAILS).
-2. liar survives: a liar caught before is not caught after (survived,
-   inconclusive, not run, error), or a liar new to the card is not caught.
+2. liar survives: a liar caught before ran and was not caught after
+   (survived, inconclusive, error), or a liar new to the card is not
+   caught. A liar that did not run (its card's honest run failed, or
+   --no-liars) is left to rule 1: the verdict says it.
 3. measure toward its bound: a numeric bounded measure moves toward its
    bound (up for le/lt, down for ge/gt, any move for eq) by more than the
    witness's threshold, a fraction of the headroom it had before
@@ -218,15 +220,15 @@ def _duration(c: CardResult | None) -> float | None:
 
 
 def newly_surviving(a: CardResult | None, b: CardResult) -> Iterable[str]:
-    """Liars of ``b`` not caught in ``b`` that were caught in ``a`` (or are new to the card)."""
+    """Liars of ``b`` that ran and were not caught (survived, inconclusive, could not be applied) and were caught
+    in ``a`` or are new to the card. A liar that did not run (the honest run failed, or --no-liars) is not
+    news: the card's verdict says why, and rule 1 judges that."""
     before: dict[str, LiarResult] = {li.name: li for li in (a.liars if a else ())}
     for li in b.liars:
-        if li.caught:
+        if li.caught or li.status == LiarStatus.NOT_RUN:
             continue
         old = before.get(li.name)
         if old is None or old.caught:
-            if li.status == LiarStatus.NOT_RUN and old is None:
-                continue  # --no-liars on a new liar: the verdict (UNVERIFIED) says it
             yield li.name
 
 

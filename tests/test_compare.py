@@ -226,3 +226,11 @@ def test_compare_shows_a_cards_own_changes_from_the_report_folders(base, tmp_pat
     md = (tmp_path / "c.md").read_text()
     assert "FX-ADD: the card changed" in md and "-theorem: a + b\n+theorem: a + b, exactly" in md
     assert "+theorem: a + b, exactly" in capsys.readouterr().out
+
+
+def test_liars_not_run_because_the_card_failed_are_left_to_the_verdict_rule(base):
+    add = _card(base, "FX-ADD")
+    (liar,) = add.liars
+    not_run = dataclasses.replace(liar, caught=False, caught_by=(), status=LiarStatus.NOT_RUN)
+    after = _with_card(base, dataclasses.replace(add, liars=(not_run,), verdict=Verdict.FAILED, reason="broken"))
+    assert [r.rule for r in compare(base, after).regressions] == ["verdict"]
