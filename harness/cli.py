@@ -130,6 +130,8 @@ def _reading_parsers(sub) -> None:
     cmp.add_argument("after", nargs="?", default="latest", metavar="B", help="the same kinds (default: latest)")
     cmp.add_argument("--json", metavar="PATH", help="write the comparison as JSON ('-' for stdout)")
     cmp.add_argument("--markdown", metavar="PATH", help="write it as Markdown for a pull request ('-' for stdout)")
+    cmp.add_argument("--html", metavar="PATH", help="write it as one self-contained HTML page with a chart of "
+                                                    "the measures that moved")
     cmp.add_argument("--all", action="store_true", help="list unchanged cards too")
     cmp.add_argument("--fail-on-regression", action="store_true",
                      help="exit 1 when any card regressed (docs/compare.md: the rules)")

@@ -299,7 +299,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     root = project_root()
     reports = reports_dir(args, root)
-    for raw, what in ((args.json, "json"), (args.markdown, "markdown")):
+    for raw, what in ((args.json, "json"), (args.markdown, "markdown"), (args.html, "html")):
         if raw and raw != "-":
             _write_text_check(raw, what)
     ledger = open_ledger(reports)
@@ -318,6 +318,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _write_text(args.json, json.dumps(to_json(cmp), indent=2, ensure_ascii=False), "json")
     if args.markdown:
         _write_text(args.markdown, to_markdown(cmp), "markdown")
+    if args.html:
+        from harness.report.compare import to_html
+
+        _write_text(args.html, to_html(cmp), "html")
     return 1 if (args.fail_on_regression and cmp.regressions) else 0
 
 

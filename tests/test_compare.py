@@ -191,6 +191,11 @@ def test_compare_command_exit_codes_json_and_markdown(base, tmp_path, capsys):
     assert [r["card"] for r in data["regressions"]] == ["FX-ADD"]
     md = (tmp_path / "c.md").read_text()
     assert "| FX-ADD | PROVEN → FAILED |" in md and "### Regressions" in md
+    moved = _write(_with_card(base, _set_actual(add, "exact", "max_abs_delta", 0.5)), tmp_path / "m.json")
+    assert _cli(str(a), str(moved), "--html", str(tmp_path / "c.html")) == 0
+    page = (tmp_path / "c.html").read_text()
+    assert "<script" not in page and 'class="bars"' in page and "FX-ADD/exact: max_abs_delta" in page
+    assert "1 regression(s)" in page
 
 
 def test_compare_a_report_folder_and_a_missing_reference(base, tmp_path, capsys):

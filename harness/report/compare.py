@@ -149,3 +149,26 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
             console.print(f"  [red]{r.rule:8}[/] {r.text}", markup=True, highlight=False)
     else:
         console.print("[green]no regression[/]")
+
+
+def to_html(cmp: Comparison) -> str:
+    """One self-contained page (no script, nothing fetched): summary, regressions, the moved measures as bars,
+    and the table of changed cards."""
+    from harness.report.html import _env
+    from harness.report.svg import Bar, measure_bars
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    moved = [c for c in cmp.cards if c.status != "unchanged"]
+    bars = [Bar(f"{c.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
+            for c in moved for m in changed_measures(c)]
+    rows = [{"id": c.id, "verdict": verdict_text(c), "liars": liars_text(c), "time": duration_text(c),
+             "measures": [measure_text(m) for m in changed_measures(c)] or ["–"], "files": list(c.changed_files) or ["–"],
+             "version": f"v{c.version_before} → v{c.version_after}" if c.status == "changed"
+             and c.version_before != c.version_after else "", "regression": bool(c.regressions), "diff": c.card_diff}
+            for c in moved]
+    return _env().get_template("compare.html.j2").render(
+        before=cmp.before.label, after=cmp.after.label, gate_before=cmp.before.gate, gate_after=cmp.after.gate,
+        counts=summary_counts(cmp), regressions=[{"text": r.text, "rule": r.rule} for r in cmp.regressions],
+        bars=measure_bars(bars), rows=rows)

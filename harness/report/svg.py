@@ -110,35 +110,33 @@ class Bar:
     regression: bool = False
 
 
-def measure_bars(bars: Sequence[Bar], *, width: int = 420, row: int = 30) -> str:
+def measure_bars(bars: Sequence[Bar], *, width: int = 420, row: int = 40) -> str:
     """Two bars per measure (before grey, after blue; red when it regressed), each as a fraction of its limit
-    (the dashed line); '' when there is nothing to draw."""
+    (the dashed line), under the measure's name; '' when there is nothing to draw."""
     rows = [b for b in bars if b.before is not None or b.after is not None]
     if not rows:
         return ""
-    label_w, pad = 170, 6
-    bar_w = width - label_w - 70
+    pad = 6
+    bar_w = width - 70
     height = row * len(rows) + pad * 2
     parts: list[str] = []
     for i, b in enumerate(rows):
         top = pad + i * row
-        scale_to = max(_finite([b.before, b.after, b.limit]) or [1.0]) or 1.0
-        scale_to = abs(scale_to) or 1.0
-        parts.append(f'<text x="0" y="{top + 15}" font-size="10" fill="currentColor">{escape(b.label[:34])}'
+        scale_to = max([abs(v) for v in _finite([b.before, b.after, b.limit])] or [1.0]) or 1.0
+        parts.append(f'<text x="0" y="{top + 10}" font-size="10" fill="currentColor">{escape(b.label[:70])}'
                      f'<title>{escape(b.label)}</title></text>')
         for j, (val, color) in enumerate(((b.before, "#9aa4b2"), (b.after, "#b42318" if b.regression else "#1f6feb"))):
             if val is None or not math.isfinite(val):
                 continue
             length = max(1.0, abs(val) / scale_to * bar_w)
-            parts.append(f'<rect x="{label_w}" y="{top + 4 + j * 10}" width="{length:.1f}" height="8" fill="{color}">'
+            parts.append(f'<rect x="0" y="{top + 14 + j * 10}" width="{length:.1f}" height="8" fill="{color}">'
                          f'<title>{"before" if j == 0 else "after"}: {_fmt(val)}</title></rect>')
         if b.limit is not None and math.isfinite(b.limit):
-            lx = label_w + abs(b.limit) / scale_to * bar_w
-            parts.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{top + 2}" y2="{top + 24}" stroke="#b42318" '
+            lx = abs(b.limit) / scale_to * bar_w
+            parts.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{top + 12}" y2="{top + 34}" stroke="#b42318" '
                          f'stroke-dasharray="3 2"><title>bound {_fmt(b.limit)}</title></line>')
         after = "–" if b.after is None else _fmt(b.after)
-        parts.append(f'<text x="{label_w + bar_w + 6}" y="{top + 15}" font-size="10" fill="currentColor">'
-                     f'{escape(after)}</text>')
+        parts.append(f'<text x="{bar_w + 6}" y="{top + 30}" font-size="10" fill="currentColor">{escape(after)}</text>')
     label = f"{len(rows)} measure(s) before (grey) and after (blue, red if regressed), against their bounds"
     return (f'<svg class="bars" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
             f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
