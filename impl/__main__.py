@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 0:
         p.error(f"-n={args.n}: the number of new tokens must be >= 0")
     try:
+        from impl.linear import numerics_path
+
+        numerics = numerics_path()  # a bad KVPROOF_KERNEL / KVPROOF_ATTENTION is an error before any output
         t0 = time.perf_counter()
         model = load_model(args.weights)
         t1 = time.perf_counter()
@@ -80,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
               f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache, "
               f"{s.cache.nbytes / 2**20:.2f} MiB held", file=sys.stderr)
-        from impl.linear import numerics_path
-
-        print(f"numerics: {numerics_path()}", file=sys.stderr)
+        print(f"numerics: {numerics}", file=sys.stderr)
     return 0
 
 
