@@ -353,7 +353,7 @@ class ForkServer:
             self.proc.kill()
             code = self.proc.wait()
         if not why:
-            why = f"the fork server (pid {self.pid}) ended ({_exit_text(code)})"
+            why = f"the fork server (pid {self.pid}) ended ({procs.exit_text(code)})"
             tail = _tail(self.log)
             if tail and not self.closing:
                 why += f": {tail}"
@@ -382,17 +382,6 @@ class ForkServer:
         if threading.current_thread() is not self.reader:
             self.reader.join(timeout=10)
         self.sock.close()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def _tail(path: Path, lines: int = 5) -> str:

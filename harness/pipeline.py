@@ -401,8 +401,11 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     if baseline is not None:
         from harness.compare import compare, thresholds_from_cards
 
+        from harness.cards import card_bytes
+
+        now = {c.id: raw.decode("utf-8") for c in doc.cards if (raw := card_bytes(c.fingerprint)) is not None}
         comparison = compare(baseline.doc, doc, before_label=baseline.label, after_label="this run",
-                             thresholds=thresholds_from_cards(loaded.result.cards), card_texts=(baseline.cards, {}))
+                             thresholds=thresholds_from_cards(loaded.result.cards), card_texts=(baseline.cards, now))
     if reporter is not None:
         reporter.results(build_view(doc, {}, root=req.root, comparison=comparison))
         if comparison is not None:

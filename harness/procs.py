@@ -59,6 +59,18 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def exit_text(code: int | None) -> str:
+    """A process's exit status in words: "exit code 1", "killed by SIGKILL", "still running"."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 # ---------------------------------------------------------------- watchdog pipe (runner side)
 
 

@@ -159,15 +159,7 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+exit_text = procs.exit_text  # what a process's exit code means, in words (shared with harness.forkserver)
 
 
 def pycache_dir(root: Path) -> Path:

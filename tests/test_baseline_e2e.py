@@ -57,7 +57,8 @@ def test_baseline_column_section_and_files_and_the_regression_exit(project):
     old = json.loads((base / "verdicts.json").read_text())
     add = next(c for c in old["cards"] if c["id"] == "FX-ADD")
     add["controls"][0]["bounds"][0]["actual"] = 10
-    release = project / "release-verdicts.json"
+    shutil.copytree(base / "cards", project / "release" / "cards")  # a kept release report: verdicts and cards
+    release = project / "release" / "verdicts.json"
     release.write_text(json.dumps(old))
     gated = kvproof(project, "run", "-j", "2", "--baseline", str(release), "--fail-on-regression")
     assert gated.returncode == 1, gated.stdout + gated.stderr
@@ -65,6 +66,7 @@ def test_baseline_column_section_and_files_and_the_regression_exit(project):
     assert "inputs-differ: max_abs_delta 10 -> 1" in gated.stdout.replace("→", "->")
     md = (_latest(project) / "compare.md").read_text()
     assert "### Regressions" in md and "used 90% of the room" in md
+    assert "FX-ADD: the card changed" in md and "+    regression: {max_abs_delta: 0.5}" in md  # the card's own diff
     told = kvproof(project, "run", "-j", "2", "--baseline", str(release))  # without the flag: reported only
     assert told.returncode == 0 and "1 regression(s)" in told.stdout
 
