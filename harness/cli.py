@@ -68,6 +68,17 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     run.add_argument("-j", "--jobs", type=argtypes.positive_int, default=None, metavar="N",
                      help="witness processes at a time (default: the number of cores); with N > 1 each gets "
                           "one BLAS thread")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="where witness processes run: local (this machine, -j N at a time; the default) or ray "
+                          "(one Ray task per process on a cluster; needs pip install -e '.[cluster]'; "
+                          "docs/cluster.md)")
+    run.add_argument("--ray-address", metavar="ADDR",
+                     help="with --executor ray: join the Ray cluster at ADDR (host:port, or 'auto'; default: "
+                          "RAY_ADDRESS, else start a local cluster for this run)")
+    run.add_argument("--ray-ship", choices=("auto", "always", "never"), default=None,
+                     help="with --executor ray: how nodes get the weights and oracle export: auto (a node's own "
+                          "copy when its sha256 matches, else the copy shipped through Ray's object store; "
+                          "default), always (the shipped copy), never (each node must have its own)")
     _cards_opt(run)
     _reports_opt(run)
 

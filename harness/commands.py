@@ -12,6 +12,7 @@ import argparse
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 from harness.cards import display_path
 from harness.errors import UsageError
@@ -127,12 +128,28 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
         changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
         argv=tuple(args.argv), mutate=mutate, rerun_failed=getattr(args, "rerun_failed", False),
-        baseline=getattr(args, "baseline", None), fail_on_regression=getattr(args, "fail_on_regression", False))
+        baseline=getattr(args, "baseline", None), fail_on_regression=getattr(args, "fail_on_regression", False),
+        executor=executor_spec(args))
     if req.fail_on_regression and not req.baseline:
         raise UsageError("--fail-on-regression needs --baseline REF: the run it must not regress against "
                          "(e.g. --baseline latest, or a release's verdicts.json)")
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
     return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
+
+
+def executor_spec(args: Any) -> "ExecutorSpec":
+    """--executor, --ray-address (else RAY_ADDRESS), --ray-ship and whether -j was given; UsageError when they
+    do not fit together."""
+    from harness.executors import RAY, ExecutorSpec
+
+    if args.executor != RAY:
+        for opt, value in (("--ray-address", args.ray_address), ("--ray-ship", args.ray_ship)):
+            if value:
+                raise UsageError(f"{opt}={value!r} needs --executor ray (the local executor runs on this machine "
+                                 "only); add --executor ray or leave it out")
+        return ExecutorSpec()
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    return ExecutorSpec(RAY, address, args.ray_ship or "auto", jobs_given=args.jobs is not None)
 
 
 # ---------------------------------------------------------------- list / validate / show

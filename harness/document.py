@@ -82,6 +82,7 @@ class LiarResult:
     why: str
     duration_s: float
     witnesses: tuple[WitnessResult, ...]
+    node: str = ""  # the cluster node its process ran on ("" on the local executor)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,7 @@ class CardResult:
     honest_s: float = 0.0  # the honest process alone (duration_s minus the liar processes)
     bound_digest: str = ""  # harness.binding.digest(bound_files)
     mutation: MutationResult | None = None  # its mutation score: measured by mutate, or from the ledger
+    honest_node: str = ""  # the cluster node the honest process ran on ("" on the local executor)
 
     def to_json(self) -> dict[str, Any]:
         return _CONVERTER.unstructure(self)
@@ -272,6 +274,7 @@ class RunHeader:
     summary: Summary
     numerics: str | None = None  # impl's numerics path (impl.linear.numerics_path()), when impl says
     launcher: str | None = None  # how witness processes started: "forkserver" or "subprocess" (None: not said)
+    executor: str | None = None  # where they ran (harness.executors: "local: ..." or "ray: ..."; None: not said)
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,7 @@ class TimingRow:
     liar_runs: int
     slowest_witness: Slowest | None
     slowest_liar: SlowestLiar | None
+    nodes: tuple[str, ...] = ()  # cluster nodes its processes ran on, in order of first use
 
 
 @dataclass(frozen=True)

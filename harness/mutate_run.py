@@ -146,10 +146,10 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
                     oracle_dir=req.oracle_dir)
     results_of: list[JobResult]
     if reporter is None or not jobs:
-        results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs)
+        results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, executor=req.executor)
     else:
         with reporter.progress(len(jobs)) as (on_start, on_done):
-            results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, on_start=on_start,
+            results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, on_start=on_start, executor=req.executor,
                                   on_done=lambda job, finished, res: on_done(job, finished))
     ran: dict[tuple[str, str], MutantResult] = {}
     for (cid, m, _), res in zip(jobs, results_of):

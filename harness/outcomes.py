@@ -24,6 +24,7 @@ class CardRun:
     outcomes: CardOutcomes
     duration: float  # seconds, all processes of this card
     honest_s: float = 0.0  # seconds, the honest process alone
+    honest_node: str = ""  # where the honest process ran (a cluster node), "" on this machine
 
 
 
@@ -33,7 +34,17 @@ def _covers(collector: str, file: str) -> bool:
 
 
 def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[WitnessOutcome, ...]:
-    """Map node results of one process onto the witnesses that named them."""
+    """Map node results of one process onto the witnesses that named them.
+
+    A job whose node could not provide the run's data (``unavailable``) skips
+    every witness with that reason (the card is UNVERIFIED, never judged on
+    other data); a job that was lost on the cluster ran none of them.
+    """
+    if res.unavailable:
+        return tuple(WitnessOutcome(w.id, (NodeResult(w.test, Outcome.SKIPPED, message=res.unavailable),))
+                     for w in witnesses)
+    if res.lost:
+        return tuple(WitnessOutcome(w.id, (), f"not run: {res.lost}") for w in witnesses)
     out = []
     for w in witnesses:
         nodes = tuple(r for nid, r in res.results.items() if protocol.node_matches(w.test, nid))
@@ -67,6 +78,7 @@ class HonestPart:
     duration: float
     liars: tuple[str, ...]  # to run now, in card order
     liars_skipped: str = ""  # why the listed liars are not run
+    node: str = ""  # where the honest process ran
 
 
 def honest_job(card: Card) -> Job:
@@ -84,23 +96,23 @@ def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
     all_held = all(v.status == Outcome.PASSED for v in judged)
     if not card.liars:
-        return HonestPart(wo, co, res.duration, ())
+        return HonestPart(wo, co, res.duration, node=res.node, liars=())
     if not cfg.liars:
-        return HonestPart(wo, co, res.duration, (), "--no-liars")
+        return HonestPart(wo, co, res.duration, node=res.node, liars=(), liars_skipped="--no-liars")
     if not all_held:
-        return HonestPart(wo, co, res.duration, (), "the honest run did not hold")
-    return HonestPart(wo, co, res.duration, tuple(card.liars))
+        return HonestPart(wo, co, res.duration, node=res.node, liars=(), liars_skipped="the honest run did not hold")
+    return HonestPart(wo, co, res.duration, node=res.node, liars=tuple(card.liars))
 
 
 def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
-    return LiarRun(name, witness_outcomes(card.witnesses, res), res.liar_error, res.duration)
+    return LiarRun(name, witness_outcomes(card.witnesses, res), res.liar_error, res.duration, res.node, res.lost)
 
 
 def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> CardRun:
     """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
     duration = honest.duration + sum(r.duration for r in liar_runs)
     return CardRun(card, CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
-                   duration, honest.duration)
+                   duration, honest.duration, honest.node)
 
 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:

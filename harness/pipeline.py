@@ -34,6 +34,8 @@ from harness.binding import BoundFile, bound_files, digest, oracle_files
 from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
 from harness.document import CardResult, Claim, MutationResult, RunDocument
 from harness.errors import CardInvalid, LedgerError, UsageError
+from harness.executors import RAY, ExecutorSpec
+from harness.executors import make as make_executor
 from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
 from harness.mutate_run import MutateOptions, measure, recall
@@ -75,6 +77,7 @@ class RunRequest:
     rerun_failed: bool = False  # run cards whose latest verdict is not PROVEN; replay the rest
     baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
 
 
 class Reporter(Protocol):
@@ -287,19 +290,20 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
 
 
 def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None,
-            launcher: str | None = None) -> dict[str, CardRun]:
-    """Run every card that is not replayed; card id -> its runs."""
+            launcher: str | None = None) -> tuple[dict[str, CardRun], str]:
+    """Run every card that is not replayed; (card id -> its runs, where they ran: the executor's description)."""
     cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout,
                     liars=req.liars, oracle_dir=req.oracle_dir, launcher=launcher)
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
+    ex = make_executor(req.executor, cfg, req.jobs)
     if reporter is None:
-        runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected)
+        runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected, executor=ex)
     else:
         with reporter.progress(total) as (on_start, on_done):
             runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected,
-                             on_start=on_start, on_done=on_done)
-    return {r.card.id: r for r in runs}
+                             on_start=on_start, on_done=on_done, executor=ex)
+    return {r.card.id: r for r in runs}, ex.describe()
 
 
 def judge(the_plan: Plan, runs: Mapping[str, CardRun],
@@ -369,8 +373,21 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
 
     Raises UsageError or CardInvalid before anything runs when the request
     cannot be carried out or recorded, and KeyboardInterrupt (nothing
-    recorded) when interrupted.
+    recorded) when interrupted. A Ray cluster this run started (``--executor
+    ray`` without ``--ray-address``) is stopped when it returns or raises.
     """
+    if req.executor.kind != RAY:
+        return _prove(req, reporter, shown_cards)
+    from harness.cluster import close_session, import_ray
+
+    import_ray()  # UsageError with the install hint before anything else
+    try:
+        return _prove(req, reporter, shown_cards)
+    finally:
+        close_session()
+
+
+def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proof:
     loaded = load(req.root, req.cards_dir, shown_cards or str(req.cards_dir))
     cards = runnable(loaded, req.ids, req.tags, reporter)
     marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
@@ -382,7 +399,7 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     the_plan = plan(req, loaded, cards, reporter, marks)
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
-    runs = execute(req, the_plan, reporter, launcher)
+    runs, where = execute(req, the_plan, reporter, launcher)
     measured: Mapping[str, MutationResult] = {}
     claims: tuple[Claim, ...] = ()
     if req.mutate is not None:
@@ -394,7 +411,8 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     settings = data.RunSettings(
         profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
         command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
-        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root), launcher=launcher)
+        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root), launcher=launcher,
+        executor=where)
     doc = data.build(prov, settings, judge(the_plan, runs, measured), finished=provenance.utc_now(),
                      wall_s=time.monotonic() - t0, claims=claims)
     comparison = None

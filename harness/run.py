@@ -146,6 +146,10 @@ class JobResult:
     exit_code: int | None = None
     output_tail: str = ""
     duration: float = 0.0
+    node: str = ""  # where it ran: "" on this machine (local executor); "host (ip, node 1a2b3c4d)" on a cluster
+    retried: str = ""  # why it ran more than once (a cluster worker died under an earlier attempt)
+    lost: str = ""  # no attempt came back (cluster workers died under each): the job is ERROR, this says where
+    unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
 
 
 # ---------------------------------------------------------------- one process

@@ -23,34 +23,32 @@ Witness processes start from the run's fork server
 (:func:`harness.run.open_launcher`, :mod:`harness.forkserver`), opened when
 the run starts and closed when it ends, or as plain subprocesses.
 
-Threads, not processes, drive the witness processes: each worker thread
-blocks in :func:`harness.run.execute` (which only polls a subprocess), and all
-bookkeeping happens on the calling thread, which is also where Ctrl-C
-arrives. On Ctrl-C (KeyboardInterrupt, which SIGTERM is turned into by the
-CLI) every worker is cancelled, every process group killed, the threads
-joined, and the interrupt re-raised: nothing is returned, so nothing is
-recorded. A run killed outright (SIGKILL) cannot clean up: its witness
-processes kill themselves (:func:`harness.procs.watch_runner`) and the next
-run removes its scratch folder (:func:`harness.procs.sweep_owned`).
+Where each job runs is the executor's business (:mod:`harness.executors`):
+the local one drives ``-j N`` processes from threads on this machine, the Ray
+one (:mod:`harness.cluster`) one task per job on a cluster. The loop here runs
+on the calling thread, which is also where Ctrl-C arrives. On Ctrl-C
+(KeyboardInterrupt, which SIGTERM is turned into by the CLI) the executor
+cancels every running job (process groups killed, cluster tasks cancelled),
+and the interrupt is re-raised: nothing is returned, so nothing is recorded.
+A run killed outright (SIGKILL) cannot clean up: its witness processes kill
+themselves (:func:`harness.procs.watch_runner`) and the next run removes its
+scratch folder (:func:`harness.procs.sweep_owned`).
 """
 from __future__ import annotations
 
 import os
-import queue
-import shutil
-import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from harness import procs
 from harness.cards import Card
 from harness.document import CardResult
 from harness.statuses import LiarStatus
 from harness.outcomes import (CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run,
                               not_run)
-from harness.forkserver import Launcher
-from harness.run import Job, JobResult, RunConfig, execute, launcher_name, open_launcher
+from harness.executors import Executor, ExecutorSpec, Running, Started, blas_config
+from harness.executors import make as make_executor
+from harness.run import Job, JobResult, RunConfig
 from harness.verdict import LiarRun
 
 UNKNOWN_S = 1.0  # expected seconds of a process never seen before
@@ -188,95 +186,57 @@ class _Queue:
         return [self.results[i] for i in range(len(self.states))]
 
 
-class _Workers:
-    """One thread per started job, each blocked in :func:`harness.run.execute`; results come back on a queue."""
+def _drive(ex: Executor, ready: Callable[[], bool], pop: Callable[[], Any], finished: Callable[[Any, JobResult], None],
+           on_start: Callable[[Job, Sequence[Running]], None] | None) -> None:
+    """Keep ``ex`` full with jobs from ``pop`` while ``ready()``; book each result with ``finished``.
 
-    def __init__(self, cfg: RunConfig, launcher: Launcher | None = None) -> None:
-        self.cfg, self.launcher = cfg, launcher
-        self.cancel = threading.Event()
-        self.done: queue.Queue[tuple[_Ready, JobResult | BaseException]] = queue.Queue()
-        self.running: dict[int, tuple[_Ready, threading.Thread]] = {}  # by start order
-        self.serial = 0
-
-    def _work(self, item: _Ready, workdir: Path) -> None:
-        try:
-            self.done.put((item, execute(item.job, self.cfg, workdir, self.cancel, self.launcher)))
-        except BaseException as exc:  # Cancelled, or a bug: re-raised on the calling thread
-            self.done.put((item, exc))
-
-    def start(self, item: _Ready, workdir: Path) -> list[Job]:
-        """Start ``item`` in ``workdir``; returns the jobs running now, in start order (``item`` last)."""
-        thread = threading.Thread(target=self._work, args=(item, workdir), name=f"kvproof-{item.job.label}",
-                                  daemon=True)
-        self.serial += 1
-        self.running[self.serial] = (item, thread)
-        thread.start()
-        return [r.job for r, _ in self.running.values()]
-
-    def next_done(self) -> tuple[_Ready, JobResult]:
-        """Wait for a job to end and join its thread; re-raises what its thread raised."""
-        # NOTE: a timeout keeps the wait short, so Ctrl-C is seen promptly on every platform
-        while True:
-            try:
-                item, outcome = self.done.get(timeout=0.2)
-                break
-            except queue.Empty:
-                continue
-        key = next(k for k, (r, _) in self.running.items() if r is item)
-        self.running.pop(key)[1].join()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return item, outcome
-
-    def stop(self) -> None:
-        """Cancel every job (its process group is killed) and join every thread."""
-        self.cancel.set()
-        for _, thread in self.running.values():
-            thread.join()
+    On any exception (Ctrl-C first of all) every running job is cancelled before it is re-raised.
+    """
+    try:
+        while ready() or ex.busy:
+            while ready() and ex.busy < ex.capacity:
+                item = pop()
+                ex.start(item, item.job, item.folder)
+            for ev in ex.events():
+                if isinstance(ev, Started):
+                    if on_start:
+                        on_start(ev.item.job, ex.running())
+                else:
+                    finished(ev.item, ev.result)
+    except BaseException:
+        ex.stop()
+        raise
 
 
 def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str, tuple[str, ...]] | None = None,
               *, jobs: int = 1, expected: Mapping[str, Expected] | None = None,
-              on_start: Callable[[Job, Sequence[Job]], None] | None = None,
-              on_done: Callable[[Job, int], None] | None = None) -> list[CardRun]:
+              on_start: Callable[[Job, Sequence[Running]], None] | None = None,
+              on_done: Callable[[Job, int], None] | None = None,
+              executor: ExecutorSpec | None = None) -> list[CardRun]:
     """Run every card; returns their :class:`CardRun` in the order of ``cards``.
 
-    ``jobs``: processes at a time (>= 1). With more than one, witness
-    processes get one BLAS thread each (``cfg.blas_threads = 1``) unless
-    ``cfg`` already says otherwise. ``on_start(job, running)`` is called as
-    a process starts (``running`` includes it); ``on_done(job, settled)``
+    ``jobs``: processes at a time (>= 1) on the local executor; on a Ray
+    cluster the cluster's CPUs unless ``executor.jobs_given``. With more than
+    one, witness processes get one BLAS thread each (``cfg.blas_threads = 1``)
+    unless ``cfg`` already says otherwise. ``on_start(job, running)`` is
+    called as a process starts (``running``, :class:`harness.executors.Running`,
+    includes it and names each job's node on a cluster); ``on_done(job, settled)``
     when one ends, ``settled`` the number of planned processes that will no
     longer run (finished, plus liars skipped because the honest run did not
     hold). Raises KeyboardInterrupt (after killing every process) when
     interrupted.
     """
     jobs = max(1, int(jobs))
-    if jobs > 1 and cfg.blas_threads is None:
-        cfg = replace(cfg, blas_threads=1)
-    launcher_name(cfg)  # a bad KVPROOF_LAUNCHER is a UsageError before anything starts
-    todo = _Queue(cards, cfg, jobs, expected or {}, link_problems or {})
-    procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
-    base = procs.owned_tempdir()
-    launcher = open_launcher(cfg, base)
-    workers = _Workers(cfg, launcher)
-    try:
-        while todo.ready or workers.running:
-            while todo.ready and len(workers.running) < jobs:
-                item = todo.pop()
-                running = workers.start(item, base / item.folder)
-                if on_start:
-                    on_start(item.job, running)
-            item, res = workers.next_done()
+    cfg = blas_config(cfg, jobs > 1)
+    with make_executor(executor, cfg, jobs) as ex:
+        todo = _Queue(cards, cfg, ex.capacity, expected or {}, link_problems or {})
+
+        def finished(item: _Ready, res: JobResult) -> None:
             todo.finished(item, res)
             if on_done:
                 on_done(item.job, todo.settled)
-    except BaseException:
-        workers.stop()
-        raise
-    finally:
-        if launcher is not None:
-            launcher.close()
-        shutil.rmtree(base, ignore_errors=True)
+
+        _drive(ex, lambda: bool(todo.ready), todo.pop, finished, on_start)
     return todo.card_runs()
 
 
@@ -293,42 +253,26 @@ class _Plain:
 
 
 def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
-             on_start: Callable[[Job, Sequence[Job]], None] | None = None,
-             on_done: Callable[[Job, int, JobResult], None] | None = None) -> list[JobResult]:
+             on_start: Callable[[Job, Sequence[Running]], None] | None = None,
+             on_done: Callable[[Job, int, JobResult], None] | None = None,
+             executor: ExecutorSpec | None = None) -> list[JobResult]:
     """Run independent jobs (mutants), ``jobs`` processes at a time; results in the order of ``jobs_list``.
 
-    The pool, BLAS threads and Ctrl-C handling are those of :func:`run_cards`;
-    jobs start in the order given. ``on_done(job, finished, result)``.
+    The executor, BLAS threads and Ctrl-C handling are those of
+    :func:`run_cards`; jobs start in the order given. ``on_done(job, finished, result)``.
     """
     jobs = max(1, int(jobs))
-    if jobs > 1 and cfg.blas_threads is None:
-        cfg = replace(cfg, blas_threads=1)
-    launcher_name(cfg)
+    cfg = blas_config(cfg, jobs > 1)
     ready = [_Plain(j, i) for i, j in enumerate(jobs_list)][::-1]  # pop() from the end: first job first
     results: dict[int, JobResult] = {}
-    procs.sweep_owned()
-    base = procs.owned_tempdir()
-    launcher = open_launcher(cfg, base)
-    workers = _Workers(cfg, launcher)
-    try:
-        while ready or workers.running:
-            while ready and len(workers.running) < jobs:
-                item = ready.pop()
-                running = workers.start(item, base / item.folder)  # type: ignore[arg-type]
-                if on_start:
-                    on_start(item.job, running)
-            done, res = workers.next_done()
-            results[done.index] = res  # type: ignore[attr-defined]
-            shutil.rmtree(base / done.folder, ignore_errors=True)
-            if on_done:
-                on_done(done.job, len(results), res)
-    except BaseException:
-        workers.stop()
-        raise
-    finally:
-        if launcher is not None:
-            launcher.close()
-        shutil.rmtree(base, ignore_errors=True)
+
+    def finished(item: _Plain, res: JobResult) -> None:
+        results[item.index] = res
+        if on_done:
+            on_done(item.job, len(results), res)
+
+    with make_executor(executor, cfg, jobs) as ex:
+        _drive(ex, lambda: bool(ready), ready.pop, finished, on_start)
     return [results[i] for i in range(len(jobs_list))]
 
 

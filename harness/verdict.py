@@ -103,6 +103,8 @@ class LiarRun:
     witnesses: tuple[WitnessOutcome, ...] = ()
     apply_error: str = ""  # the liar could not be applied
     duration: float = 0.0
+    node: str = ""  # where its process ran (a cluster node), "" on this machine
+    lost: str = ""  # its process never came back (harness.run.JobResult.lost): the liar is ERROR
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,8 @@ def judge_liar(card: Card, run: LiarRun | None, name: str) -> LiarVerdict:
         return LiarVerdict(name, LiarStatus.NOT_RUN, why="not run")
     if run.apply_error:
         return LiarVerdict(name, LiarStatus.ERROR, why=f"could not be applied: {run.apply_error}")
+    if run.lost:
+        return LiarVerdict(name, LiarStatus.ERROR, why=f"was lost: {run.lost}")
     got = _by_id(run.witnesses)
     judged = tuple(judge_witness(w, got.get(w.id)) for w in card.witnesses)
     caught_by = tuple(v.witness_id for v in judged if v.status in (Outcome.FAILED, Outcome.ERROR))

@@ -133,7 +133,8 @@ def _liar_result(card: Card, lv: LiarVerdict, run: CardRun) -> LiarResult:
     outcomes = {o.witness_id: o for o in (lrun.witnesses if lrun else ())}
     return LiarResult(lv.name, lv.caught, tuple(lv.caught_by), lv.status, lv.why,
                       round(lrun.duration, 4) if lrun else 0.0,
-                      tuple(_witness_result(w, outcomes.get(w.id), j) for w, j in zip(card.witnesses, lv.witnesses)))
+                      tuple(_witness_result(w, outcomes.get(w.id), j) for w, j in zip(card.witnesses, lv.witnesses)),
+                      node=lrun.node if lrun else "")
 
 
 def _detail(verdict: str, entries: Iterable[WitnessResult], liars: tuple[LiarResult, ...]) -> str:
@@ -174,7 +175,8 @@ def card_result(rep: CardReport, settings: "RunSettings") -> CardResult:
         reason=v.reason, duration_s=round(run.duration, 3), headline=headline(witnesses), counts=counts,
         detail=_detail(v.verdict, witnesses + controls, liars), replayed_from=None,
         bound_files=rep.bound_files, witnesses=witnesses, controls=controls, liars=liars,
-        honest_s=round(run.honest_s, 3), bound_digest=digest(rep.bound_files), mutation=rep.mutation)
+        honest_s=round(run.honest_s, 3), bound_digest=digest(rep.bound_files), mutation=rep.mutation,
+        honest_node=run.honest_node)
 
 
 def replayed_result(rep: Replayed) -> CardResult:
@@ -204,7 +206,8 @@ def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None
             startup_s=round(max(c.honest_s - sum(w.duration_s for w in nodes), 0.0), 3),
             liars_s=round(sum(entry.duration_s for entry in liars), 3), liar_runs=len(liars),
             slowest_witness=Slowest(slow.id, slow.duration_s) if slow else None,
-            slowest_liar=SlowestLiar(slow_liar.name, slow_liar.duration_s) if slow_liar else None))
+            slowest_liar=SlowestLiar(slow_liar.name, slow_liar.duration_s) if slow_liar else None,
+            nodes=tuple(dict.fromkeys(n for n in (c.honest_node, *(entry.node for entry in liars)) if n))))
     rows.sort(key=lambda r: -r.total_s)
     return Timing(wall_s=None if wall_s is None else round(wall_s, 3), jobs=jobs,
                   process_s=round(sum(r.total_s for r in rows), 3),
@@ -239,6 +242,7 @@ class RunSettings:
     changed: bool
     numerics: str | None = None
     launcher: str | None = None
+    executor: str | None = None
 
 
 def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport | Replayed], *,
@@ -262,5 +266,6 @@ def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport 
         default_timeout_s=settings.default_timeout_s, command=settings.command, root=settings.root,
         cards_dir=settings.cards_dir, jobs=settings.jobs, changed=settings.changed, finished=finished,
         duration_s=round(wall_s if wall_s is not None else sum(c.duration_s for c in cards), 3),
-        summary=summary, numerics=settings.numerics, launcher=settings.launcher)
+        summary=summary, numerics=settings.numerics, launcher=settings.launcher,
+        executor=settings.executor)
     return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)

@@ -111,6 +111,7 @@ def render(view: Mapping[str, Any]) -> str:
            + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "") + f" in {head['duration']}", "",
            *([f"numerics: {_inline(head['numerics'])}", ""] if head.get("numerics") else []),
            *([f"witness processes: {_inline(head['launcher'])}", ""] if head.get("launcher") else []),
+           *([f"executor: {_inline(head['executor'])}", ""] if head.get("executor") else []),
            "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |"
            + (" mutation |" if summary["mutation"] else ""),
            "|---|---|:-:|---|---|---|--:|--:|--:|--:|" + ("--:|" if summary["mutation"] else "")]

@@ -106,12 +106,18 @@ def render_timing(console: Console, timing: dict[str, Any]) -> None:
         table.add_column(name, no_wrap=True, justify="right", min_width=width)
     table.add_column("slowest witness", overflow="fold", ratio=1)
     table.add_column("slowest liar", overflow="fold", ratio=1)
+    on_nodes = any(r.get("nodes") for r in timing["cards"])
+    if on_nodes:
+        table.add_column("nodes", overflow="fold", ratio=1)
     for r in timing["cards"]:
         w, lv = r["slowest_witness"], r["slowest_liar"]
-        table.add_row(escape(r["id"]), f"{r['total_s']:.1f} s", f"{r['honest_s']:.1f} s", f"{r['startup_s']:.1f} s",
-                      f"{r['liars_s']:.1f} s ({r['liar_runs']})" if r["liar_runs"] else "–",
-                      f"{escape(w['id'])} {w['duration_s']:.1f} s" if w else "–",
-                      f"{escape(lv['name'])} {lv['duration_s']:.1f} s" if lv else "–")
+        row = [escape(r["id"]), f"{r['total_s']:.1f} s", f"{r['honest_s']:.1f} s", f"{r['startup_s']:.1f} s",
+               f"{r['liars_s']:.1f} s ({r['liar_runs']})" if r["liar_runs"] else "–",
+               f"{escape(w['id'])} {w['duration_s']:.1f} s" if w else "–",
+               f"{escape(lv['name'])} {lv['duration_s']:.1f} s" if lv else "–"]
+        if on_nodes:
+            row.append(escape(", ".join(r.get("nodes") or ())) or "–")
+        table.add_row(*row)
     jobs = f" with -j {timing['jobs']}" if timing.get("jobs") else ""
     wall = f" in {timing['wall_s']:.1f} s wall{jobs}" if timing.get("wall_s") is not None else ""
     console.print(f"time per card, slowest first: {timing['process_s']:.1f} s in {timing['processes']} "

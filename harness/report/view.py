@@ -196,6 +196,7 @@ def _header_view(head: Mapping[str, Any]) -> dict[str, Any]:
         "command": head.get("command", ""),
         "numerics": head.get("numerics"),
         "launcher": head.get("launcher"),
+        "executor": head.get("executor"),
         "gate": head["summary"]["gate"],
     }
 
@@ -215,6 +216,8 @@ def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
         props.append(("kvproof.numerics", head["numerics"]))
     if head.get("launcher"):
         props.append(("kvproof.launcher", head["launcher"]))
+    if head.get("executor"):
+        props.append(("kvproof.executor", head["executor"]))
     return props
 
 
