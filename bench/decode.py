@@ -4,7 +4,10 @@
 Prints, from one run (machines are shared and noisy, so compare the ratios):
   - limit: numpy streaming every float32 weight once as a one-row matmul
     (gemv); 1 / that time is the most tokens/s a float32 decode can reach;
-  - impl decode tokens/s at several contexts, and prefill tokens/s;
+  - limit (quantized): that stream's bandwidth over the bytes a quantized
+    decode step reads (the GGUF's Q4_1/Q8_0 blocks), when that path is in force;
+  - impl decode tokens/s at several contexts on the float32 weights and, when
+    in force, from the quantized blocks (same bits), and prefill tokens/s;
   - transformers (torch, float32, eager) on the same GGUF, when the oracle
     extra is installed (skip with --no-transformers).
 
@@ -57,7 +60,17 @@ def prompt_ids(tok, n: int) -> list[int]:
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def impl_decode(model, ctx: int, steps: int) -> float:
+def impl_decode(model, ctx: int, steps: int, quantized: bool = False) -> float:
+    """Median tok/s of ``steps`` decode steps after a ``ctx``-token prefill, on the quantized blocks or the float32 weights."""
+    from impl.model.gguf_quant import detached
+
+    if quantized:
+        return _decode(model, ctx, steps)
+    with detached(model.llama):
+        return _decode(model, ctx, steps)
+
+
+def _decode(model, ctx: int, steps: int) -> float:
     s = model.session()
     s.prefill(prompt_ids(model.tokenizer, ctx))
     tok = int(np.argmax(s.last_logits))
@@ -168,13 +181,23 @@ def main() -> int:
     print(f"# numerics: {numerics_path()}")
     if a.single_thread:
         print("# --single-thread: one thread everywhere, CPU seconds (process_time); tok/s are per core")
-    print(f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token)")
+    qbytes = model.llama.decode_nbytes
+    quant = qbytes < model.llama.nbytes  # some products decode from the GGUF's blocks
+    print(f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token; "
+          f"decode: {getattr(model, 'decode', 'float32')}, {qbytes / 1e6:.0f} MB a step)")
     lim, gbs = limit_tokens_per_s(weight_matrices(model.llama), a.repeats)
     print(f"limit (gemv stream)  {lim:8.1f} tok/s  ({gbs:.1f} GB/s)")
-    dec = {}
+    qlim = gbs * 1e9 / qbytes
+    if quant:
+        print(f"limit (quantized)    {qlim:8.1f} tok/s  ({gbs:.1f} GB/s over {qbytes / 1e6:.0f} MB a step)")
+    dec, qdec = {}, {}
     for ctx in contexts:
         dec[ctx] = impl_decode(model, ctx, a.steps)
-        print(f"impl decode @{ctx:<6d} {dec[ctx]:8.1f} tok/s  = {dec[ctx] / lim:5.1%} of limit")
+        print(f"impl decode @{ctx:<6d} {dec[ctx]:8.1f} tok/s  = {dec[ctx] / lim:5.1%} of limit (float32 weights)")
+        if quant:
+            qdec[ctx] = impl_decode(model, ctx, a.steps, quantized=True)
+            print(f"impl decode @{ctx:<6d} {qdec[ctx]:8.1f} tok/s  = {qdec[ctx] / qlim:5.1%} of quantized limit, "
+                  f"{qdec[ctx] / dec[ctx]:.2f}x float32 (quantized blocks, same bits)")
     pre = impl_prefill(model, a.prefill, a.repeats)
     print(f"impl prefill {a.prefill:<6d}  {pre:8.1f} tok/s  ({a.prefill / pre:.2f} s)")
     hf = None
@@ -186,15 +209,20 @@ def main() -> int:
             print(f"hf load              {hf['load_s']:8.2f} s   (torch {hf['torch']}, {hf['threads']} threads)")
             for ctx in contexts:
                 print(f"hf decode @{ctx:<6d}   {hf['decode'][ctx]:8.1f} tok/s  -> impl/hf = "
-                      f"{dec[ctx] / hf['decode'][ctx]:.2f}x")
+                      f"{dec[ctx] / hf['decode'][ctx]:.2f}x"
+                      + (f" (quantized {qdec[ctx] / hf['decode'][ctx]:.2f}x)" if quant else ""))
             print(f"hf prefill {a.prefill:<6d}    {hf['prefill']:8.1f} tok/s  ({a.prefill / hf['prefill']:.2f} s)"
                   f" -> impl/hf = {pre / hf['prefill']:.2f}x")
     print("targets (issue 15):")
     c0 = contexts[0]
     print(f"  decode @{c0} >= 80% of limit        {'met ' if dec[c0] >= 0.8 * lim else 'MISSED'}  ({dec[c0] / lim:.0%})")
+    if quant:
+        print(f"  quantized @{c0} >= 80% of its limit {'met ' if qdec[c0] >= 0.8 * qlim else 'MISSED'}  "
+              f"({qdec[c0] / qlim:.0%})")
     if not a.no_transformers and hf is not None:
         for ctx in contexts:
-            r = dec[ctx] / hf["decode"][ctx]
+            got = qdec[ctx] if quant else dec[ctx]  # the path in force (auto: quantized where the file allows)
+            r = got / hf["decode"][ctx]
             print(f"  decode >= 1.5x transformers        {'met ' if r >= 1.5 else 'MISSED'}  ({r:.2f}x at context {ctx})")
         r = pre / hf["prefill"]
         print(f"  prefill >= transformers            {'met ' if r >= 1.0 else 'MISSED'}  ({r:.2f}x for {a.prefill} tokens)")

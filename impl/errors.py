@@ -26,4 +26,5 @@ class CacheError(ImplError, ValueError):
 
 
 class SettingError(ImplError, ValueError):
-    """An environment setting (KVPROOF_KERNEL, KVPROOF_ATTENTION) has a value impl does not know."""
+    """An environment setting (KVPROOF_KERNEL, KVPROOF_ATTENTION, KVPROOF_DECODE) has a value impl does not know,
+    or insists on a path that is unavailable."""

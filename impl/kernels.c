@@ -442,3 +442,225 @@ void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, co
         free(s);
     }
 }
+
+/* ---- one row straight from GGUF quantized blocks (decode), the same bits as kv_linear ----
+ *
+ * Row c of W (out, K) is K/32 consecutive GGUF blocks at rows[c] (any address: the q/k
+ * un-permutation and the q|k|v concatenation are only a choice of row addresses):
+ *   Q4_1 (20 bytes): f16 d, f16 m, 16 bytes of nibbles; value i = d * q_i + m, q_i = byte i low
+ *                    nibble for i < 16, byte i-16 high nibble for i >= 16;
+ *   Q8_0 (34 bytes): f16 d, 32 int8; value i = q_i * d.
+ * Each weight is computed with exactly gguf.quants' float32 operations (f16 -> f32 is exact; one
+ * rounded multiply, then for Q4_1 one rounded add; built with -ffp-contract=off and written
+ * with separate mul/add intrinsics, so never fused), then fed into the same per-element order
+ * as kv_linear's (k-blocks of KC, acc = fma(x[k], w[k, c], acc) from 0, block sums added left
+ * to right). Same weights, same operations, same order: y[c] has kv_linear's bits.
+ * Lanes are 8 output rows at a time (a byte transpose puts one k of 8 rows in one vector). */
+#include <stdint.h>
+#include <string.h>
+
+#define KV_Q4_1 2 /* ggml type ids */
+#define KV_Q8_0 8
+
+static inline float f16_to_f32(const unsigned char *p) { /* exact, no F16C needed */
+    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    float f;
+    if (e == 0) {
+        f = ldexpf((float)man, -24); /* zero or subnormal: exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((e + 112) << 23) | (man << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The reference: one output row at a time, scalar, the same operations. */
+static void rows_q_scalar(const float *x, long K, const unsigned char *const *rows, long c0, long c1, int qtype,
+                          float *y) {
+    for (long c = c0; c < c1; c++) {
+        const unsigned char *r = rows[c];
+        float yc = 0.0f;
+        for (long k0 = 0; k0 < K; k0 += KC) {
+            long k1 = k0 + KC < K ? k0 + KC : K;
+            float acc = 0.0f;
+            for (long k = k0; k < k1; k++) {
+                long b = k / 32, i = k % 32;
+                float w;
+                if (qtype == KV_Q4_1) {
+                    const unsigned char *blk = r + b * 20;
+                    float d = f16_to_f32(blk), m = f16_to_f32(blk + 2);
+                    int q = i < 16 ? (blk[4 + i] & 0x0F) : (blk[4 + i - 16] >> 4);
+                    float dq = d * (float)q; /* two roundings, as numpy's (d * qs) + m */
+                    w = dq + m;
+                } else {
+                    const unsigned char *blk = r + b * 34;
+                    w = (float)(int8_t)blk[2 + i] * f16_to_f32(blk);
+                }
+                acc = fmaf(x[k], w, acc);
+            }
+            yc = k0 == 0 ? acc : yc + acc;
+        }
+        y[c] = yc;
+    }
+}
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* 16 bytes (4 dwords) at each of p[0..7] + off -> w[c] = dword c of rows 0..7 (lane = row). */
+static inline void transpose_dwords_8x4(const unsigned char *const *p, long off, __m256i w[4]) {
+    __m256i v[4], a[4];
+    for (int i = 0; i < 4; i++) /* rows i and i + 4 in the two 128-bit halves */
+        v[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + off))),
+                                       _mm_loadu_si128((const __m128i *)(p[i + 4] + off)), 1);
+    a[0] = _mm256_unpacklo_epi32(v[0], v[1]); /* r0d0 r1d0 r0d1 r1d1 | rows 4, 5 */
+    a[1] = _mm256_unpackhi_epi32(v[0], v[1]); /* r0d2 r1d2 r0d3 r1d3 | rows 4, 5 */
+    a[2] = _mm256_unpacklo_epi32(v[2], v[3]);
+    a[3] = _mm256_unpackhi_epi32(v[2], v[3]);
+    w[0] = _mm256_unpacklo_epi64(a[0], a[2]); /* r0d0 r1d0 r2d0 r3d0 | r4d0 .. r7d0 */
+    w[1] = _mm256_unpackhi_epi64(a[0], a[2]);
+    w[2] = _mm256_unpacklo_epi64(a[1], a[3]);
+    w[3] = _mm256_unpackhi_epi64(a[1], a[3]);
+}
+
+static inline __m256i load_u32x8(const unsigned char *const *p, long off) {
+    uint32_t v[8];
+    for (int i = 0; i < 8; i++) memcpy(&v[i], p[i] + off, 4);
+    return _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
+}
+
+#ifndef QG
+#define QG 2 /* groups of 8 rows in flight: independent fma chains (more spill registers; 2 was fastest of 1..4) */
+#endif
+
+/* Q4_1, block b of 8 rows p[0..7]: q[c] = nibble bytes 4c..4c+3 of each row (lane = row), d, m. */
+static inline void load_q4_1_block8(const unsigned char *const *p, long b, __m256i q[4], __m256 *d, __m256 *m) {
+    long off = b * 20;
+    /* d (bytes 0-1) and m (2-3) of each row: 8 x 32 bits -> 8 f16 d's, then 8 f16 m's */
+    const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m256i dm = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load_u32x8(p, off), sel), 0xD8);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+    transpose_dwords_8x4(p, off + 4, q);
+}
+
+/* Q8_0, block b of 8 rows: q[c] = int8 values 4c..4c+3 (c < 8) of each row, d. */
+static inline void load_q8_0_block8(const unsigned char *const *p, long b, __m256i q[8], __m256 *d) {
+    long off = b * 34;
+    __m256i d16 = load_u32x8(p, off); /* f16 d in the low half of each lane */
+    const __m128i sel = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m128i lo = _mm_shuffle_epi8(_mm256_castsi256_si128(d16), sel);
+    __m128i hi = _mm_shuffle_epi8(_mm256_extracti128_si256(d16, 1), sel);
+    *d = _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
+    transpose_dwords_8x4(p, off + 2, q);
+    transpose_dwords_8x4(p, off + 18, q + 4);
+}
+
+#define QLANES (8 * QG)
+/* QG * 8 rows p[0..QG*8): y[0..QG*8). Per block: every group's raw values transposed (lane = row),
+ * then value by value in k order, each group's weight dequantized in registers and fma'd into
+ * its chain (QG independent chains). */
+static void groups_q(const float *x, long K, const unsigned char *const *p, const unsigned char *const *next,
+                     int qtype, float *y) {
+    long bs = qtype == KV_Q4_1 ? 20 : 34;
+    __m256 ysum[QG], acc[QG], d[QG], m[QG];
+    __m256i q[QG][8];
+    const __m256i lo4 = _mm256_set1_epi32(0x0F);
+    for (int g = 0; g < QG; g++) ysum[g] = acc[g] = _mm256_setzero_ps();
+    long nb = K / 32;
+    for (long b = 0; b < nb; b++) {
+        const float *xb = x + b * 32;
+        if (qtype == KV_Q4_1) {
+            for (int g = 0; g < QG; g++) load_q4_1_block8(p + 8 * g, b, q[g], &d[g], &m[g]);
+            /* value 4c + s: low nibble of byte 4c + s; value 16 + 4c + s: its high nibble */
+            _Pragma("GCC unroll 2") for (int hi = 0; hi < 2; hi++)
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+            _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
+                __m256 xj = _mm256_broadcast_ss(xb + 16 * hi + 4 * c + s);
+                int sh = 8 * s + 4 * hi;
+                _Pragma("GCC unroll 8") for (int g = 0; g < QG; g++) {
+                    __m256i v = _mm256_and_si256(sh ? _mm256_srli_epi32(q[g][c], sh) : q[g][c], lo4);
+                    __m256 w = _mm256_add_ps(_mm256_mul_ps(d[g], _mm256_cvtepi32_ps(v)), m[g]);
+                    acc[g] = _mm256_fmadd_ps(xj, w, acc[g]);
+                }
+            }
+        } else {
+            for (int g = 0; g < QG; g++) load_q8_0_block8(p + 8 * g, b, q[g], &d[g]);
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++)
+            _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
+                __m256 xj = _mm256_broadcast_ss(xb + 4 * c + s);
+                _Pragma("GCC unroll 8") for (int g = 0; g < QG; g++) {
+                    __m256i v = _mm256_srai_epi32(s == 3 ? q[g][c] : _mm256_slli_epi32(q[g][c], 24 - 8 * s), 24);
+                    __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(v), d[g]);
+                    acc[g] = _mm256_fmadd_ps(xj, w, acc[g]);
+                }
+            }
+        }
+        if (next) /* the next rows' bytes at this block: QG * 8 streams are too many for the hardware prefetcher */
+            for (int i = 0; i < QLANES; i++) PREFETCH(next[i] + b * bs);
+        long kend = (b + 1) * 32;
+        if (kend % KC == 0 || kend == K) { /* a k-block ends: add its sum in order */
+            for (int g = 0; g < QG; g++) {
+                ysum[g] = (kend <= KC) ? acc[g] : _mm256_add_ps(ysum[g], acc[g]);
+                acc[g] = _mm256_setzero_ps();
+            }
+        }
+    }
+    for (int g = 0; g < QG; g++) _mm256_storeu_ps(y + 8 * g, ysum[g]);
+}
+
+static void rows_q(const float *x, long K, const unsigned char *const *rows, long c0, long c1, int qtype, float *y) {
+    long c = c0;
+    for (; c + QLANES <= c1; c += QLANES)
+        groups_q(x, K, rows + c, c + 2 * QLANES <= c1 ? rows + c + QLANES : NULL, qtype, y + c);
+    if (c < c1) { /* a short last group: pad with its first row, keep the real lanes */
+        const unsigned char *p[QLANES];
+        float t[QLANES];
+        for (int i = 0; i < QLANES; i++) p[i] = rows[c + i < c1 ? c + i : c];
+        groups_q(x, K, p, NULL, qtype, t);
+        for (long i = 0; c + i < c1; i++) y[c + i] = t[i];
+    }
+}
+#define QSTR_(x) #x
+#define QSTR(x) QSTR_(x)
+#define QVEC "avx2: 8 rows a vector, " QSTR(QG) " in flight, prefetched"
+#else
+#define QLANES 1
+static void rows_q(const float *x, long K, const unsigned char *const *rows, long c0, long c1, int qtype, float *y) {
+    rows_q_scalar(x, K, rows, c0, c1, qtype, y);
+}
+#define QVEC "scalar"
+#endif
+
+const char *kv_q_isa(void) { return QVEC; }
+
+/* y[c] = x @ W[c, :] for c < C, W's rows as GGUF blocks at rows[c]; x (K,), K a multiple of 32.
+ * qtype: KV_Q4_1 or KV_Q8_0 (anything else: returns -1). reference != 0: the scalar loop. */
+int kv_linear_q(const float *x, long K, const unsigned char *const *rows, long C, int qtype, float *y,
+                int nthreads, int reference) {
+    if ((qtype != KV_Q4_1 && qtype != KV_Q8_0) || K % 32) return -1;
+    if (reference) {
+        rows_q_scalar(x, K, rows, 0, C, qtype, y);
+        return 0;
+    }
+#ifdef _OPENMP
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    long groups = (C + QLANES - 1) / QLANES;
+    if (nt > 1 && groups >= 2 * nt) {
+        #pragma omp parallel num_threads(nt)
+        {
+            int i = omp_get_thread_num(), n = omp_get_num_threads();
+            long c0 = groups * i / n * QLANES, c1 = groups * (i + 1) / n * QLANES;
+            rows_q(x, K, rows, c0, c1 < C ? c1 : C, qtype, y);
+        }
+        return 0;
+    }
+#endif
+    (void)nthreads;
+    rows_q(x, K, rows, 0, C, qtype, y);
+    return 0;
+}

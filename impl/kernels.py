@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+QTYPES = {"Q4_1": 2, "Q8_0": 8}  # GGUF block types kv_linear_q decodes (ggml type ids), 32 values a block
+QBLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
 NR = 16  # panel width in floats: the packed weight is (P, K, NR)
 ENV_CHOICE = "KVPROOF_KERNEL"  # "auto" (default), "c", or "numpy"
 ENV_CACHE = "KVPROOF_KERNEL_CACHE"
@@ -60,6 +62,12 @@ class Kernel:
         self._attend.restype = None
         lib.kv_isa.restype = ctypes.c_char_p
         self.isa = lib.kv_isa().decode()
+        self._linear_q = lib.kv_linear_q
+        self._linear_q.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int,
+                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._linear_q.restype = ctypes.c_int
+        lib.kv_q_isa.restype = ctypes.c_char_p
+        self.q_isa = lib.kv_q_isa().decode()
         self._lib = lib
 
     def linear(self, x: np.ndarray, packed: np.ndarray, out: np.ndarray, threads: int = 0) -> None:
@@ -72,6 +80,21 @@ class Kernel:
         self._linear(x.ctypes.data, t, x.strides[0] // 4, packed.ctypes.data, k, p,
                      out.ctypes.data, out.strides[0] // 4, threads)
 
+    def linear_q(self, x: np.ndarray, rows: np.ndarray, qtype: int, out: np.ndarray, threads: int = 0,
+                 reference: bool = False) -> None:
+        """out[c] = x @ W[c, :] for one row x (K,), W's row c being K/32 GGUF blocks at address ``rows[c]``.
+
+        ``qtype`` is the ggml type id (QTYPES); the result has the bits of :meth:`linear` on the
+        float32 weights ``gguf.quants.dequantize`` gives for those blocks. ``reference``: the
+        scalar loop (for tests). The caller keeps the memory the addresses point into alive.
+        """
+        (k,) = x.shape
+        assert x.dtype == np.float32 and x.flags.c_contiguous and out.dtype == np.float32 and out.flags.c_contiguous
+        assert rows.dtype == np.uintp and rows.flags.c_contiguous and out.shape == rows.shape
+        assert qtype in QTYPES.values() and k % 32 == 0
+        rc = self._linear_q(x.ctypes.data, k, rows.ctypes.data, rows.shape[0], qtype, out.ctypes.data, threads,
+                            int(reference))
+        assert rc == 0, rc
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: float,
                threads: int = 0) -> np.ndarray:

@@ -25,15 +25,41 @@ Two numerics paths, one per process (:func:`numerics_path` names it):
 
 The two paths give different bits (each is invariant on its own): compare
 runs made under the same path only.
+
+Decode (one row) has a third route under the kernel path, with the
+kernel path's bits: when the weights were loaded from a GGUF whose
+matrices are Q4_1 or Q8_0 blocks (impl.model.gguf_quant attaches a
+:class:`QuantRows` to each such Linear), a one-row call reads those
+blocks from the memory-mapped file (about 96 MB a step for SmolLM2
+instead of 540 MB of float32) through ``Kernel.linear_q``, which computes
+every weight with gguf.quants' float32 operations and feeds it into the
+very order above. ``KVPROOF_DECODE`` (auto | quantized | f32) chooses;
+:func:`decode_path` names the choice in force.
 """
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from impl import kernels
+from impl.errors import SettingError
 
 BLOCK_BYTES = 16 << 20  # numpy-gemv: one weight block; 16 MiB balances decode (few calls) and prefill (cache reuse)
 NR = kernels.NR
+ENV_DECODE = "KVPROOF_DECODE"  # "auto" (default: quantized where the GGUF allows), "quantized", or "f32"
+DECODE_CHOICES = ("auto", "quantized", "f32")
+
+
+def decode_choice() -> str:
+    """The validated value of KVPROOF_DECODE ("auto" when unset); SettingError naming the allowed values."""
+    choice = os.environ.get(ENV_DECODE, "auto").strip().lower() or "auto"
+    if choice not in DECODE_CHOICES:
+        raise SettingError(f"{ENV_DECODE}={os.environ.get(ENV_DECODE)!r} is not a decode path: use one of "
+                           f"{', '.join(DECODE_CHOICES)} (auto = quantized GGUF blocks where the file stores "
+                           f"Q4_1/Q8_0 and the C kernel loads, else the float32 weights), or unset it")
+    return choice
 
 
 def linear_path() -> str:
@@ -44,15 +70,49 @@ def linear_path() -> str:
     return f"kernel {k.isa}: fixed k-order (64-blocks, fma), 16-col panels, any row count"
 
 
+def decode_path() -> str:
+    """Where one-row (decode) products read their weights in this process, e.g. for report headers.
+
+    Raises SettingError for an unknown KVPROOF_DECODE, or for ``quantized`` without the C kernel.
+    """
+    choice = decode_choice()
+    k = kernels.load()
+    if choice == "f32":
+        return f"float32 weights ({ENV_DECODE}=f32)"
+    if k is None:
+        if choice == "quantized":
+            raise SettingError(f"{ENV_DECODE}=quantized but the C kernel is unavailable ({kernels.status()}); "
+                               f"unset it to decode from the float32 weights")
+        return "float32 weights (quantized decode needs the C kernel)"
+    return (f"quantized GGUF blocks (Q4_1/Q8_0, kernel {k.q_isa}) where the file stores them, else float32; "
+            f"same bits either way")
+
+
 def numerics_path() -> str:
     """One line naming every numerics path this process uses, for report and bench headers.
 
-    e.g. ``linear: kernel avx2+fma: ...; attention: numpy, one query at a time``.
-    Bits are comparable only between runs that print the same line.
+    e.g. ``linear: kernel avx2+fma: ...; decode: ...; attention: numpy, one query at a time``.
+    Bits are comparable only between runs that print the same linear and attention parts (the
+    decode part changes what is read, never the bits).
     """
     from impl.attention import attention_path
 
-    return f"linear: {linear_path()}; attention: {attention_path()}"
+    return f"linear: {linear_path()}; decode: {decode_path()}; attention: {attention_path()}"
+
+
+@dataclass(frozen=True)
+class QuantRows:
+    """A Linear's weight as GGUF blocks: row c of W (out, in) is in/32 blocks of ``qtype`` at address ``rows[c]``.
+
+    ``rows`` (out,) uintp addresses into ``keep`` (the file's memory map, kept alive by this
+    object); row order already includes any un-permutation and concatenation the float32
+    weight went through. ``nbytes``: bytes one product streams.
+    """
+
+    qtype: str       # "Q4_1" or "Q8_0" (kernels.QTYPES)
+    rows: np.ndarray  # (out,) uintp
+    keep: object      # what the addresses point into
+    nbytes: int
 
 
 def pack_panels(w_out_in: np.ndarray) -> np.ndarray:
@@ -77,8 +137,11 @@ class Linear:
     ``blocks`` is the stored layout (what the float32 cache keeps): under the
     kernel path one array (P, in, 16) of packed panels; under numpy-gemv
     column blocks of W.T, each (in, C_i), C_i a multiple of 64 except
-    possibly the last.
+    possibly the last. ``quant``: the same W as GGUF blocks, or None; set by
+    impl.model.gguf_quant, used for one-row calls under the kernel path.
     """
+
+    quant: QuantRows | None = None
 
     def __init__(self, weight_out_in: np.ndarray, block_bytes: int = BLOCK_BYTES) -> None:
         w = np.asarray(weight_out_in, dtype=np.float32)
@@ -125,7 +188,18 @@ class Linear:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the stored float32 layout."""
         return sum(b.nbytes for b in self.blocks)
+
+    @property
+    def decode_quantized(self) -> bool:
+        """Whether a one-row call reads ``quant`` (the GGUF blocks) instead of the float32 panels."""
+        return self.quant is not None and self.kernel is not None
+
+    @property
+    def decode_nbytes(self) -> int:
+        """Bytes of weights one one-row call streams."""
+        return self.quant.nbytes if self.decode_quantized else self.nbytes
 
     def weight(self) -> np.ndarray:
         """The (out, in) weight back, for tests and export."""
@@ -138,6 +212,11 @@ class Linear:
         """x (T, in) float32 -> (T, out) float32; row t depends only on x[t], never on T."""
         t = x.shape[0]
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if t == 1 and self.decode_quantized:
+            q = self.quant
+            out = np.empty((1, self.n_out), dtype=np.float32)
+            self.kernel.linear_q(x[0], q.rows, kernels.QTYPES[q.qtype], out[0])
+            return out
         if self.kernel is not None:
             panels = self.blocks[0]
             out = np.empty((t, panels.shape[0] * NR), dtype=np.float32)

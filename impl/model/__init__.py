@@ -21,7 +21,7 @@ from impl.model.gguf_load import read_gguf
 from impl.model.llama import Llama
 from impl.model.session import Session
 from impl.model.tokenizer import BPETokenizer
-from impl.model import f32cache
+from impl.model import f32cache, gguf_quant
 from impl.model.weights import check_default, resolve_weights, verified_sha256
 
 __all__ = ["Model", "ModelConfig", "Session", "load_model"]
@@ -37,6 +37,7 @@ class Model:
         self.tokenizer = tokenizer
         self.path = path
         self.is_default_weights = is_default
+        self.decode = "float32"  # which weights decode reads (gguf_quant.attach's line)
 
     def session(self, window=None, cache=None, **cache_options) -> Session:
         """A new empty session.
@@ -87,10 +88,14 @@ def load_model(path: str | os.PathLike | None = None) -> Model:
             if hit is not None:
                 config, state, tok_json = hit
                 llama, tok = Llama.from_state(config, state), BPETokenizer.from_json(tok_json)
+                index = f32cache.load_tensor_index(sha)
             else:
                 g = read_gguf(wf.path)
                 llama, tok = Llama(g.config, g.tensors), BPETokenizer(g.tokens, g.token_types, g.merges)
-                f32cache.store(sha, g.config, llama.state(), tok.to_json())
+                index = g.tensor_index
+                f32cache.store(sha, g.config, llama.state(), tok.to_json(), index)
+            decode = gguf_quant.attach(llama, wf.path, index)  # one-row products from the GGUF's blocks
             _cache[key] = Model(llama, tok, wf.path, wf.is_default)
             _cache[key].weights_sha256 = sha
+            _cache[key].decode = decode
         return _cache[key]

@@ -11,7 +11,9 @@ keeps its size, inode, mtime and ctime from then).
 Layout of ``<cache dir>/<gguf sha256[:16]>/``:
     manifest.json   format, the GGUF's sha256, the producing code's sha256,
                     the config, and per array
-                    its name, byte offset and shape; the data file's sha256
+                    its name, byte offset and shape; the data file's sha256;
+                    the GGUF's tensor index (gguf_load.tensor_index: where
+                    quantized decode finds each tensor's blocks in the GGUF)
     weights.f32     the arrays back to back, each at a 4096-byte offset
     tokenizer.json  the BPE tokenizer (tokenizers.Tokenizer.to_str())
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from impl.model.config import ModelConfig
 
-FORMAT = 1
+FORMAT = 2  # 2: the manifest carries the GGUF tensor index
 ALIGN = 4096
 # NOTE: an entry is keyed by the GGUF's sha256 AND by the source of the code
 # that turns a GGUF into these arrays: an edit to the loader (say, the q/k
@@ -93,17 +95,29 @@ def gguf_stamp(path: Path) -> Path | None:
     return folder / (hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24] + ".json")
 
 
-def load(gguf_sha256: str):
-    """(config, state dict of memory-mapped arrays, tokenizer JSON) or None when absent/invalid."""
+def _manifest(gguf_sha256: str) -> tuple[Path, dict] | None:
+    """(entry folder, manifest) when an entry for this GGUF and this code exists, else None."""
     root = cache_root()
     if root is None:
         return None
     entry = root / gguf_sha256[:16]
     try:
         man = json.loads((entry / "manifest.json").read_text())
-        if man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256 \
-                or man.get("code_sha256") != code_fingerprint():
-            return None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256 \
+            or man.get("code_sha256") != code_fingerprint():
+        return None
+    return entry, man
+
+
+def load(gguf_sha256: str):
+    """(config, state dict of memory-mapped arrays, tokenizer JSON) or None when absent/invalid."""
+    found = _manifest(gguf_sha256)
+    if found is None:
+        return None
+    entry, man = found
+    try:
         data = entry / "weights.f32"
         if data.stat().st_size != man["data_bytes"]:
             return None
@@ -126,8 +140,18 @@ def load(gguf_sha256: str):
         return None
 
 
-def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], tokenizer_json: str) -> Path | None:
-    """Write an entry atomically; returns its folder, or None if the cache is disabled or unwritable."""
+def load_tensor_index(gguf_sha256: str) -> list[dict] | None:
+    """The GGUF tensor index stored with the entry (gguf_load.tensor_index), or None."""
+    found = _manifest(gguf_sha256)
+    index = found[1].get("gguf_tensors") if found else None
+    return index if isinstance(index, list) else None
+
+
+def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], tokenizer_json: str,
+          tensor_index: list[dict] | None = None) -> Path | None:
+    """Write an entry atomically; returns its folder, or None if the cache is disabled or unwritable.
+
+    ``tensor_index``: the GGUF's (gguf_load.tensor_index), served back by :func:`load_tensor_index`."""
     root = cache_root()
     if root is None:
         return None
@@ -154,7 +178,7 @@ def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], t
         (tmp / "tokenizer.json").write_text(tokenizer_json)
         man = {"format": FORMAT, "gguf_sha256": gguf_sha256, "code_sha256": code_fingerprint(),
                "config": dataclasses.asdict(config),
-               "data_bytes": off, "data_sha256": h.hexdigest(), "arrays": arrays}
+               "data_bytes": off, "data_sha256": h.hexdigest(), "arrays": arrays, "gguf_tensors": tensor_index}
         (tmp / "manifest.json").write_text(json.dumps(man))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)

@@ -17,7 +17,7 @@ only oracle parity catches it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,16 @@ class GGUFContents:
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
+    # where each tensor's bytes are in the file (tensor_index): quantized decode reads them there
+    tensor_index: list[dict] = field(default_factory=list)
+
+
+def tensor_index(reader) -> list[dict]:
+    """Each stored tensor as ``{"name", "type", "offset", "shape"}``: ggml type name, absolute byte
+    offset of its data in the file, numpy shape (ne reversed: (out, in) for matrices), rows as stored
+    (attn_q/attn_k permuted). Plain JSON values, kept in the float32 cache's manifest."""
+    return [{"name": t.name, "type": t.tensor_type.name, "offset": int(t.data_offset),
+             "shape": [int(n) for n in reversed(t.shape)]} for t in reader.tensors]
 
 
 def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -144,4 +154,5 @@ def read_gguf(path: str | Path) -> GGUFContents:
         tokens=list(_field(reader, "tokenizer.ggml.tokens", path)),
         token_types=list(_field(reader, "tokenizer.ggml.token_type", path)),
         merges=list(_field(reader, "tokenizer.ggml.merges", path)),
+        tensor_index=tensor_index(reader),
     )

@@ -137,6 +137,16 @@ class Llama:
             n += L.wqkv.nbytes + L.wo.nbytes + L.w_gate_up.nbytes + L.w_down.nbytes
         return n
 
+    @property
+    def decode_nbytes(self) -> int:
+        """Bytes of weights one decode step streams on the path in force (GGUF blocks where
+        impl.model.gguf_quant attached them, else float32), the embedding rows aside."""
+        return sum(lin.decode_nbytes for lin in self.linears())
+
+    def linears(self) -> list[Linear]:
+        """Every weight product: the head, then each layer's wqkv, wo, w_gate_up, w_down."""
+        return [self.head] + [getattr(L, name) for L in self.layers for name in self.LINEARS]
+
     def final_norm(self, x: np.ndarray) -> np.ndarray:
         """The final RMSNorm, for (..., hidden)."""
         shp = x.shape
