@@ -429,9 +429,13 @@ def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
         kwargs["num_cpus"] = cpus
     try:
         info = ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError, OSError) as exc:
         where = f"--ray-address={spec.address!r}" if spec.address else "--executor ray (a local cluster)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "AF_UNIX path length" in first:
+            raise UsageError(f"{where}: Ray keeps its sockets under its temp folder, and {tempfile.gettempdir()} "
+                             "is too deep for them (a socket path may not exceed 107 bytes); set RAY_TMPDIR to a "
+                             "short folder such as /tmp/ray and run again") from None
         raise UsageError(f"{where}: Ray could not start or join the cluster: {first}; check the address "
                          "(`ray status` on the head node prints it, e.g. 192.0.2.10:6379) or run without "
                          "--ray-address to start a local cluster") from None

@@ -262,3 +262,41 @@ def test_without_ray_the_executor_says_how_to_install_it(project, tmp_path):
     assert "--executor ray needs the `ray` package" in proc.stderr and "pip install -e '.[cluster]'" in proc.stderr
     local = kvproof(project, "run", "FX-ADD", timeout=120, PYTHONPATH=str(shadow))  # the default run needs no ray
     assert local.returncode == 0, local.stdout + local.stderr
+
+
+def test_ctrl_c_cancels_the_clusters_tasks_and_leaves_no_process(tmp_path):
+    """SIGINT to a run on a local cluster: exit 130, nothing recorded, and every witness process (and what it
+    started, in its group, its own session, or orphaned) is gone with the cluster."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_orphans import Run, _wait_for_pids, _wait_until_gone
+
+    run = Run(tmp_path)
+    pids_file = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", "cards-slow", "FX-SLOW", "--executor",
+                             "ray", "-j", "1"], cwd=run.root, env={**run.env(pids_file), "RAY_TMPDIR": "/tmp/ray"},
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pids = _wait_for_pids(pids_file, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        _wait_until_gone(run, pids)
+        assert not (run.root / "reports" / "latest").exists()  # an interrupted run records nothing
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for line in run.survivors():
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+def test_mutate_on_a_local_cluster_scores_as_locally(project):
+    """mutate's mutants are jobs like any other: the same mutants, the same statuses, the same scores."""
+    docs = []
+    for name, extra in (("local", ("-j", "2")), ("ray", ("--executor", "ray", "-j", "2"))):
+        proc = kvproof(project, "mutate", "--cards", "cards-mutation", *extra, "--json", f"{name}.json")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        docs.append(json.loads((project / f"{name}.json").read_text()))
+    scores = [[(c["id"], c["verdict"], c["mutation"]["score"],
+                sorted((m["key"], m["status"]) for m in c["mutation"]["mutants"])) for c in d["cards"]] for d in docs]
+    assert scores[0] == scores[1] and scores[0][0][2] is not None
