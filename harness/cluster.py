@@ -425,8 +425,8 @@ def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
                                   logging_level=logging.ERROR, namespace="kvproof")
     if spec.address:
         kwargs["address"] = spec.address
-    else:
-        kwargs["num_cpus"] = cpus
+    else:  # NOTE: "local" always starts a new cluster; without it Ray joins one a `ray start` left running
+        kwargs.update(address="local", num_cpus=cpus)
     try:
         info = ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError, OSError) as exc:
