@@ -216,9 +216,6 @@ def main() -> int:
     print("targets (issue 15):")
     c0 = contexts[0]
     print(f"  decode @{c0} >= 80% of limit        {'met ' if dec[c0] >= 0.8 * lim else 'MISSED'}  ({dec[c0] / lim:.0%})")
-    if quant:
-        print(f"  quantized @{c0} >= 80% of its limit {'met ' if qdec[c0] >= 0.8 * qlim else 'MISSED'}  "
-              f"({qdec[c0] / qlim:.0%})")
     if not a.no_transformers and hf is not None:
         for ctx in contexts:
             got = qdec[ctx] if quant else dec[ctx]  # the path in force (auto: quantized where the file allows)

@@ -49,6 +49,50 @@ def f32_product(lin: Linear, x: np.ndarray) -> np.ndarray:
         lin.quant = q
 
 
+# ---- the kernel on synthetic blocks ------------------------------------------------------------
+
+def random_blocks(qtype: str, n_out: int, n_in: int, seed: int) -> np.ndarray:
+    """(n_out, n_in/32 * block bytes) uint8: random quants and random finite f16 scales (normal,
+    subnormal, up to 65504, either sign), every nibble and byte value."""
+    rng = np.random.default_rng(seed)
+    nb = n_in // 32
+    raw = rng.integers(0, 256, (n_out, nb, kernels.QBLOCK_BYTES[qtype]), dtype=np.uint8)
+    n_f16 = 2 if qtype == "Q4_1" else 1  # d (and m) lead the block
+    h = rng.integers(0, 1 << 16, (n_out, nb, n_f16), dtype=np.uint16)
+    h &= ~np.uint16(0x7C00) | np.uint16(rng.integers(0, 31, h.shape, dtype=np.uint16) << 10)  # exponent < 31: finite
+    raw[:, :, : 2 * n_f16] = h.astype("<u2").view(np.uint8).reshape(n_out, nb, 2 * n_f16)
+    return raw.reshape(n_out, -1)
+
+
+@needs_kernel
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("n_out,n_in", [(1, 32), (7, 96), (16, 64), (17, 160), (33, 576), (100, 1536)],
+                         ids=lambda v: str(v))
+def test_kernel_on_random_blocks_equals_the_float32_kernel_on_their_dequantization(qtype, n_out, n_in):
+    """Any shape (rows not a multiple of the 16-row groups, inputs ending in a half k-block), any block
+    bytes: linear_q equals Kernel.linear on gguf.quants.dequantize of the same bytes, bit for bit, on
+    1-3 threads and in the scalar reference; rows given in any order (addresses) permute the outputs."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    raw = random_blocks(qtype, n_out, n_in, seed=n_out * 1000 + n_in)
+    w = np.asarray(dequantize(raw, GGMLQuantizationType[qtype]), dtype=np.float32)  # (n_out, n_in)
+    assert w.shape == (n_out, n_in) and np.isfinite(w).all()
+    lin = Linear(w)
+    k = kernels.load()
+    rows = (raw.ctypes.data + np.arange(n_out) * raw.shape[1]).astype(np.uintp)
+    order = np.random.default_rng(n_in).permutation(n_out)
+    for name, x in probe_inputs(n_in, seed=n_out).items():
+        want = bits(lin(x[None])[0])
+        for threads, ref in ((0, False), (1, False), (3, False), (1, True)):
+            out = np.empty(n_out, np.float32)
+            k.linear_q(x, rows, kernels.QTYPES[qtype], out, threads=threads, reference=ref)
+            assert np.array_equal(bits(out), want), f"x={name} threads={threads} reference={ref}"
+        out = np.empty(n_out, np.float32)
+        k.linear_q(x, np.ascontiguousarray(rows[order]), kernels.QTYPES[qtype], out)
+        assert np.array_equal(bits(out), want[order]), f"x={name} rows permuted"
+
+
 # ---- the real GGUF ------------------------------------------------------------------------------
 
 @needs_kernel
