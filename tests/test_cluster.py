@@ -300,3 +300,60 @@ def test_mutate_on_a_local_cluster_scores_as_locally(project):
     scores = [[(c["id"], c["verdict"], c["mutation"]["score"],
                 sorted((m["key"], m["status"]) for m in c["mutation"]["mutants"])) for c in d["cards"]] for d in docs]
     assert scores[0] == scores[1] and scores[0][0][2] is not None
+
+
+def test_a_job_whose_worker_dies_twice_is_error_naming_both_nodes_and_a_bug_is_not_retried(tmp_path):
+    """The retry rule on its own (no cluster): one retry after a lost worker, then ERROR with both attempts
+    named; an exception raised by kvproof's own code on the node is not retried."""
+    from harness.cluster import RayExecutor, _Flight, _Session
+    from harness.executors import ExecutorSpec, Finished
+    from harness.run import Job, RunConfig
+
+    class WorkerCrashedError(Exception):  # stands in for ray.exceptions.WorkerCrashedError (matched by name)
+        pass
+
+    class RayTaskError(Exception):
+        pass
+
+    submitted = []
+
+    class Remote:
+        def remote(self, job, cfg, data):
+            submitted.append(job)
+            return object()
+
+    ex = RayExecutor(RunConfig(root=tmp_path), ExecutorSpec("ray"), 2)
+    ex.session = _Session(ray=None, started_local=True, address="", remote=Remote())
+    job = Job(card=None, witnesses=())  # type: ignore[arg-type]
+    flight = _Flight("item", job, t0=0.0, node="n1 (10.0.0.1, node aaaa)")
+    assert ex._died(flight, WorkerCrashedError("died")) == [] and len(submitted) == 1  # retried once
+    (again,) = ex.flights.values()
+    assert again.attempt == 2 and again.node == "" and len(again.history) == 1
+    again.node = "n2 (10.0.0.2, node bbbb)"
+    (done,) = ex._died(again, WorkerCrashedError("died again"))
+    assert isinstance(done, Finished) and len(submitted) == 1
+    lost = done.result.lost
+    assert "attempt 1: the Ray worker died on node n1" in lost and "attempt 2: the Ray worker died on node n2" in lost
+    assert done.result.node == "n2 (10.0.0.2, node bbbb)"
+    (bug,) = ex._died(_Flight("item", job, t0=0.0, node="n1"), RayTaskError("ValueError: boom"))
+    assert "its task failed on node n1: RayTaskError: ValueError: boom" in bug.result.lost and len(submitted) == 1
+
+
+def test_a_lost_job_makes_the_card_error_and_a_lost_liar_is_never_caught(tmp_path):
+    from harness.cards import Card
+    from harness.outcomes import after_honest, assemble, liar_run
+    from harness.run import JobResult, RunConfig
+    from harness.cards import load_cards
+    from harness.verdict import evaluate, judge_liar
+    from harness.liars import scan
+
+    sites, _ = scan(FIXTURE)
+    card: Card = next(c for c in load_cards(FIXTURE / "obligations", FIXTURE, sites).cards if c.id == "FX-ADD")
+    cfg = RunConfig(root=FIXTURE)
+    lost = JobResult(lost="attempt 1: the Ray worker died on node n1; attempt 2: ... on node n2")
+    honest = after_honest(card, cfg, lost)
+    v = evaluate(card, assemble(card, honest, ()).outcomes)
+    assert v.verdict == "ERROR" and "the Ray worker died on node n1" in v.reason
+    (name,) = card.liars[:1]
+    lv = judge_liar(card, liar_run(card, name, lost), name)  # its witnesses never ran: not caught, ERROR
+    assert lv.status == "error" and lv.why.startswith("was lost: attempt 1") and not lv.caught_by
