@@ -36,12 +36,11 @@ runs made under the same path only (the report header names it).
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from impl import kernels
-from impl.errors import SettingError
+from impl.errors import SettingError, setting
 
 ENV_ATTENTION = "KVPROOF_ATTENTION"  # "auto" (default: kernel when it loads), "kernel", or "numpy"
 ATTENTION_CHOICES = ("auto", "kernel", "numpy")
@@ -49,12 +48,8 @@ ATTENTION_CHOICES = ("auto", "kernel", "numpy")
 
 def attention_choice() -> str:
     """The validated value of KVPROOF_ATTENTION ("auto" when unset); SettingError naming the allowed values."""
-    choice = os.environ.get(ENV_ATTENTION, "auto").strip().lower() or "auto"
-    if choice not in ATTENTION_CHOICES:
-        raise SettingError(f"{ENV_ATTENTION}={os.environ.get(ENV_ATTENTION)!r} is not an attention path: use one of "
-                         f"{', '.join(ATTENTION_CHOICES)} (auto = the C kernel when it builds, else numpy), "
-                         f"or unset it")
-    return choice
+    return setting(ENV_ATTENTION, ATTENTION_CHOICES, "an attention path",
+                   "auto = the C kernel when it builds, else numpy")
 
 
 def attention_kernel():

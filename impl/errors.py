@@ -28,3 +28,16 @@ class CacheError(ImplError, ValueError):
 class SettingError(ImplError, ValueError):
     """An environment setting (KVPROOF_KERNEL, KVPROOF_ATTENTION, KVPROOF_DECODE) has a value impl does not know,
     or insists on a path that is unavailable."""
+
+
+def setting(name: str, choices: tuple[str, ...], what: str, meaning: str) -> str:
+    """The environment setting ``name``, lower-cased ("auto" when unset or empty), one of ``choices``; else a
+    SettingError naming the value, ``what`` it should have been, the choices and ``meaning`` (what they do)."""
+    import os
+
+    raw = os.environ.get(name)
+    choice = (raw or "auto").strip().lower() or "auto"
+    if choice not in choices:
+        raise SettingError(f"{name}={raw!r} is not {what}: use one of {', '.join(choices)} ({meaning}), "
+                           "or unset it")
+    return choice

@@ -197,13 +197,10 @@ _state: dict[str, object] = {}
 def load() -> Kernel | None:
     """The kernel, or None when the numpy fallback is in force (see :func:`status`). Cached per process."""
     if "kernel" not in _state:
-        choice = os.environ.get(ENV_CHOICE, "auto").strip().lower() or "auto"
-        if choice not in ("auto", "c", "numpy"):
-            from impl.errors import SettingError
+        from impl.errors import setting
 
-            raise SettingError(f"{ENV_CHOICE}={os.environ.get(ENV_CHOICE)!r} is not a kernel choice: use auto "
-                               f"(the C kernel when it builds, else numpy), c (the C kernel or an error) or numpy, "
-                               f"or unset it")
+        choice = setting(ENV_CHOICE, ("auto", "c", "numpy"), "a kernel choice",
+                         "auto = the C kernel when it builds, else numpy; c = the C kernel or an error")
         kernel, why = None, ""
         if choice == "numpy":
             why = f"{ENV_CHOICE}=numpy"

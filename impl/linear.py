@@ -38,13 +38,12 @@ very order above. ``KVPROOF_DECODE`` (auto | quantized | f32) chooses;
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from impl import kernels
-from impl.errors import SettingError
+from impl.errors import SettingError, setting
 
 BLOCK_BYTES = 16 << 20  # numpy-gemv: one weight block; 16 MiB balances decode (few calls) and prefill (cache reuse)
 NR = kernels.NR
@@ -54,12 +53,8 @@ DECODE_CHOICES = ("auto", "quantized", "f32")
 
 def decode_choice() -> str:
     """The validated value of KVPROOF_DECODE ("auto" when unset); SettingError naming the allowed values."""
-    choice = os.environ.get(ENV_DECODE, "auto").strip().lower() or "auto"
-    if choice not in DECODE_CHOICES:
-        raise SettingError(f"{ENV_DECODE}={os.environ.get(ENV_DECODE)!r} is not a decode path: use one of "
-                           f"{', '.join(DECODE_CHOICES)} (auto = quantized GGUF blocks where the file stores "
-                           f"Q4_1/Q8_0 and the C kernel loads, else the float32 weights), or unset it")
-    return choice
+    return setting(ENV_DECODE, DECODE_CHOICES, "a decode path", "auto = quantized GGUF blocks where the file "
+                   "stores Q4_1/Q8_0 and the C kernel loads, else the float32 weights")
 
 
 def linear_path() -> str:
