@@ -10,8 +10,8 @@ and each witness process is a ``fork()`` of it.
 
 What the zygote holds, and what it must not
 --------------------------------------------
-Third-party libraries only (:func:`preload`): Hypothesis, numpy, pytest and
-its built-in plugins, the modules of installed ``pytest11`` entry-point
+Third-party libraries only (:func:`preload`): Hypothesis, numpy, gguf, PyYAML,
+pytest and its built-in plugins, the modules of installed ``pytest11`` entry-point
 plugins; and the judge: ``harness.plugin`` and the harness modules it
 imports (:data:`JUDGE`). Nothing of the code under test: no ``impl``, no
 witnesses, no conftest. Each job imports the code under test itself, after the
@@ -25,7 +25,10 @@ and the judge.
 The zygote is started with the run's environment (``harness.run._env``:
 PYTHONPATH, PYTHONHASHSEED=0, BLAS thread variables, KVPROOF_*), so what the
 interpreter and OpenBLAS read once at start-up (hash seed, sys.path, thread
-count, bytecode settings) is what a fresh witness process would have read.
+count) is what a fresh witness process would have read. Bytecode settings
+are the exception: the zygote imports the installed libraries with their
+own ``__pycache__`` and then takes the run's (see :func:`preload`); each
+child sets them from its job's environment.
 A job whose environment differs runs as a plain subprocess.
 
 Threads and fork: the zygote is single-threaded when it forks (it watches the
@@ -89,6 +92,7 @@ SUBPROCESS = "subprocess"
 LAUNCHERS = (FORKSERVER, SUBPROCESS)
 LAUNCHER_ENV = "KVPROOF_LAUNCHER"
 SOCKET_ENV = "KVPROOF_FORKSERVER_FD"
+BYTECODE_ENV = "KVPROOF_ZYGOTE_BYTECODE"  # the run's PYTHONPYCACHEPREFIX / PYTHONDONTWRITEBYTECODE, held back (preload)
 LOST_CODE = -signal.SIGKILL  # returncode of a child whose zygote died under it (the runner killed it)
 TITLE_ROOM = 8192  # bytes of command line the zygote starts with, so each child can show its own (ps, /proc)
 
@@ -213,6 +217,10 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         watchdog = procs.watchdog_fd()
         zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
+        # the run's bytecode settings are applied after the zygote imported the installed libraries (preload)
+        zenv[BYTECODE_ENV] = json.dumps({"prefix": zenv.pop("PYTHONPYCACHEPREFIX", None) or None,
+                                         "dont_write": bool(zenv.get("PYTHONDONTWRITEBYTECODE"))})
+        zenv["PYTHONDONTWRITEBYTECODE"] = "1"  # until then: harness.forkserver itself is not cached in the tree
         try:
             with open(log, "wb") as logf:
                 # NOTE: the log path is on the command line, so ps (and the orphan tests) see which run the
@@ -461,6 +469,27 @@ def _say(text: str) -> None:
 # ---------------------------------------------------------------- zygote side
 
 
+def _installed(module: str) -> bool:
+    """True when ``module``'s top-level package lives in this interpreter's site-packages or standard library
+    (an installed library, not the project's own code, which an editable install leaves in the checkout).
+    Finding imports nothing."""
+    import importlib.util
+    import site
+    import sysconfig
+
+    libs = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                        *(sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")))
+            if p}
+    try:
+        spec = importlib.util.find_spec(module.partition(".")[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = ([spec.origin] if spec.origin else []) + list(spec.submodule_search_locations or [])
+    return bool(places) and all(any(Path(p).resolve().is_relative_to(lib) for lib in libs) for p in places)
+
+
 def preload() -> list[str]:
     """Import the third-party libraries a witness process needs (nothing of the project); what failed, as text."""
     import importlib
@@ -468,22 +497,55 @@ def preload() -> list[str]:
     from harness import _pytest_main
 
     problems = []
-    _pytest_main.preload()  # Hypothesis and numpy, before anything of pytest (see its NOTE)
-    import _pytest.config
-    import pytest  # noqa: F401
+    # NOTE: bytecode of the installed libraries. Witness processes keep bytecode under the run's
+    # PYTHONPYCACHEPREFIX (harness.run._env), and with a prefix set Python reads .pyc files only there: on
+    # a fresh checkout (CI) the zygote compiled numpy, Hypothesis, pytest and much of the standard library
+    # from source into an empty prefix, 3-10 s before the first witness ran. Installed packages and the
+    # standard library come with their own __pycache__ (pip and the Python install compiled them), so the
+    # zygote starts without the run's bytecode settings (Launcher: no prefix, nothing written) and imports
+    # the libraries that way; the run's settings (:data:`BYTECODE_ENV`) are applied before the project's
+    # modules (the judge, below; the code under test in each job), which never write into the tree.
+    prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
+    held = os.environ.pop(BYTECODE_ENV, None)
+    if held is not None:
+        settings = json.loads(held)
+        prefix, dont_write = settings["prefix"], settings["dont_write"]
+    sys.pycache_prefix = None
+    try:
+        _pytest_main.preload()  # Hypothesis and numpy, before anything of pytest (see its NOTE)
+        import _pytest.config
+        import pytest  # noqa: F401
 
-    for name in _pytest.config.default_plugins:
-        try:
-            importlib.import_module(f"_pytest.{name}")
-        except Exception as exc:  # a built-in plugin this pytest does not have: pytest itself will say so
-            problems.append(f"_pytest.{name}: {exc}")
-    from importlib.metadata import entry_points
+        for name in _pytest.config.default_plugins:
+            try:
+                importlib.import_module(f"_pytest.{name}")
+            except Exception as exc:  # a built-in plugin this pytest does not have: pytest itself will say so
+                problems.append(f"_pytest.{name}: {exc}")
+        from importlib.metadata import entry_points
 
-    for ep in entry_points(group="pytest11"):
+        plugins = []
+        for ep in entry_points(group="pytest11"):
+            if _installed(ep.module):
+                try:
+                    importlib.import_module(ep.module)
+                except Exception as exc:  # a broken plugin fails in the child as it would in a fresh process
+                    problems.append(f"{ep.module}: {exc}")
+            else:
+                plugins.append(ep.module)  # the project's own plugin: imported with the prefix, below
+        for name in THIRD_PARTY:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError:  # not this project's dependency
+                pass
+            except Exception as exc:  # broken: the job that needs it says so
+                problems.append(f"{name}: {exc}")
+    finally:
+        sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
+    for name in plugins:
         try:
-            importlib.import_module(ep.module)
+            importlib.import_module(name)
         except Exception as exc:  # a broken plugin fails in the child as it would in a fresh process
-            problems.append(f"{ep.module}: {exc}")
+            problems.append(f"{name}: {exc}")
     for name in JUDGE:
         try:
             importlib.import_module(name)
@@ -497,6 +559,11 @@ def preload() -> list[str]:
 # read the environment when called. Liars and mutants patch impl, never these; impl, the witnesses and
 # conftest stay out of the zygote.
 JUDGE = ("yaml", "harness.plugin")
+# Libraries the code under test imports (impl reads the GGUF with gguf, its tokenizer is tokenizers'), and
+# modules pytest imports late, preloaded for their bytecode and import time; importing them runs no code of
+# the project and starts no thread (tests/test_forkserver.py: the zygote stays single-threaded).
+THIRD_PARTY = ("yaml", "gguf", "gguf.quants", "tokenizers", "hypothesis.stateful", "hypothesis.extra.numpy",
+               "_pytest._argcomplete")
 
 
 class _Zygote:

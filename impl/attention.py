@@ -135,8 +135,15 @@ def causal_attention(
         if base == 0:
             # every row is held, so each query's view(layer, hi) is a prefix of this one: one native call
             return kern.attend(q, k, v, los, his, scale)
+        # a cache that drops rows (ring): query i reads rows [max(lo_i, base_i), hi_i) of its own view,
+        # from one array holding every query's view where the cache offers one (KVStore.view: view_many)
+        view_many = getattr(cache, "view_many", None)
+        if view_many is not None:
+            k, v, bases = view_many(layer, his)
+            b0 = int(bases.min())
+            return kern.attend(q, k, v, np.maximum(los, bases) - b0, his - b0, scale)
         out = np.empty((t, q.shape[1] * q.shape[2] * q.shape[3]), dtype=np.float32)
-        for i, hi in enumerate(his):  # a cache that drops rows (ring): each query's own view, as below
+        for i, hi in enumerate(his):  # each query's own view, as below
             k, v, base = cache.view(layer, int(hi))
             out[i] = kern.attend(q[i : i + 1], k, v, np.array([max(los[i] - base, 0)]), np.array([hi - base]), scale)[0]
         return out

@@ -107,7 +107,11 @@ class KVStore(Protocol):
         """K, V of rows [base, hi) in row order as (hi - base, kv_dim) float32, and base.
 
         base is 0 when every row is held; a cache that drops old rows (a
-        ring) returns the first row it still has.
+        ring) returns the first row it still has. Such a cache may also
+        offer ``view_many(layer, his) -> (K, V, bases)``: what ``view(layer, hi)``
+        gives each of several queries (``his`` ascending), as one K/V holding
+        rows [min(bases), his[-1]) with the same values, so a chunk's
+        attention is one native call (impl.attention.causal_attention; else one view per query).
         """
 
     def truncate(self, n: int) -> None:

@@ -269,6 +269,28 @@ def test_env_cwd_argv_and_hash_seed_reach_the_child_as_in_a_subprocess(project, 
     assert fork["argv"][:plan] + fork["argv"][plan + 2:] == sub["argv"][:plan] + sub["argv"][plan + 2:]
 
 
+def test_the_zygote_reads_installed_libraries_bytecode_where_pip_put_it(project, clean_env):
+    """With the run's PYTHONPYCACHEPREFIX, Python reads .pyc files only under the prefix: the zygote imports
+    numpy, Hypothesis and pytest with the prefix off (their own __pycache__, written by pip), so a fresh
+    checkout's first run does not compile them into an empty prefix; the project's modules still go there."""
+    import numpy
+
+    site = Path(numpy.__file__).resolve().parent
+    if not (site / "__pycache__").is_dir():
+        pytest.skip(f"{site} has no __pycache__ (installed without bytecode): nothing to read there")
+    h = Harness(project, clean_env / "pyc", "forkserver")
+    try:
+        res = h.execute(h.job("FX-REPORTS"))
+    finally:
+        h.close()
+    assert res.exit_code == 0, res.output_tail
+    prefix = pycache_dir(project)
+    compiled = [p for p in prefix.rglob("*.pyc")]
+    assert compiled, "the project's own modules keep their bytecode under the prefix"
+    third_party = [p for p in compiled if any(part in ("numpy", "hypothesis", "_pytest") for part in p.parts)]
+    assert third_party == [], f"compiled into the prefix: {third_party[:5]}"
+
+
 def test_a_job_gives_the_same_node_results_and_exit_code_through_either_launcher(project, clean_env):
     results = {}
     for launcher in ("forkserver", "subprocess"):

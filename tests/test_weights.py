@@ -1,3 +1,4 @@
+import struct
 import subprocess
 import sys
 
@@ -101,6 +102,75 @@ def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
                (b.name, b.tensor_type, b.n_elements, b.n_bytes, b.data_offset)
         assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
     assert not got.tensors[0].data.flags.writeable  # a view of the read-only map, as before
+
+
+def _same_fields(got, want) -> None:
+    """Every field of two readers: names, offsets, types, data indices, and each part's dtype, shape and bytes."""
+    assert list(got.fields) == list(want.fields)
+    for key, f in want.fields.items():
+        g = got.fields[key]
+        assert (g.offset, g.name, g.types, g.data) == (f.offset, f.name, f.types, f.data), key
+        assert len(g.parts) == len(f.parts), key
+        for a, b in zip(g.parts, f.parts):
+            assert (a.dtype, a.shape, a.tobytes()) == (b.dtype, b.shape, b.tobytes()), key
+        assert g.contents() == f.contents(), key
+
+
+def test_the_fast_array_walk_builds_the_parts_gguf_reader_builds(tmp_path):
+    """Arrays of strings (incl. empty and multi-byte ones), of every scalar type, empty arrays and an array
+    of arrays (left to GGUFReader), written by gguf's own writer: field for field, part for part, the same."""
+    import gguf
+    from gguf import GGUFReader, GGUFValueType
+
+    from impl.model.gguf_load import _plain_view_reader
+
+    path = tmp_path / "arrays.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_array("t.strings", ["a", "", "bc", "\u00e9t\u00e9 \u2603", "x" * 300])
+    w.add_array("t.nested", [[1, 2], [3]])
+    for vt, vals in [(GGUFValueType.UINT8, [0, 255]), (GGUFValueType.INT8, [-128, 5]),
+                     (GGUFValueType.UINT16, [7, 65535]), (GGUFValueType.INT16, [-3, 3]),
+                     (GGUFValueType.UINT32, [1, 2, 3]), (GGUFValueType.INT32, [-1, 0, 1]),
+                     (GGUFValueType.UINT64, [2**40]), (GGUFValueType.INT64, [-(2**40)]),
+                     (GGUFValueType.FLOAT32, [0.5, -1.25]), (GGUFValueType.FLOAT64, [1e-300]),
+                     (GGUFValueType.BOOL, [True, False, True])]:
+        w.add_key_value(f"t.{vt.name.lower()}", vals, GGUFValueType.ARRAY, sub_type=vt)
+    w.add_uint32("t.scalar", 9)
+    w.add_string("t.string", "plain")
+    w.add_tensor("x.weight", np.arange(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    want, got = GGUFReader(path), _plain_view_reader()(path)
+    _same_fields(got, want)
+    assert got.fields["t.strings"].contents() == ["a", "", "bc", "\u00e9t\u00e9 \u2603", "x" * 300]
+    assert got.fields["t.bool"].contents() == [True, False, True]
+    # empty arrays (gguf's writer refuses them; the format does not): written by hand
+    from tests.test_gguf_reference import _gguf_string
+
+    kv = [_gguf_string("t.no_strings") + struct.pack("<IIQ", 9, 8, 0),
+          _gguf_string("t.no_ints") + struct.pack("<IIQ", 9, 4, 0)]
+    empty = tmp_path / "empty.gguf"
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
+    empty.write_bytes(head + b"\0" * ((-len(head)) % 32))
+    want, got = GGUFReader(empty), _plain_view_reader()(empty)
+    _same_fields(got, want)
+    assert got.fields["t.no_strings"].types == [GGUFValueType.ARRAY] and got.fields["t.no_ints"].contents() == []
+
+
+def test_the_fast_array_walk_reads_the_default_file_as_gguf_reader_does():
+    """The installed SmolLM2 GGUF (49,152 tokens, their types, 48,900 merges): the same fields and tensors."""
+    from gguf import GGUFReader
+
+    from impl.model.gguf_load import _plain_view_reader
+
+    path = weights.resolve_weights().path
+    want, got = GGUFReader(path), _plain_view_reader()(path)
+    _same_fields(got, want)
+    assert len(got.fields["tokenizer.ggml.tokens"].data) == 49152
+    assert [(t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in got.tensors] == \
+           [(t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in want.tensors]
 
 
 def test_verified_sha256_hashes_again_after_any_write_and_never_stamps_a_young_file(tmp_path):
