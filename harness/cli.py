@@ -1,8 +1,12 @@
-"""run_obligations.py command line: run | mutate | list | validate | show ID | status | history [ID] | new ID | oracle ...
+"""run_obligations.py command line: run | mutate | list | validate | show ID | status | history [ID] | compare |
+timings [--write] | new ID | oracle ...
 
 ``run --changed`` replays a card's last PROVEN verdict when every file it is
 bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
-runs N witness processes at a time (:mod:`harness.schedule`).
+runs N witness processes at a time (:mod:`harness.schedule`), longest expected
+chain first; ``timings`` shows those expected times and where they come from
+(the ledger, else the committed ``obligations/timings.json`` that ``timings
+--write`` makes from it: :mod:`harness.timings`).
 
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
 1 some selected card is not PROVEN, 2 bad usage, invalid cards, or a run
@@ -27,7 +31,8 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError
 
-SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "new", "oracle")
+SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new",
+               "oracle")
 
 
 # ---------------------------------------------------------------- parser
@@ -148,6 +153,13 @@ def _reading_parsers(sub) -> None:
                      help="exit 1 when any card regressed (docs/compare.md: the rules)")
     _cards_opt(cmp)
     _reports_opt(cmp)
+    tim = sub.add_parser("timings", help="the expected process times the scheduler would use, per card and liar, "
+                                         "and where each comes from (ledger, timings.json, unknown)")
+    tim.add_argument("--write", action="store_true",
+                     help="write timings.json in the cards folder from the ledger's latest entry of each card "
+                          "(seconds rounded to 0.1): the schedule of a run with no ledger, e.g. CI; commit it")
+    _cards_opt(tim)
+    _reports_opt(tim)
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
     new.add_argument("id", metavar="ID")
     _cards_opt(new)
@@ -158,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
                     "UNVERIFIED / ERROR per card. `run` is the default command.")
-    sub = parser.add_subparsers(dest="command", metavar="{run,mutate,list,validate,show,status,history,compare,new,oracle}")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
     _run_parser(sub)
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")

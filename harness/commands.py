@@ -181,6 +181,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     marks, mark_problems = load_marks(folder, root, [c.id for c in result.cards])
     stale = [p for p in mark_problems if p.kind == "stale"]
     problems = list(result.problems) + list(liar_problems) + [p for p in mark_problems if p.kind != "stale"]
+    problems += _timings_problems(folder, root)  # `run` refuses a malformed timings.json too
     if stale:
         terminal.render_problems(make_console(stderr=True), stale,
                                  f"warning: {len(stale)} equivalence mark(s) match no mutant of the code as it is "
@@ -351,6 +352,81 @@ def _write_text_check(raw: str, what: str) -> Path:
     if not path.parent.is_dir():
         raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
     return path
+
+
+# ---------------------------------------------------------------- timings
+
+
+def _timings_problems(folder: Path, root: Path) -> list:
+    from dataclasses import replace
+
+    from harness import timings
+
+    try:
+        timings.read(folder, root)
+    except timings.TimingsInvalid as exc:
+        return [replace(exc.problem, message=f"{exc.problem.message}; {timings.FIX}")]
+    return []
+
+
+def cmd_timings(args: argparse.Namespace) -> int:
+    """``timings``: per card and liar, the expected seconds the scheduler would use and where each comes from;
+    ``--write``: save the ledger's latest entry of each card as ``<cards>/timings.json``."""
+    from harness import timings
+    from harness.provenance import utc_now
+
+    root = project_root()
+    folder = cards_dir(args, root)
+    cards = _load(root, folder)[0].cards
+    reports = _shown_dir(reports_dir(args, root), root)
+    shown_file = _shown(timings.path_in(folder), root)
+    measured, source = {}, ""
+    ledger = _open_ledger(args, root)
+    if ledger is not None:
+        with ledger:
+            for card in cards:
+                if (rec := timings.from_ledger(ledger, card.id)) is not None:
+                    measured[card.id] = rec
+            if measured:
+                source = timings.ledger_source(ledger, [r.run_id for r in measured.values()], reports)
+    console = make_console()
+    if args.write:
+        if not measured:
+            where = f"there is no ledger in {reports}" if ledger is None else \
+                f"the ledger {reports}ledger.sqlite has no verdict of any card in {_shown_dir(folder, root)}"
+            raise UsageError(f"timings --write: nothing to write, {where}; run the obligations once on this machine "
+                             f"(`run_obligations.py run`), then `run_obligations.py timings --write`")
+        try:
+            timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
+        except OSError as exc:
+            raise UsageError(f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
+                             "permissions or give another --cards DIR") from None
+        console.print(f"wrote {shown_file}: the expected seconds of {len(measured)} card(s) from {source}; commit it "
+                      "so that runs with no ledger (a fresh clone, CI) schedule by it", soft_wrap=True,
+                      markup=False, highlight=False)
+        missing = [c.id for c in cards if c.id not in measured]
+        if missing:
+            console.print(f"left out (no ledger entry, so unknown: 1 s a process): {', '.join(missing)}",
+                          soft_wrap=True, markup=False, highlight=False)
+        return 0
+    hints = timings.read(folder, root)  # TimingsInvalid (exit 2) for a malformed file, as `run` would
+    expected, sources = timings.combine([c.id for c in cards], {cid: r.expected for cid, r in measured.items()},
+                                        hints.cards if hints is not None else {})
+    timings.render(console, cards, expected, sources, shown_file)
+    lines = [f"ledger: {len(measured)} card(s) from {source} in {reports}ledger.sqlite" if measured else
+             f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"]
+    if hints is None:
+        lines.append(f"{shown_file}: none (`run_obligations.py timings --write` writes it from the ledger)")
+    else:
+        used = sum(1 for s in sources.values() if s == timings.FILE)
+        lines.append(f"{shown_file}: recorded {hints.recorded} from {hints.source}; used for {used} card(s) "
+                     "(a ledger entry wins)")
+        stale = timings.stale_entries(hints, cards)
+        if stale:
+            lines.append(f"{shown_file}: ignored, no such card or liar now: {', '.join(stale)}")
+    for line in lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    return 0
 
 
 # ---------------------------------------------------------------- new

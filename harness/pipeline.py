@@ -10,7 +10,7 @@ function below, in order, and each hands the next a typed value:
 - plan: :func:`check_outputs` proves every output location writable before
   anything runs; :func:`plan` binds each card to its files and asks the
   ledger what ``--changed`` may replay and how long each process took last
-  time;
+  time (else ``obligations/timings.json``, :mod:`harness.timings`);
 - execute: :func:`harness.schedule.run_cards`, one fresh pytest process per
   (card, liar);
 - judge: :func:`harness.verdict.evaluate` per card;
@@ -29,9 +29,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
-from harness import forkserver, provenance, verdict
+from harness import forkserver, provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
-from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
+from harness.cards import Card, LoadResult, Problem, display_path, find_card_files, load_cards, select
 from harness.document import CardResult, Claim, MutationResult, RunDocument
 from harness.errors import CardInvalid, LedgerError, UsageError
 from harness.executors import RAY, ExecutorSpec
@@ -46,7 +46,7 @@ from harness.report import jsonfile
 from harness.report.view import build_view
 from harness.outcomes import CardRun, count_jobs
 from harness.run import RunConfig
-from harness.schedule import Expected, expected_from_entry, run_cards
+from harness.schedule import Expected, run_cards
 from harness.statuses import Gate, Verdict
 
 
@@ -133,6 +133,8 @@ class Plan:
     expected: Mapping[str, Expected] = field(default_factory=dict)
     mutations: Mapping[str, MutationResult] = field(default_factory=dict)  # newest measured, from the ledger
     marks: Mapping[str, Mark] = field(default_factory=dict)  # equivalence marks (mutate)
+    schedule_from: Mapping[str, str] = field(default_factory=dict)  # card to run -> where its expected times came
+    # from: "ledger", "timings.json" or "unknown" (harness.timings)
 
     @property
     def to_run(self) -> list[Card]:
@@ -247,11 +249,16 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
     A card is replayed when its last original PROVEN verdict of this profile
     was bound to exactly the files it is bound to now (same paths, roles and
     sha256); a card with link problems is always run (it errors at once).
+    A card's expected process times come from its latest ledger entry, else
+    from ``<cards dir>/timings.json`` (:mod:`harness.timings`; raises
+    TimingsInvalid, before anything runs, when that file is malformed), else
+    they are unknown.
     """
+    hints = timings.load(req.cards_dir, req.root)
     links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.id)) for c in cards}
     bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir)) for c in cards}
     replays: dict[str, data.Replayed] = {}
-    expected: dict[str, Expected] = {}
+    measured: dict[str, Expected] = {}  # from the ledger
     marks = dict(marks or {})
     path = req.reports_dir / FILENAME
     try:
@@ -279,11 +286,12 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
                         replays[card.id] = data.Replayed(ledger.entry(past.run_id, card.id), past.run_id,
                                                          past.started, past.report_dir)
                         continue
-                last = ledger.last(card.id)
+                last = timings.from_ledger(ledger, card.id)
                 if last is not None:
-                    expected[card.id] = expected_from_entry(ledger.entry(last.evidence_run_id, card.id))
+                    measured[card.id] = last.expected
+    expected, sources = timings.combine([c.id for c in cards if c.id not in replays], measured, hints)
     mutations = recall(req, cards, bound) if ledger is not None else {}
-    return Plan(tuple(cards), links, bound, replays, expected, mutations, marks)
+    return Plan(tuple(cards), links, bound, replays, expected, mutations, marks, sources)
 
 
 # ---------------------------------------------------------------- execute and judge
@@ -401,6 +409,9 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     the_plan = plan(req, loaded, cards, reporter, marks)
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
+        if the_plan.to_run:
+            reporter.note(timings.schedule_line(the_plan.schedule_from,
+                                                display_path(timings.path_in(req.cards_dir), req.root)))
     runs, where = execute(req, the_plan, reporter, launcher)
     measured: Mapping[str, MutationResult] = {}
     claims: tuple[Claim, ...] = ()

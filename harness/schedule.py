@@ -8,16 +8,22 @@ order is the serial one (each card's honest run, then its liars, card after
 card), so ``-j 1`` and the old loop start the same processes in the same order.
 
 Which ready job starts next: the one with the longest expected remaining
-chain (its own expected seconds, plus for an honest run its slowest liar),
-from the durations of the card's last recorded run (:func:`expected_from_entry`);
-ties, and cards never run, go in card order. Starting the long chains first
-keeps the two slowest cards (RING-T3, ORACLE-PARITY: honest ~10 s, then one
-~10 s liar each) from ending up alone at the tail.
+chain (its own expected seconds, plus for an honest run its slowest liar,
+:func:`chain_s`), from the durations of the card's last recorded run in the
+ledger (:func:`expected_from_entry`), else ``obligations/timings.json``, the
+committed hints ``run_obligations.py timings --write`` takes from a ledger
+(:mod:`harness.timings`; what a fresh clone or CI has), else unknown (1 s a
+process; :func:`harness.pipeline.plan` picks the source per card and the run's
+``schedule:`` line counts them). Ties, and unknown cards, go in card order.
+Starting the long chains first keeps the two slowest cards (RING-T3,
+ORACLE-PARITY: honest ~10 s, then one ~10 s liar each) from ending up alone
+at the tail.
 
 A liar job stops at its first failing witness (``--exitfirst``), so its
 witnesses run in an order that finds the failure early: the witnesses that
-caught this liar in the card's last recorded run go first, the rest keep
-card order (:func:`liar_order`).
+caught this liar in the card's last recorded run (or, from the same sources,
+the ``caught_by`` of timings.json) go first, the rest keep card order
+(:func:`liar_order`).
 
 Witness processes start from the run's fork server
 (:func:`harness.run.open_launcher`, :mod:`harness.forkserver`), opened when
@@ -78,6 +84,11 @@ def expected_from_entry(entry: CardResult | None) -> Expected:
     liars = {lv.name: float(lv.duration_s or 0.0) for lv in entry.liars if lv.status != LiarStatus.NOT_RUN}
     caught = {lv.name: tuple(lv.caught_by) for lv in entry.liars if lv.caught_by}
     return Expected(entry.honest_s or UNKNOWN_S, liars, caught)
+
+
+def chain_s(exp: Expected, liars: Sequence[str]) -> float:
+    """A card's expected chain: its honest run, then (its liars start after it, side by side) its slowest liar."""
+    return exp.honest_s + max((exp.liar(n) for n in liars), default=0.0)
 
 
 def liar_order(job: Job, caught_by: Sequence[str]) -> Job:
@@ -141,8 +152,7 @@ class _Queue:
                 st.waiting = 1
 
     def _honest_key(self, st: _CardState) -> tuple[float, int, int]:
-        exp = self.expected.get(st.card.id, Expected())
-        chain = exp.honest_s + max((exp.liar(n) for n in st.card.liars if self.cfg.liars), default=0.0)
+        chain = chain_s(self.expected.get(st.card.id, Expected()), st.card.liars if self.cfg.liars else ())
         # jobs == 1: plain card order (each card's liars follow it, see _liar_key)
         return (-(0.0 if self.jobs == 1 else chain), st.index, -1)
 
@@ -276,4 +286,4 @@ def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
     return [results[i] for i in range(len(jobs_list))]
 
 
-__all__ = ["Expected", "default_jobs", "expected_from_entry", "liar_order", "run_cards", "run_jobs"]
+__all__ = ["Expected", "chain_s", "default_jobs", "expected_from_entry", "liar_order", "run_cards", "run_jobs"]
