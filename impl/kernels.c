@@ -77,22 +77,23 @@ static inline vec VFMA(vec a, vec b, vec c) {
 const char *kv_isa(void) { return ISA; }
 int kv_vl(void) { return VL; }
 
-/* One tile: R rows x NP panels over k in [k0, k1). pstride = K*NR floats between panels. */
-#define DEFINE_TILE(R, NP)                                                                   \
-    static inline void tile_##R##_##NP(const float *restrict x, long ldx,                    \
-                                       const float *restrict w, long pstride, long k0,       \
-                                       long k1, float *restrict y, long ldy, int add) {        \
+/* One tile: R rows x NP panels over k in [k0, k1). pstride = K*NR floats between panels. Row r's
+ * value at step k is x[k * KS + r]: KS = 1 for one plain row (decode), KS = MR for rows packed as
+ * (K, MR) (many rows, below: the MR values a step broadcasts sit side by side). */
+#define DEFINE_TILE(NAME, R, NP, KS)                                                         \
+    static inline void NAME(const float *restrict x, const float *restrict w, long pstride,  \
+                            long k0, long k1, float *restrict y, long ldy, int add) {        \
         vec acc[R][NP * NV];                                                                 \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                 \
         _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                           \
             acc[r][j] = VZERO();                                                             \
-        for (long k = k0; k < k1; k++) {                                                     \
+        _Pragma("GCC unroll 4") for (long k = k0; k < k1; k++) {                             \
             vec wv[NP * NV];                                                                 \
             _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                            \
             _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                            \
                 wv[p * NV + v] = VLOAD(w + p * pstride + k * NR + v * VL);                   \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                           \
-                vec xb = VBCAST(x[r * ldx + k]);                                             \
+                vec xb = VBCAST(x[k * KS + r]);                                              \
                 _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                   \
                     acc[r][j] = VFMA(xb, wv[j], acc[r][j]);                                  \
             }                                                                                \
@@ -103,18 +104,7 @@ int kv_vl(void) { return VL; }
                    add ? VADD(VLOAD(y + r * ldy + j * VL), acc[r][j]) : acc[r][j]);          \
     }
 
-
-#define TILES_FOR(R) DEFINE_TILE(R, 1) DEFINE_TILE(R, 2)
-TILES_FOR(1) TILES_FOR(2) TILES_FOR(3) TILES_FOR(4) TILES_FOR(5) TILES_FOR(6)
-DEFINE_TILE(1, 4)
-
-typedef void (*tile_fn)(const float *restrict, long, const float *restrict, long, long, long,
-                        float *restrict, long, int);
-static const tile_fn TILES[MR + 1][3] = {
-    {0, 0, 0},
-    {0, tile_1_1, tile_1_2}, {0, tile_2_1, tile_2_2}, {0, tile_3_1, tile_3_2},
-    {0, tile_4_1, tile_4_2}, {0, tile_5_1, tile_5_2}, {0, tile_6_1, tile_6_2},
-};
+DEFINE_TILE(tile_1_1, 1, 1, 1) DEFINE_TILE(tile_1_4, 1, 4, 1)
 
 
 /* One row, panels [p0, p1): each panel streamed once over k. */
@@ -122,52 +112,124 @@ static void row_panels(const float *x, const float *w, long K, long p0, long p1,
     long pstride = K * NR, p = p0;
     for (; p + 4 <= p1; p += 4)
         for (long k0 = 0; k0 < K; k0 += KC)
-            tile_1_4(x, 0, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
+            tile_1_4(x, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
     for (; p < p1; p++)
         for (long k0 = 0; k0 < K; k0 += KC)
-            tile_1_1(x, 0, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
+            tile_1_1(x, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
 }
 
-#ifndef MC_BYTES
-#define MC_BYTES (128 * 1024) /* rows of x per block: about this many bytes, so the block stays in L2 */
+/* Many rows: x packed (tiles, K, MR) by pack_rows, the same tile shapes reading it. */
+#define PTILES_FOR(R) DEFINE_TILE(ptile_##R##_1, R, 1, MR) DEFINE_TILE(ptile_##R##_2, R, 2, MR)
+PTILES_FOR(1) PTILES_FOR(2) PTILES_FOR(3) PTILES_FOR(4) PTILES_FOR(5) PTILES_FOR(6)
+
+typedef void (*ptile_fn)(const float *restrict, const float *restrict, long, long, long, float *restrict, long, int);
+static const ptile_fn PTILES[MR + 1][3] = {
+    {0, 0, 0},
+    {0, ptile_1_1, ptile_1_2}, {0, ptile_2_1, ptile_2_2}, {0, ptile_3_1, ptile_3_2},
+    {0, ptile_4_1, ptile_4_2}, {0, ptile_5_1, ptile_5_2}, {0, ptile_6_1, ptile_6_2},
+};
+
+#ifndef MC_ROWS
+#define MC_ROWS 24 /* rows per work item (a multiple of MR) */
+#endif
+#ifndef NC_PANELS
+#define NC_PANELS 4 /* panels per work item */
 #endif
 
-static void rows_panels_block(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
-                              float *y, long ldy);
-
-/* T rows, panels [p0, p1): rows in blocks of MC (x's block stays in L2 while every panel passes
- * over it), panels in groups of TP, k in blocks of KC, rows in tiles of MR. Blocking changes which
- * elements are in flight together, never the order in which any one element is summed. */
-static void rows_panels(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
-                        float *y, long ldy) {
-    long mc = MC_BYTES / (4 * K) / MR * MR;
-    if (mc < MR) mc = MR;
-    for (long t0 = 0; t0 < T; t0 += mc)
-        rows_panels_block(x + t0 * ldx, T - t0 < mc ? T - t0 : mc, ldx, w, K, p0, p1, y + t0 * ldy, ldy);
-}
-
-static void rows_panels_block(const float *x, long T, long ldx, const float *w, long K, long p0, long p1,
-                              float *y, long ldy) {
+/* Rows [t0, t1) (t0 a multiple of MR) of packed x against panels [p0, p1); for each panel group of
+ * TP and each k-block, every tile of rows passes while that block of the panel is in L1.
+ * Blocking changes which elements are in flight together, never the order in which any one
+ * element is summed. */
+static void packed_block(const float *xp, long t0, long t1, const float *w, long K, long p0, long p1,
+                         float *y, long ldy) {
     long pstride = K * NR;
     int np;
     for (long p = p0; p < p1; p += np) {
         np = (p1 - p >= TP) ? TP : 1;
         for (long k0 = 0; k0 < K; k0 += KC) {
             long k1 = k0 + KC < K ? k0 + KC : K;
-            long t = 0;
-            for (; t + MR <= T; t += MR)
-                TILES[MR][np](x + t * ldx, ldx, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
-            if (t < T)
-                TILES[T - t][np](x + t * ldx, ldx, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
+            for (long t = t0; t < t1; t += MR) {
+                long r = t1 - t < MR ? t1 - t : MR;
+                PTILES[r][np](xp + t * K, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
+            }
         }
     }
 }
 
-/* y[t, :] = x[t, :] @ W for t < T. nthreads <= 0: OpenMP's default. */
-void kv_linear(const float *x, long T, long ldx, const float *w, long K, long P, float *y, long ldy,
-               int nthreads) {
+static void pack_rows(const float *x, long T, long ldx, long K, long tile, float *xp) {
+    long t = tile * MR, r1 = T - t < MR ? T - t : MR;
+    float *dst = xp + t * K;
+    for (long r = 0; r < r1; r++) {
+        const float *src = x + (t + r) * ldx;
+        for (long k = 0; k < K; k++) dst[k * MR + r] = src[k];
+    }
+}
+
+/* Scratch for packed x, one per calling thread (ctypes calls may come from several threads). */
+static __thread float *xp_buf;
+static __thread size_t xp_cap;
+
+static float *packed_scratch(size_t floats) {
+    if (floats > xp_cap) {
+        free(xp_buf);
+        xp_cap = floats + floats / 4;
+        xp_buf = aligned_alloc(64, (xp_cap * 4 + 63) / 64 * 64);
+        if (!xp_buf) xp_cap = 0;
+    }
+    return xp_buf;
+}
+
+/* T >= 2 rows: pack x, then work items (a block of rows x NC_PANELS panels) handed out
+ * dynamically, so a thread that is slowed (a busy or virtual machine) does less of the work and
+ * the other does more. Which thread computes an element never changes how it is summed. */
+static int rows_linear(const float *x, long T, long ldx, const float *w, long K, long P, float *y, long ldy,
+                       int nt) {
+    long tiles = (T + MR - 1) / MR;
+    float *xp = packed_scratch((size_t)tiles * MR * K);
+    if (!xp) return -1;
+    long mc = MC_ROWS;
+    long nb = (T + mc - 1) / mc, ng = (P + NC_PANELS - 1) / NC_PANELS, items = nb * ng;
+    /* Which index varies fastest: the smaller operand is the one re-read from cache. A weight bigger than
+     * x (the head, most layers at long prefills) is walked once, panel group by panel group, with all rows
+     * passing; a small weight stays in cache while row blocks pass. */
+#ifndef ORDER
+    int panels_outer = P * NR > T;
+#else
+    int panels_outer = ORDER == 2;
+#endif
+    (void)nt;
+#ifdef _OPENMP
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (long tile = 0; tile < tiles; tile++) pack_rows(x, T, ldx, K, tile, xp);
+#ifdef _OPENMP
+        #pragma omp for schedule(dynamic, 1)
+#endif
+        for (long i = 0; i < items; i++) {
+            long b = panels_outer ? i % nb : i / ng, g = panels_outer ? i / nb : i % ng;
+            long t0 = b * mc, t1 = t0 + mc < T ? t0 + mc : T;
+            long p0 = g * NC_PANELS, p1 = p0 + NC_PANELS < P ? p0 + NC_PANELS : P;
+            packed_block(xp, t0, t1, w, K, p0, p1, y, ldy);
+        }
+    }
+    return 0;
+}
+
+/* y[t, :] = x[t, :] @ W for t < T. nthreads <= 0: OpenMP's default. Returns 0, or -1 when the
+ * scratch for packed rows cannot be allocated. */
+int kv_linear(const float *x, long T, long ldx, const float *w, long K, long P, float *y, long ldy,
+              int nthreads) {
 #ifdef _OPENMP
     int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+#else
+    int nt = 1;
+#endif
+    if (T >= 2) return rows_linear(x, T, ldx, w, K, P, y, ldy, nt);
+#ifdef _OPENMP
     if (nt > 1 && P >= 2 * TP) {
         long groups = (P + TP - 1) / TP;
         #pragma omp parallel num_threads(nt)
@@ -175,15 +237,13 @@ void kv_linear(const float *x, long T, long ldx, const float *w, long K, long P,
             int i = omp_get_thread_num(), n = omp_get_num_threads();
             long g0 = groups * i / n, g1 = groups * (i + 1) / n;
             long p0 = g0 * TP, p1 = g1 * TP < P ? g1 * TP : P;
-            if (T == 1) row_panels(x, w, K, p0, p1, y);
-            else rows_panels(x, T, ldx, w, K, p0, p1, y, ldy);
+            row_panels(x, w, K, p0, p1, y);
         }
-        return;
+        return 0;
     }
 #endif
-    (void)nthreads;
-    if (T == 1) row_panels(x, w, K, 0, P, y);
-    else rows_panels(x, T, ldx, w, K, 0, P, y, ldy);
+    row_panels(x, w, K, 0, P, y);
+    return 0;
 }
 
 /* ---- attention: one query head over its visible keys, the same arithmetic for any T ----
@@ -441,6 +501,53 @@ void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, co
         }
         free(s);
     }
+}
+
+/* ---- silu(g) (times u): the SwiGLU gate, one fixed formula per element ----
+ *
+ * e = exp(-|g|) by vexp (x <= 0, so no overflow); silu(g) = g / (1 + e) for g >= 0, (g * e) / (1 + e)
+ * below; then one multiply by u when u is given. Every element goes through the vector code (a short
+ * tail is padded into a full vector), so its bits depend only on its own g (and u). */
+static inline vec silu_v(vec g) {
+    vec e = vexp(VSUB(VZERO(), VMAX(g, VSUB(VZERO(), g)))); /* exp(-|g|) */
+    vec den = VADD(VBCAST(1.0f), e);
+#if VL == 16
+    __mmask16 neg = _mm512_cmp_ps_mask(g, VZERO(), _CMP_LT_OQ);
+    return _mm512_mask_div_ps(VDIV(g, den), neg, VMUL(g, e), den);
+#elif VL == 8
+    vec neg = _mm256_cmp_ps(g, VZERO(), _CMP_LT_OQ);
+    return _mm256_blendv_ps(VDIV(g, den), VDIV(VMUL(g, e), den), neg);
+#else
+    vec pos = VDIV(g, den), ng = VDIV(VMUL(g, e), den), r;
+    for (int i = 0; i < VL; i++) r[i] = g[i] < 0.0f ? ng[i] : pos[i];
+    return r;
+#endif
+}
+
+static void silu_row(const float *g, const float *u, long F, float *out) {
+    long f = 0;
+    for (; f + VL <= F; f += VL) {
+        vec r = silu_v(VLOAD(g + f));
+        VSTORE(out + f, u ? VMUL(r, VLOAD(u + f)) : r);
+    }
+    if (f < F) {
+        float gt[VL] = {0}, ut[VL] = {0}, ot[VL];
+        for (long i = 0; f + i < F; i++) { gt[i] = g[f + i]; if (u) ut[i] = u[f + i]; }
+        vec r = silu_v(VLOAD(gt));
+        VSTORE(ot, u ? VMUL(r, VLOAD(ut)) : r);
+        for (long i = 0; f + i < F; i++) out[f + i] = ot[i];
+    }
+}
+
+/* out[t, f] = silu(g[t, f]) (* u[t, f] when u is not NULL) for t < T, f < F; row strides in floats. */
+void kv_silu(const float *g, long ldg, const float *u, long ldu, long T, long F, float *out, long ldo, int nthreads) {
+#ifdef _OPENMP
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (T * F < 32768) nt = 1;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (long t = 0; t < T; t++) silu_row(g + t * ldg, u ? u + t * ldu : NULL, F, out + t * ldo);
+    (void)nthreads;
 }
 
 /* ---- one row straight from GGUF quantized blocks (decode), the same bits as kv_linear ----

@@ -5,9 +5,12 @@ many-row product (gemm) differently, so a position's bits would depend on
 how its tokens were fed (KV-T4). The C kernel (``impl/kernels.c``) computes every output
 element of ``x @ W`` in one fixed order (k-blocks of 64, one FMA per step
 inside a block, block sums added left to right), whether the call has one
-row (decode: each weight panel streamed once) or hundreds (prefill:
-register tiles of 6 rows x 16 columns, 2 panels on AVX-512). Same order,
-same bits, by construction; ``tests/test_linear.py`` and KV-T4 check it.
+row (decode: each weight panel streamed once) or hundreds (prefill: the
+rows packed 6 at a time, register tiles of 6 rows x 16 columns, 2 panels
+on AVX-512, work items of 24 rows x 4 panels handed to whichever thread
+is free). Same order, same bits, by construction; ``tests/test_linear.py``
+and KV-T4 check it. ``kv_silu`` (:meth:`Kernel.silu`) is the SwiGLU gate
+with the kernel's own exp, element by element.
 Another entry, ``kv_linear_q`` (:meth:`Kernel.linear_q`), computes one row
 straight from GGUF Q4_1/Q8_0 blocks (decode, via impl.model.gguf_quant):
 each weight with gguf.quants' own float32 operations, then the same
@@ -59,12 +62,16 @@ class Kernel:
         self._linear = lib.kv_linear
         self._linear.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                                  ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-        self._linear.restype = None
+        self._linear.restype = ctypes.c_int
         self._attend = lib.kv_attend
         self._attend.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
         self._attend.restype = None
+        self._silu = lib.kv_silu
+        self._silu.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                               ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        self._silu.restype = None
         lib.kv_isa.restype = ctypes.c_char_p
         self.isa = lib.kv_isa().decode()
         self._linear_q = lib.kv_linear_q
@@ -82,8 +89,28 @@ class Kernel:
         assert packed.shape == (p, k, NR) and packed.dtype == np.float32 and packed.flags.c_contiguous
         assert x.dtype == np.float32 and x.strides[1] == 4 and out.dtype == np.float32 and out.strides[1] == 4
         assert out.shape[0] == t and out.shape[1] >= p * NR
-        self._linear(x.ctypes.data, t, x.strides[0] // 4, packed.ctypes.data, k, p,
-                     out.ctypes.data, out.strides[0] // 4, threads)
+        rc = self._linear(x.ctypes.data, t, x.strides[0] // 4, packed.ctypes.data, k, p,
+                          out.ctypes.data, out.strides[0] // 4, threads)
+        if rc != 0:
+            raise MemoryError(f"kv_linear: no memory for the packed copy of {t} x {k} rows")
+
+    def silu(self, g: np.ndarray, u: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
+        """silu(g), times u when given, element by element (kernels.c ``kv_silu``); g, u (T, F) float32.
+
+        An element's bits depend on its own g (and u) only, never on the shape or the threads.
+        """
+        g2 = g.reshape(1, -1) if g.ndim == 1 else g
+        assert g2.ndim == 2 and g2.dtype == np.float32 and g2.strides[1] == 4, (g.shape, g.dtype, g.strides)
+        ldu = 0
+        if u is not None:
+            u2 = u.reshape(1, -1) if u.ndim == 1 else u
+            assert u2.shape == g2.shape and u2.dtype == np.float32 and u2.strides[1] == 4
+            ldu = u2.strides[0] // 4
+        out = np.empty(g2.shape, dtype=np.float32)
+        t, f = g2.shape
+        self._silu(g2.ctypes.data, g2.strides[0] // 4, None if u is None else u2.ctypes.data, ldu, t, f,
+                   out.ctypes.data, f, threads)
+        return out.reshape(g.shape)
 
     def linear_q(self, x: np.ndarray, rows: np.ndarray, qtype: int, out: np.ndarray, threads: int = 0,
                  reference: bool = False) -> None:

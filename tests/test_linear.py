@@ -61,20 +61,24 @@ def test_result_is_close_to_a_float64_product(shape):
     assert np.abs(got - ref).max() <= 4e-6 * np.sqrt(shape[0]) * np.abs(ref).max() + 1e-6
 
 
-def test_kernel_threads_do_not_change_bits():
+@pytest.mark.parametrize("shape", [(576, 960), (37, 61)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_kernel_threads_do_not_change_bits(shape):
+    """Work items go to whichever thread is free (schedule(dynamic)); no element's sum may notice.
+    (576, 960) at 40 rows walks panels outer, (37, 61) at 512 rows walks row blocks outer."""
     k = kernels.load()
     if k is None:
         pytest.skip(f"kernel unavailable: {kernels.status()}")
-    w, x = _weights(576, 960, seed=5)
+    w, x = _weights(*shape, seed=5)
     panels = pack_panels(w)
     outs = []
     for threads in (1, 2, 3):
-        for t in (1, 40):
+        for t in (1, 40, 512):
             y = np.empty((t, panels.shape[0] * 16), np.float32)
             k.linear(x[:t], panels, y, threads=threads)
             outs.append((t, y))
+    ref = {t: y for t, y in outs[:3]}
     for t, y in outs:
-        assert np.array_equal(y, outs[0 if t == 1 else 1][1])
+        assert np.array_equal(y, ref[t]) and np.array_equal(y, ref[512][:t])
 
 
 def test_layouts_convert_between_paths(numpy_fallback, monkeypatch):
