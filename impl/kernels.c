@@ -550,6 +550,71 @@ void kv_silu(const float *g, long ldg, const float *u, long ldu, long T, long F,
     (void)nthreads;
 }
 
+/* ---- rmsnorm: x / sqrt(mean(x^2) + eps) * w, per row, one fixed order ----
+ * sum of squares in VL lane accumulators (one fma per element, in order; a short tail padded with
+ * zeros), lanes added by vhsum's tree; then mean = sum / H, inv = 1 / sqrtf(mean + eps) and
+ * out = (x * inv) * w, each rounded to float32. A row's bits depend on that row alone. */
+static void rmsnorm_row(const float *x, long H, const float *w, float eps, float *out) {
+    vec acc = VZERO();
+    long h = 0;
+    for (; h + VL <= H; h += VL) { vec v = VLOAD(x + h); acc = VFMA(v, v, acc); }
+    if (h < H) {
+        float t[VL] = {0};
+        for (long i = 0; h + i < H; i++) t[i] = x[h + i];
+        vec v = VLOAD(t);
+        acc = VFMA(v, v, acc);
+    }
+    float mean = vhsum(acc) / (float)H;
+    float inv = 1.0f / sqrtf(mean + eps);
+    vec iv = VBCAST(inv);
+    for (h = 0; h + VL <= H; h += VL) VSTORE(out + h, VMUL(VMUL(VLOAD(x + h), iv), VLOAD(w + h)));
+    for (; h < H; h++) out[h] = (x[h] * inv) * w[h];
+}
+
+void kv_rmsnorm(const float *x, long ldx, long T, long H, const float *w, float eps, float *out, long ldo,
+                int nthreads) {
+#ifdef _OPENMP
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (T * H < 32768) nt = 1;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (long t = 0; t < T; t++) rmsnorm_row(x + t * ldx, H, w, eps, out + t * ldo);
+    (void)nthreads;
+}
+
+/* ---- rotary embedding (half split): the float32 operations of x * cos + rotate_half(x) * sin ----
+ * rotate_half(x) = [-x2, x1], so the first half is x1*c + (-(x2*s)) = x1*c - x2*s and the second
+ * x2*c + x1*s, each product and sum rounded once (no fma: -ffp-contract=off): the same bits as
+ * impl.rope.apply_rope in numpy. x: T rows of H heads of D at (row stride ldx, head stride D);
+ * cos/sin: tables (max_pos, D) read at rows pos[t]; out (T, H, D) contiguous. */
+void kv_rope(const float *x, long ldx, long T, long H, long D, const float *cs, const float *sn, const long *pos,
+             float *out, int nthreads) {
+    long half = D / 2;
+#ifdef _OPENMP
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if (T * H * D < 65536) nt = 1;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (long t = 0; t < T; t++) {
+        const float *c = cs + pos[t] * D, *s = sn + pos[t] * D;
+        for (long h = 0; h < H; h++) {
+            const float *x1 = x + t * ldx + h * D, *x2 = x1 + half;
+            float *o1 = out + (t * H + h) * D, *o2 = o1 + half;
+            long i = 0;
+            for (; i + VL <= half; i += VL) {
+                vec a = VLOAD(x1 + i), b = VLOAD(x2 + i);
+                VSTORE(o1 + i, VSUB(VMUL(a, VLOAD(c + i)), VMUL(b, VLOAD(s + i))));
+                VSTORE(o2 + i, VADD(VMUL(b, VLOAD(c + half + i)), VMUL(a, VLOAD(s + half + i))));
+            }
+            for (; i < half; i++) {
+                o1[i] = x1[i] * c[i] - x2[i] * s[i];
+                o2[i] = x2[i] * c[half + i] + x1[i] * s[half + i];
+            }
+        }
+    }
+    (void)nthreads;
+}
+
 /* ---- one row straight from GGUF quantized blocks (decode), the same bits as kv_linear ----
  *
  * Row c of W (out, K) is K/32 consecutive GGUF blocks at rows[c] (any address: the q/k

@@ -72,6 +72,14 @@ class Kernel:
         self._silu.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                                ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
         self._silu.restype = None
+        self._rmsnorm = lib.kv_rmsnorm
+        self._rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                                  ctypes.c_float, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        self._rmsnorm.restype = None
+        self._rope = lib.kv_rope
+        self._rope.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self._rope.restype = None
         lib.kv_isa.restype = ctypes.c_char_p
         self.isa = lib.kv_isa().decode()
         self._linear_q = lib.kv_linear_q
@@ -111,6 +119,28 @@ class Kernel:
         self._silu(g2.ctypes.data, g2.strides[0] // 4, None if u is None else u2.ctypes.data, ldu, t, f,
                    out.ctypes.data, f, threads)
         return out.reshape(g.shape)
+
+    def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 0) -> np.ndarray:
+        """x / sqrt(mean(x^2) + eps) * weight per row of x (T, H) float32 (kernels.c ``kv_rmsnorm``)."""
+        t, h = x.shape
+        assert x.dtype == np.float32 and x.strides[1] == 4 and weight.shape == (h,)
+        w = np.ascontiguousarray(weight, dtype=np.float32)
+        out = np.empty((t, h), dtype=np.float32)
+        self._rmsnorm(x.ctypes.data, x.strides[0] // 4, t, h, w.ctypes.data, eps, out.ctypes.data, h, threads)
+        return out
+
+    def rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray, threads: int = 0) -> np.ndarray:
+        """Rotate x (T, H, D) by table rows ``cos[pos]``, ``sin[pos]`` (tables (P, D) float32, pos (T,) in range);
+        the bits of impl.rope.apply_rope (kernels.c ``kv_rope``). Returns (T, H, D) float32."""
+        t, h, d = x.shape
+        assert x.dtype == np.float32 and x.strides[2] == 4 and x.strides[1] == 4 * d and d % 2 == 0
+        assert cos.shape == sin.shape and cos.shape[1] == d and cos.flags.c_contiguous and sin.flags.c_contiguous
+        pos = np.ascontiguousarray(pos, dtype=np.int64)
+        assert pos.shape == (t,)
+        out = np.empty((t, h, d), dtype=np.float32)
+        self._rope(x.ctypes.data, x.strides[0] // 4, t, h, d, cos.ctypes.data, sin.ctypes.data, pos.ctypes.data,
+                   out.ctypes.data, threads)
+        return out
 
     def linear_q(self, x: np.ndarray, rows: np.ndarray, qtype: int, out: np.ndarray, threads: int = 0,
                  reference: bool = False) -> None:

@@ -86,13 +86,15 @@ def decode_path() -> str:
 def numerics_path() -> str:
     """One line naming every numerics path this process uses, for report and bench headers.
 
-    e.g. ``linear: kernel avx2+fma: ...; decode: ...; attention: numpy, one query at a time``.
-    Bits are comparable only between runs that print the same linear and attention parts (the
-    decode part changes what is read, never the bits).
+    e.g. ``linear: kernel avx2+fma: ...; decode: ...; attention: numpy, one query at a time; rowwise: numpy``.
+    Bits are comparable only between runs that print the same linear, attention and rowwise parts
+    (the decode part changes what is read, never the bits).
     """
     from impl.attention import attention_path
 
-    return f"linear: {linear_path()}; decode: {decode_path()}; attention: {attention_path()}"
+    rowwise = ("kernel (rmsnorm: fma lane sums; rope: numpy's operations; silu: the kernel's exp)"
+               if kernels.load() is not None else "numpy")
+    return f"linear: {linear_path()}; decode: {decode_path()}; attention: {attention_path()}; rowwise: {rowwise}"
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,29 @@ class RopeTable:
 
     def rows(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin rows for integer positions ``pos`` (T,) -> two (T, D) arrays."""
+        pos = self._checked(pos)
+        return self.cos[pos], self.sin[pos]
+
+    def _checked(self, pos) -> np.ndarray:
         pos = np.asarray(pos, dtype=np.int64) if np.size(pos) == 0 else np.asarray(pos)  # [] is float otherwise
         if pos.size and (pos.min() < 0 or pos.max() >= self.max_pos):
             raise ValueError(
                 f"RoPE position out of range: pos={int(pos.min())}..{int(pos.max())}, "
                 f"allowed 0..{self.max_pos - 1} (max_pos of the model's RoPE table)"
             )
-        return self.cos[pos], self.sin[pos]
+        return pos
+
+
+    def apply(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """``apply_rope(x, *self.rows(pos))`` for x (T, H, D): the same bits, in one native pass when
+        impl.kernels' C kernel is loaded (no (T, D) row copies, no temporaries)."""
+        from impl import kernels
+
+        k = kernels.load()
+        if (k is not None and x.ndim == 3 and x.dtype == np.float32 and x.strides[2] == 4
+                and x.strides[1] == 4 * x.shape[2] and x.shape[2] == self.head_dim and np.size(pos) == x.shape[0]):
+            return k.rope(x, self.cos, self.sin, self._checked(pos))
+        return apply_rope(x, *self.rows(pos))
 
 
 def rotate_half(x: np.ndarray) -> np.ndarray:

@@ -20,11 +20,18 @@ from impl import kernels
 from impl.attention import causal_attention
 from impl.linear import Linear
 from impl.model.config import ModelConfig
-from impl.rope import RopeTable, apply_rope
+from impl.rope import RopeTable
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """(T, H) -> (T, H): x / sqrt(mean(x^2) + eps) * weight, per row."""
+    """(T, H) -> (T, H): x / sqrt(mean(x^2) + eps) * weight, per row.
+
+    With the C kernel loaded: ``kv_rmsnorm`` (squares summed by fma in vector lanes, one fixed
+    order); otherwise numpy's pairwise mean. The two differ in the last bits; each is per row.
+    """
+    k = kernels.load()
+    if k is not None and x.ndim == 2 and x.dtype == np.float32 and x.strides[1] == 4 and weight.dtype == np.float32:
+        return k.rmsnorm(x, weight, eps)
     var = np.mean(x * x, axis=-1, keepdims=True)  # (T, 1)
     return (x * (np.float32(1.0) / np.sqrt(var + np.float32(eps)))) * weight
 
@@ -204,9 +211,8 @@ class Llama:
                 q = qkv[:, : c.q_dim].reshape(t, hq, d)  # (T, H, D)
                 k_raw = qkv[:, c.q_dim : c.q_dim + c.kv_dim].reshape(t, hkv, d)  # (T, Hkv, D)
                 v = qkv[:, c.q_dim + c.kv_dim :]  # (T, kv_dim)
-                cos, sin = self.ropes[li].rows(positions)  # (T, D) each
-                q = apply_rope(q, cos, sin)
-                k = apply_rope(k_raw, cos, sin)
+                q = self.ropes[li].apply(q, positions)  # apply_rope with the table's rows at positions
+                k = self.ropes[li].apply(k_raw, positions)
                 cache.write(li, start, k_raw.reshape(t, c.kv_dim), k.reshape(t, c.kv_dim), v)
                 att = causal_attention(q.reshape(t, hkv, g, d), cache, li, start, window[li], self.scale)
                 x = x + L.wo(att)  # (T, hidden)
