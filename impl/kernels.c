@@ -437,7 +437,7 @@ static float softmax_numerators(float *restrict s, long n) {
     }
 DEFINE_PV(1, 4)
 DEFINE_PV(2, 4)
-DEFINE_PV(3, 2)
+DEFINE_PV(3, 4)
 DEFINE_PV(4, 2)
 
 /* One (query, KV head): its G query vectors q (G, D) over key/value rows [0, n) at stride ld; out (G, D).
