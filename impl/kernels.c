@@ -77,31 +77,35 @@ static inline vec VFMA(vec a, vec b, vec c) {
 const char *kv_isa(void) { return ISA; }
 int kv_vl(void) { return VL; }
 
-/* One tile: R rows x NP panels over k in [k0, k1). pstride = K*NR floats between panels. Row r's
+/* One tile: R rows x NP panels over k in [k0, k1), k-block by k-block (the first block of the row,
+ * kb == 0, stores its sum; later ones add theirs). pstride = K*NR floats between panels. Row r's
  * value at step k is x[k * KS + r]: KS = 1 for one plain row (decode), KS = MR for rows packed as
  * (K, MR) (many rows, below: the MR values a step broadcasts sit side by side). */
 #define DEFINE_TILE(NAME, R, NP, KS)                                                         \
     static inline void NAME(const float *restrict x, const float *restrict w, long pstride,  \
-                            long k0, long k1, float *restrict y, long ldy, int add) {        \
-        vec acc[R][NP * NV];                                                                 \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                 \
-        _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                           \
-            acc[r][j] = VZERO();                                                             \
-        _Pragma("GCC unroll 4") for (long k = k0; k < k1; k++) {                             \
-            vec wv[NP * NV];                                                                 \
-            _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                            \
-            _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                            \
-                wv[p * NV + v] = VLOAD(w + p * pstride + k * NR + v * VL);                   \
-            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                           \
-                vec xb = VBCAST(x[k * KS + r]);                                              \
-                _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                   \
-                    acc[r][j] = VFMA(xb, wv[j], acc[r][j]);                                  \
+                            long k0, long k1, float *restrict y, long ldy) {                 \
+        for (long kb = k0; kb < k1; kb += KC) { /* k0 is a multiple of KC: whole k-blocks */ \
+            long ke = kb + KC < k1 ? kb + KC : k1;                                           \
+            vec acc[R][NP * NV];                                                             \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
+            _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                       \
+                acc[r][j] = VZERO();                                                         \
+            _Pragma("GCC unroll 4") for (long k = kb; k < ke; k++) {                         \
+                vec wv[NP * NV];                                                             \
+                _Pragma("GCC unroll 16") for (int p = 0; p < NP; p++)                        \
+                _Pragma("GCC unroll 16") for (int v = 0; v < NV; v++)                        \
+                    wv[p * NV + v] = VLOAD(w + p * pstride + k * NR + v * VL);               \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                       \
+                    vec xb = VBCAST(x[k * KS + r]);                                          \
+                    _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)               \
+                        acc[r][j] = VFMA(xb, wv[j], acc[r][j]);                              \
+                }                                                                            \
             }                                                                                \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
+            _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                       \
+                VSTORE(y + r * ldy + j * VL,                                                 \
+                       kb ? VADD(VLOAD(y + r * ldy + j * VL), acc[r][j]) : acc[r][j]);       \
         }                                                                                    \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                 \
-        _Pragma("GCC unroll 16") for (int j = 0; j < NP * NV; j++)                           \
-            VSTORE(y + r * ldy + j * VL,                                                     \
-                   add ? VADD(VLOAD(y + r * ldy + j * VL), acc[r][j]) : acc[r][j]);          \
     }
 
 DEFINE_TILE(tile_1_1, 1, 1, 1) DEFINE_TILE(tile_1_4, 1, 4, 1)
@@ -110,19 +114,15 @@ DEFINE_TILE(tile_1_1, 1, 1, 1) DEFINE_TILE(tile_1_4, 1, 4, 1)
 /* One row, panels [p0, p1): each panel streamed once over k. */
 static void row_panels(const float *x, const float *w, long K, long p0, long p1, float *y) {
     long pstride = K * NR, p = p0;
-    for (; p + 4 <= p1; p += 4)
-        for (long k0 = 0; k0 < K; k0 += KC)
-            tile_1_4(x, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
-    for (; p < p1; p++)
-        for (long k0 = 0; k0 < K; k0 += KC)
-            tile_1_1(x, w + p * pstride, pstride, k0, k0 + KC < K ? k0 + KC : K, y + p * NR, 0, k0 > 0);
+    for (; p + 4 <= p1; p += 4) tile_1_4(x, w + p * pstride, pstride, 0, K, y + p * NR, 0);
+    for (; p < p1; p++) tile_1_1(x, w + p * pstride, pstride, 0, K, y + p * NR, 0);
 }
 
 /* Many rows: x packed (tiles, K, MR) by pack_rows, the same tile shapes reading it. */
 #define PTILES_FOR(R) DEFINE_TILE(ptile_##R##_1, R, 1, MR) DEFINE_TILE(ptile_##R##_2, R, 2, MR)
 PTILES_FOR(1) PTILES_FOR(2) PTILES_FOR(3) PTILES_FOR(4) PTILES_FOR(5) PTILES_FOR(6)
 
-typedef void (*ptile_fn)(const float *restrict, const float *restrict, long, long, long, float *restrict, long, int);
+typedef void (*ptile_fn)(const float *restrict, const float *restrict, long, long, long, float *restrict, long);
 static const ptile_fn PTILES[MR + 1][3] = {
     {0, 0, 0},
     {0, ptile_1_1, ptile_1_2}, {0, ptile_2_1, ptile_2_2}, {0, ptile_3_1, ptile_3_2},
@@ -136,22 +136,19 @@ static const ptile_fn PTILES[MR + 1][3] = {
 #define NC_PANELS 4 /* panels per work item */
 #endif
 
-/* Rows [t0, t1) (t0 a multiple of MR) of packed x against panels [p0, p1); for each panel group of
- * TP and each k-block, every tile of rows passes while that block of the panel is in L1.
- * Blocking changes which elements are in flight together, never the order in which any one
- * element is summed. */
+/* Rows [t0, t1) (t0 a multiple of MR) of packed x against panels [p0, p1): for each panel group of
+ * TP, every tile of rows runs over all of k (the panel group stays in L2 meanwhile; one call per
+ * tile, so one k-block's last FMAs overlap the next block's first). Blocking changes which elements
+ * are in flight together, never the order in which any one element is summed. */
 static void packed_block(const float *xp, long t0, long t1, const float *w, long K, long p0, long p1,
                          float *y, long ldy) {
     long pstride = K * NR;
     int np;
     for (long p = p0; p < p1; p += np) {
         np = (p1 - p >= TP) ? TP : 1;
-        for (long k0 = 0; k0 < K; k0 += KC) {
-            long k1 = k0 + KC < K ? k0 + KC : K;
-            for (long t = t0; t < t1; t += MR) {
-                long r = t1 - t < MR ? t1 - t : MR;
-                PTILES[r][np](xp + t * K, w + p * pstride, pstride, k0, k1, y + t * ldy + p * NR, ldy, k0 > 0);
-            }
+        for (long t = t0; t < t1; t += MR) {
+            long r = t1 - t < MR ? t1 - t : MR;
+            PTILES[r][np](xp + t * K, w + p * pstride, pstride, 0, K, y + t * ldy + p * NR, ldy);
         }
     }
 }
