@@ -158,6 +158,7 @@ def main() -> int:
         timing.clock = time.process_time
     contexts = [int(c) for c in a.contexts.split(",")]
 
+    from impl.alloc import status as alloc_status
     from impl.errors import ImplError
     from impl.linear import numerics_path
     from impl.model import load_model
@@ -179,6 +180,7 @@ def main() -> int:
     print(f"# kvproof bench/decode.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {platform.machine()}, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, numpy {np.__version__}, BLAS: {blas}")
     print(f"# numerics: {numerics_path()}")
+    print(f"# allocator: {alloc_status()}")
     if a.single_thread:
         print("# --single-thread: one thread everywhere, CPU seconds (process_time); tok/s are per core")
     qbytes = model.llama.decode_nbytes

@@ -21,6 +21,7 @@ from impl.model.gguf_load import read_gguf
 from impl.model.llama import Llama
 from impl.model.session import Session
 from impl.model.tokenizer import BPETokenizer
+from impl import alloc
 from impl.model import f32cache, gguf_quant
 from impl.model.weights import check_default, resolve_weights, verified_sha256
 
@@ -77,6 +78,7 @@ def load_model(path: str | os.PathLike | None = None) -> Model:
     Raises impl.errors.WeightsMissing / WeightsCorrupt with a message that
     says how to fix it.
     """
+    alloc.configure()  # keep freed activations in the process (impl.alloc); KVPROOF_MALLOC=system opts out
     wf = resolve_weights(path, verify=False)
     key = (str(wf.path.resolve()), wf.path.stat().st_mtime_ns)
     with _lock:
