@@ -225,6 +225,7 @@ int kv_linear(const float *x, long T, long ldx, const float *w, long K, long P, 
 #else
     int nt = 1;
 #endif
+    if (T <= 0) return 0;
     if (T >= 2) return rows_linear(x, T, ldx, w, K, P, y, ldy, nt);
 #ifdef _OPENMP
     if (nt > 1 && P >= 2 * TP) {

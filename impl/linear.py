@@ -209,6 +209,8 @@ class Linear:
         """x (T, in) float32 -> (T, out) float32; row t depends only on x[t], never on T."""
         t = x.shape[0]
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if t == 0:
+            return np.empty((0, self.n_out), dtype=np.float32)
         if t == 1 and self.decode_quantized:
             q = self.quant
             out = np.empty((1, self.n_out), dtype=np.float32)

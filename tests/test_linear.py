@@ -61,6 +61,13 @@ def test_result_is_close_to_a_float64_product(shape):
     assert np.abs(got - ref).max() <= 4e-6 * np.sqrt(shape[0]) * np.abs(ref).max() + 1e-6
 
 
+def test_no_rows_give_no_rows_on_either_path(monkeypatch):
+    w, x = _weights(37, 61, seed=9)
+    assert Linear(w)(x[:0]).shape == (0, 61)
+    monkeypatch.setattr(kernels, "_state", {"kernel": None, "why": "forced by the test"})
+    assert Linear(w)(x[:0]).shape == (0, 61)
+
+
 @pytest.mark.parametrize("shape", [(576, 960), (37, 61)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_kernel_threads_do_not_change_bits(shape):
     """Work items go to whichever thread is free (schedule(dynamic)); no element's sum may notice.
