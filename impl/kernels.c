@@ -490,9 +490,18 @@ void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, co
     {
         float *s = malloc(sizeof(float) * (size_t)gs * ((nmax + VL - 1) / VL * VL));
         #pragma omp for schedule(dynamic, 1)
-        for (long it = items - 1; it >= 0; it--) { /* longest rows first */
+        for (long o = 0; o < items; o++) {
+#ifndef ATT_QUERY_MAJOR
+            /* KV head by KV head, each head's queries longest first: consecutive items read the same
+             * head's K/V rows, which fit in L2 where all heads' rows do not */
+            int h = (int)(o / (T * per_head));
+            long rest = o % (T * per_head), i = T - 1 - rest / per_head;
+            long it = (i * hkv + h) * per_head + rest % per_head;
+#else
+            long it = items - 1 - o; /* longest rows first */
             long i = it / (hkv * per_head);
             int h = (int)(it / per_head % hkv);
+#endif
             long r0 = lo[i], n = hi[i] - lo[i];
             attend_group(q + it * gs * D, gs, k + r0 * ld + (long)h * D, v + r0 * ld + (long)h * D, ld, n, D, scale,
                          s, out + it * gs * D);
