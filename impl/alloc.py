@@ -6,9 +6,9 @@ glibc's malloc serves blocks above its mmap threshold (128 KiB, adapted up
 to 32 MiB as blocks are freed) with a fresh mmap and unmaps them at free,
 and trims the heap's top back to the OS past twice that: the next layer
 faults the same memory back in and the kernel zeroes every page. Measured
-on the 2-core machine (``/tmp`` scripts, described in the issue 15 note):
-about 1,000 page faults and 0.1-0.2 s of system time per prefill; with
-the settings below, ~60 faults.
+on the 2-core machine (getrusage around 512-token prefills, described in
+the issue 15 note): about 3,000 page faults and 0.1-0.2 s of system time
+per prefill with glibc's defaults; with the settings below, ~60 faults.
 
 :func:`configure` (called by ``impl.model.load_model``, once per process)
 raises the mmap threshold to glibc's maximum (32 MiB: larger blocks, such

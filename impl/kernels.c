@@ -189,11 +189,7 @@ static int rows_linear(const float *x, long T, long ldx, const float *w, long K,
     /* Which index varies fastest: the smaller operand is the one re-read from cache. A weight bigger than
      * x (the head, most layers at long prefills) is walked once, panel group by panel group, with all rows
      * passing; a small weight stays in cache while row blocks pass. */
-#ifndef ORDER
     int panels_outer = P * NR > T;
-#else
-    int panels_outer = ORDER == 2;
-#endif
     (void)nt;
 #ifdef _OPENMP
     #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -491,17 +487,11 @@ void kv_attend(const float *q, long T, int hkv, int G, int D, const float *k, co
         float *s = malloc(sizeof(float) * (size_t)gs * ((nmax + VL - 1) / VL * VL));
         #pragma omp for schedule(dynamic, 1)
         for (long o = 0; o < items; o++) {
-#ifndef ATT_QUERY_MAJOR
             /* KV head by KV head, each head's queries longest first: consecutive items read the same
              * head's K/V rows, which fit in L2 where all heads' rows do not */
             int h = (int)(o / (T * per_head));
             long rest = o % (T * per_head), i = T - 1 - rest / per_head;
             long it = (i * hkv + h) * per_head + rest % per_head;
-#else
-            long it = items - 1 - o; /* longest rows first */
-            long i = it / (hkv * per_head);
-            int h = (int)(it / per_head % hkv);
-#endif
             long r0 = lo[i], n = hi[i] - lo[i];
             attend_group(q + it * gs * D, gs, k + r0 * ld + (long)h * D, v + r0 * ld + (long)h * D, ld, n, D, scale,
                          s, out + it * gs * D);
