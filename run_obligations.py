@@ -3,6 +3,7 @@
 
 Thin entry point; everything lives in harness.cli.
 """
+
 import sys
 from pathlib import Path
 
@@ -14,9 +15,28 @@ from pathlib import Path
 # them), so a fresh checkout's first run does not compile them into an empty prefix (about 2 s;
 # harness.forkserver.preload does the same for witness processes).
 if sys.dont_write_bytecode and sys.pycache_prefix is None:
-    for _name in ("argparse", "sqlite3", "importlib.metadata", "xml.etree.ElementTree", "difflib", "subprocess",
-                  "socket", "queue", "secrets", "html", "csv", "shlex",
-                  "yaml", "jsonschema", "jinja2", "rich.console", "rich.table", "rich.progress", "cattrs", "numpy"):
+    for _name in (
+        "argparse",
+        "sqlite3",
+        "importlib.metadata",
+        "xml.etree.ElementTree",
+        "difflib",
+        "subprocess",
+        "socket",
+        "queue",
+        "secrets",
+        "html",
+        "csv",
+        "shlex",
+        "yaml",
+        "jsonschema",
+        "jinja2",
+        "rich.console",
+        "rich.table",
+        "rich.progress",
+        "cattrs",
+        "numpy",
+    ):
         try:
             __import__(_name)
         except ImportError:  # the command that needs it says so

@@ -13,6 +13,7 @@ Prints, from one run (machines are shared and noisy, so compare the ratios):
 
     python bench/decode.py [--contexts 16,512] [--prefill 512] [--steps 24]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ def limit_tokens_per_s(mats: list[np.ndarray], repeats: int) -> tuple[float, flo
     xs = [np.ones((1, m.shape[0]), np.float32) for m in mats]
 
     def stream():
-        for x, m in zip(xs, mats):
+        for x, m in zip(xs, mats, strict=False):
             x @ m
 
     stream()
@@ -54,8 +55,10 @@ def limit_tokens_per_s(mats: list[np.ndarray], repeats: int) -> tuple[float, flo
 
 
 def prompt_ids(tok, n: int) -> list[int]:
-    text = ("The harbour was quiet that morning, and the boats rocked gently against the old stone pier "
-            "while gulls argued over scraps near the fish market. ")
+    text = (
+        "The harbour was quiet that morning, and the boats rocked gently against the old stone pier "
+        "while gulls argued over scraps near the fish market. "
+    )
     ids = tok.encode(text)
     return (ids * (n // len(ids) + 1))[:n]
 
@@ -104,8 +107,9 @@ def hf_measure(gguf: Path, tok, contexts: list[int], steps: int, n_prefill: int,
     if timing.clock is time.process_time:
         torch.set_num_threads(1)
     t = time.perf_counter()
-    m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
-                                             attn_implementation="eager")
+    m = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+    )
     m.eval()
     load = time.perf_counter() - t
     # transformers 5 renamed past_key_values to cache (the old name still works, slowly, with a warning)
@@ -141,11 +145,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="repeats for limit and prefill (best is kept)")
     ap.add_argument("--weights", help="GGUF file (default: KVPROOF_GGUF or the packaged one)")
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
-    ap.add_argument("--attention", choices=["numpy", "kernel"],
-                    help="impl's attention path (default: KVPROOF_ATTENTION or numpy)")
-    ap.add_argument("--single-thread", action="store_true",
-                    help="pin impl, numpy's BLAS and torch to one thread and time CPU seconds: "
-                         "ratios that survive a busy machine (absolute tok/s are per core)")
+    ap.add_argument(
+        "--attention", choices=["numpy", "kernel"], help="impl's attention path (default: KVPROOF_ATTENTION or numpy)"
+    )
+    ap.add_argument(
+        "--single-thread",
+        action="store_true",
+        help="pin impl, numpy's BLAS and torch to one thread and time CPU seconds: "
+        "ratios that survive a busy machine (absolute tok/s are per core)",
+    )
     a = ap.parse_args()
     if a.attention:
         os.environ["KVPROOF_ATTENTION"] = a.attention
@@ -173,20 +181,26 @@ def main() -> int:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = ", ".join(f"{i['internal_api']} {i.get('version')} {i.get('architecture')} x{i['num_threads']}"
-                         for i in threadpool_info())
+        blas = ", ".join(
+            f"{i['internal_api']} {i.get('version')} {i.get('architecture')} x{i['num_threads']}"
+            for i in threadpool_info()
+        )
     except ImportError:
         blas = "threadpoolctl not installed"
-    print(f"# kvproof bench/decode.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {platform.machine()}, "
-          f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, numpy {np.__version__}, BLAS: {blas}")
+    print(
+        f"# kvproof bench/decode.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {platform.machine()}, "
+        f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, numpy {np.__version__}, BLAS: {blas}"
+    )
     print(f"# numerics: {numerics_path()}")
     print(f"# allocator: {alloc_status()}")
     if a.single_thread:
         print("# --single-thread: one thread everywhere, CPU seconds (process_time); tok/s are per core")
     qbytes = model.llama.decode_nbytes
     quant = qbytes < model.llama.nbytes  # some products decode from the GGUF's blocks
-    print(f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token; "
-          f"decode: {getattr(model, 'decode', 'float32')}, {qbytes / 1e6:.0f} MB a step)")
+    print(
+        f"impl load            {load:8.2f} s   ({model.llama.nbytes / 1e6:.0f} MB float32 weights per token; "
+        f"decode: {getattr(model, 'decode', 'float32')}, {qbytes / 1e6:.0f} MB a step)"
+    )
     lim, gbs = limit_tokens_per_s(weight_matrices(model.llama), a.repeats)
     print(f"limit (gemv stream)  {lim:8.1f} tok/s  ({gbs:.1f} GB/s)")
     qlim = gbs * 1e9 / qbytes
@@ -198,8 +212,10 @@ def main() -> int:
         print(f"impl decode @{ctx:<6d} {dec[ctx]:8.1f} tok/s  = {dec[ctx] / lim:5.1%} of limit (float32 weights)")
         if quant:
             qdec[ctx] = impl_decode(model, ctx, a.steps, quantized=True)
-            print(f"impl decode @{ctx:<6d} {qdec[ctx]:8.1f} tok/s  = {qdec[ctx] / qlim:5.1%} of quantized limit, "
-                  f"{qdec[ctx] / dec[ctx]:.2f}x float32 (quantized blocks, same bits)")
+            print(
+                f"impl decode @{ctx:<6d} {qdec[ctx]:8.1f} tok/s  = {qdec[ctx] / qlim:5.1%} of quantized limit, "
+                f"{qdec[ctx] / dec[ctx]:.2f}x float32 (quantized blocks, same bits)"
+            )
     pre = impl_prefill(model, a.prefill, a.repeats)
     print(f"impl prefill {a.prefill:<6d}  {pre:8.1f} tok/s  ({a.prefill / pre:.2f} s)")
     hf = None
@@ -210,21 +226,31 @@ def main() -> int:
         else:
             print(f"hf load              {hf['load_s']:8.2f} s   (torch {hf['torch']}, {hf['threads']} threads)")
             for ctx in contexts:
-                print(f"hf decode @{ctx:<6d}   {hf['decode'][ctx]:8.1f} tok/s  -> impl/hf = "
-                      f"{dec[ctx] / hf['decode'][ctx]:.2f}x"
-                      + (f" (quantized {qdec[ctx] / hf['decode'][ctx]:.2f}x)" if quant else ""))
-            print(f"hf prefill {a.prefill:<6d}    {hf['prefill']:8.1f} tok/s  ({a.prefill / hf['prefill']:.2f} s)"
-                  f" -> impl/hf = {pre / hf['prefill']:.2f}x")
+                print(
+                    f"hf decode @{ctx:<6d}   {hf['decode'][ctx]:8.1f} tok/s  -> impl/hf = "
+                    f"{dec[ctx] / hf['decode'][ctx]:.2f}x"
+                    + (f" (quantized {qdec[ctx] / hf['decode'][ctx]:.2f}x)" if quant else "")
+                )
+            print(
+                f"hf prefill {a.prefill:<6d}    {hf['prefill']:8.1f} tok/s  ({a.prefill / hf['prefill']:.2f} s)"
+                f" -> impl/hf = {pre / hf['prefill']:.2f}x"
+            )
     print("targets (issue 15):")
     c0 = contexts[0]
-    print(f"  decode @{c0} >= 80% of limit        {'met ' if dec[c0] >= 0.8 * lim else 'MISSED'}  ({dec[c0] / lim:.0%})")
+    print(
+        f"  decode @{c0} >= 80% of limit        {'met ' if dec[c0] >= 0.8 * lim else 'MISSED'}  ({dec[c0] / lim:.0%})"
+    )
     if not a.no_transformers and hf is not None:
         for ctx in contexts:
             got = qdec[ctx] if quant else dec[ctx]  # the path in force (auto: quantized where the file allows)
             r = got / hf["decode"][ctx]
-            print(f"  decode >= 1.5x transformers        {'met ' if r >= 1.5 else 'MISSED'}  ({r:.2f}x at context {ctx})")
+            print(
+                f"  decode >= 1.5x transformers        {'met ' if r >= 1.5 else 'MISSED'}  ({r:.2f}x at context {ctx})"
+            )
         r = pre / hf["prefill"]
-        print(f"  prefill >= transformers            {'met ' if r >= 1.0 else 'MISSED'}  ({r:.2f}x for {a.prefill} tokens)")
+        print(
+            f"  prefill >= transformers            {'met ' if r >= 1.0 else 'MISSED'}  ({r:.2f}x for {a.prefill} tokens)"
+        )
     return 0
 
 

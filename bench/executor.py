@@ -19,6 +19,7 @@ Two measurements, each on both executors in the same run, 2 jobs at a time:
 
 Needs the cluster extra (``make cluster``). Run it on a quiet machine: both executors share the 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,9 +77,15 @@ def trivial(n: int, scratch: Path) -> dict[str, dict[str, float]]:
         bad = [r for r in results if any(nr.outcome != "passed" for nr in r.results.values()) or not r.results]
         assert not bad, f"{name}: a trivial job did not pass: {bad[0]}"
         proc_s = sum(r.duration for r in results)
-        out[name] = {"wall_s": wall, "process_s": proc_s, "limit_s": proc_s / SLOTS,
-                     "overhead_ms": (wall * SLOTS - proc_s) / n * 1000, "per_job_ms": wall * SLOTS / n * 1000,
-                     "start_s": start_s, "stop_s": stop_s}
+        out[name] = {
+            "wall_s": wall,
+            "process_s": proc_s,
+            "limit_s": proc_s / SLOTS,
+            "overhead_ms": (wall * SLOTS - proc_s) / n * 1000,
+            "per_job_ms": wall * SLOTS / n * 1000,
+            "start_s": start_s,
+            "stop_s": stop_s,
+        }
     return out
 
 
@@ -87,24 +94,53 @@ def mutate(k: int, scratch: Path) -> dict[str, dict]:
 
     A plain ``run`` first, untimed, so neither executor pays for building kernels and weight caches.
     """
-    subprocess.run([sys.executable, str(REPO / "run_obligations.py"), "run", "-j", str(SLOTS), "--reports",
-                    str(scratch / "reports-warm")], cwd=REPO, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run_obligations.py"),
+            "run",
+            "-j",
+            str(SLOTS),
+            "--reports",
+            str(scratch / "reports-warm"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     out = {}
     for name, extra in (("local", ["-j", str(SLOTS)]), ("ray", ["--executor", "ray", "-j", str(SLOTS)])):
         js = scratch / f"mutate-{name}.json"
         t = time.monotonic()
-        proc = subprocess.run([sys.executable, str(REPO / "run_obligations.py"), "mutate", "--max-mutants", str(k),
-                               *extra, "--reports", str(scratch / f"reports-{name}"), "--json", str(js)],
-                              cwd=REPO, capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "run_obligations.py"),
+                "mutate",
+                "--max-mutants",
+                str(k),
+                *extra,
+                "--reports",
+                str(scratch / f"reports-{name}"),
+                "--json",
+                str(js),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         wall = time.monotonic() - t
         if not js.exists():
             sys.exit(f"mutate on {name} wrote no document (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
         doc = json.loads(js.read_text())
         cards = {c["id"]: c["mutation"] for c in doc["cards"] if c.get("mutation")}
-        out[name] = {"wall_s": wall, "run_process_s": doc["timing"]["process_s"], "cards": cards,
-                     "verdicts": {c["id"]: c["verdict"] for c in doc["cards"]},
-                     "statuses": {cid: sorted((m["key"], m["status"]) for m in m_["mutants"])
-                                  for cid, m_ in cards.items()}}
+        out[name] = {
+            "wall_s": wall,
+            "run_process_s": doc["timing"]["process_s"],
+            "cards": cards,
+            "verdicts": {c["id"]: c["verdict"] for c in doc["cards"]},
+            "statuses": {cid: sorted((m["key"], m["status"]) for m in m_["mutants"]) for cid, m_ in cards.items()},
+        }
     return out
 
 
@@ -118,25 +154,34 @@ def main() -> None:
 
     from harness.mutation import DEFAULT_MAX_MUTANTS
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python "
-          f"{platform.python_version()}, ray {ray.__version__}; {SLOTS} jobs at a time on both executors")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python "
+        f"{platform.python_version()}, ray {ray.__version__}; {SLOTS} jobs at a time on both executors"
+    )
     with tempfile.TemporaryDirectory(prefix="kvproof-bench-") as tmp:
         scratch = Path(tmp)
         t = trivial(args.trivial, scratch)
-        print(f"\n1. {args.trivial} trivial jobs (FX-ADD honest process, one ~1 ms witness), after a warm-up of "
-              f"{SLOTS}:")
+        print(
+            f"\n1. {args.trivial} trivial jobs (FX-ADD honest process, one ~1 ms witness), after a warm-up of {SLOTS}:"
+        )
         print(f"   {'executor':<9}{'wall':>9}{'limit':>9}{'process-s':>11}{'per job':>10}{'overhead/job':>14}")
         for name, r in t.items():
-            print(f"   {name:<9}{r['wall_s']:>8.2f}s{r['limit_s']:>8.2f}s{r['process_s']:>10.2f}s"
-                  f"{r['per_job_ms']:>8.0f}ms{r['overhead_ms']:>12.0f}ms")
-        print(f"   limit = process-s / {SLOTS} (a pool that adds nothing); ray cluster start {t['ray']['start_s']:.1f} s, "
-              f"stop {t['ray']['stop_s']:.1f} s (once per run)")
+            print(
+                f"   {name:<9}{r['wall_s']:>8.2f}s{r['limit_s']:>8.2f}s{r['process_s']:>10.2f}s"
+                f"{r['per_job_ms']:>8.0f}ms{r['overhead_ms']:>12.0f}ms"
+            )
+        print(
+            f"   limit = process-s / {SLOTS} (a pool that adds nothing); ray cluster start {t['ray']['start_s']:.1f} s, "
+            f"stop {t['ray']['stop_s']:.1f} s (once per run)"
+        )
         if args.skip_mutate:
             return
         m = mutate(args.mutants, scratch)
         same = m["local"]["statuses"] == m["ray"]["statuses"] and m["local"]["verdicts"] == m["ray"]["verdicts"]
-        print(f"\n2. mutate --max-mutants {args.mutants}, every card (run stage + mutants), same mutants on both: "
-              f"{'identical verdicts and mutant statuses' if same else 'RESULTS DIFFER'}")
+        print(
+            f"\n2. mutate --max-mutants {args.mutants}, every card (run stage + mutants), same mutants on both: "
+            f"{'identical verdicts and mutant statuses' if same else 'RESULTS DIFFER'}"
+        )
         rows = []
         for name in ("local", "ray"):
             r = m[name]
@@ -144,27 +189,37 @@ def main() -> None:
             total = r["run_process_s"] + sum(durs)
             n_jobs = len(durs)
             rows.append((name, r["wall_s"], total, n_jobs))
-            print(f"   {name:<6} wall {r['wall_s']:7.1f} s   limit {total / SLOTS:7.1f} s   ({n_jobs} mutant jobs, "
-                  f"{sum(durs):.1f} process-s of mutants + {r['run_process_s']:.1f} of the run stage)")
+            print(
+                f"   {name:<6} wall {r['wall_s']:7.1f} s   limit {total / SLOTS:7.1f} s   ({n_jobs} mutant jobs, "
+                f"{sum(durs):.1f} process-s of mutants + {r['run_process_s']:.1f} of the run stage)"
+            )
         local = m["local"]["cards"]
-        per_card = {cid: (sum(mm["duration_s"] for mm in c["mutants"]) / max(1, len(c["mutants"])),
-                          min(c["candidates"], DEFAULT_MAX_MUTANTS), max((mm["duration_s"] for mm in c["mutants"]),
-                                                                          default=0.0))
-                    for cid, c in local.items()}
+        per_card = {
+            cid: (
+                sum(mm["duration_s"] for mm in c["mutants"]) / max(1, len(c["mutants"])),
+                min(c["candidates"], DEFAULT_MAX_MUTANTS),
+                max((mm["duration_s"] for mm in c["mutants"]), default=0.0),
+            )
+            for cid, c in local.items()
+        }
         full_jobs = sum(n for _, n, _ in per_card.values())
         full_s = sum(mean * n for mean, n, _ in per_card.values())
         longest = max(mx for _, _, mx in per_card.values())
         o_ray = t["ray"]["overhead_ms"] / 1000
         o_loc = t["local"]["overhead_ms"] / 1000
-        print(f"\n3. projected full mutation run (default sample: at most {DEFAULT_MAX_MUTANTS} per card): {full_jobs} "
-              f"mutant jobs, {full_s / 60:.1f} process-min (each card's mean mutant time above x its sample)")
+        print(
+            f"\n3. projected full mutation run (default sample: at most {DEFAULT_MAX_MUTANTS} per card): {full_jobs} "
+            f"mutant jobs, {full_s / 60:.1f} process-min (each card's mean mutant time above x its sample)"
+        )
         print(f"   this machine, local pool: {(full_s + full_jobs * o_loc) / SLOTS / 60:6.1f} min")
         for k in (1, 2, 4, 8, 16, 32):
             wall = t["ray"]["start_s"] + max(longest, (full_s + full_jobs * o_ray) / (SLOTS * k))
             print(f"   ray, {k:>2} node(s) x {SLOTS} CPUs:      {wall / 60:6.1f} min")
-        print(f"   (longest single mutant job {longest:.1f} s bounds any cluster; per-job overhead {o_ray * 1000:.0f} ms "
-              f"on ray, {o_loc * 1000:.0f} ms local, from 1.; network transfer of the code and data to remote "
-              "nodes not included: once per node)")
+        print(
+            f"   (longest single mutant job {longest:.1f} s bounds any cluster; per-job overhead {o_ray * 1000:.0f} ms "
+            f"on ray, {o_loc * 1000:.0f} ms local, from 1.; network transfer of the code and data to remote "
+            "nodes not included: once per node)"
+        )
 
 
 if __name__ == "__main__":

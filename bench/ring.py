@@ -5,6 +5,7 @@
 Geometry: 30 layers, 3 KV heads of 64, max_seq_len 8192, a 1024 window on
 25 layers and 5 global layers (impl.ring.smollm2_windows(1024)).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +16,11 @@ from impl.ring import RingCache, RingConfig, reserved_bytes
 
 def main() -> None:
     cfg = RingConfig(ModelConfig().kv_geometry, max_seq_len=8192, window=1024, global_layers=(5, 11, 17, 23, 29))
-    mib = 2 ** 20
-    print(f"reserved (every window + full context): f32 {reserved_bytes(cfg) / mib:7.1f} MiB, "
-          f"int8 {reserved_bytes(cfg, 'int8') / mib:7.1f} MiB")
+    mib = 2**20
+    print(
+        f"reserved (every window + full context): f32 {reserved_bytes(cfg) / mib:7.1f} MiB, "
+        f"int8 {reserved_bytes(cfg, 'int8') / mib:7.1f} MiB"
+    )
     print(f"{'tokens':>7} {'f32 MiB':>9} {'int8 MiB':>9} {'f32 saving':>11}")
     for n in (128, 512, 1024, 2048, 4096, 8192):
         row = []

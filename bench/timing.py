@@ -1,4 +1,5 @@
 """Timing helpers shared by the benchmarks (figures only; nothing here asserts)."""
+
 from __future__ import annotations
 
 import time

@@ -14,11 +14,12 @@ import hook; under the hook every import is inspected and Hypothesis alone
 takes about three times as long to import (0.6 s instead of 0.2 s), which is
 paid once per card and per liar.
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.procs import kill_descendants, watch_runner
 

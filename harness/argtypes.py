@@ -3,6 +3,7 @@
 argparse turns :class:`argparse.ArgumentTypeError` into ``usage: ...`` plus
 ``error: argument --timeout: ...`` and exit code 2, before anything runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ def seed(text: str) -> int:
     try:
         value = int(text, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give a seed from 0 to {SEED_MAX} "
-                                         "(every run prints the seed it used)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer; give a seed from 0 to {SEED_MAX} (every run prints the seed it used)"
+        ) from None
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"{text} is out of range; give a seed from 0 to {SEED_MAX}")
     return value
@@ -32,8 +34,9 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; give seconds above 0, e.g. 60") from None
     if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT_S:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed; give a finite number of seconds above 0 and at "
-                                         f"most {MAX_TIMEOUT_S:g}, e.g. 60")
+        raise argparse.ArgumentTypeError(
+            f"{text} is not allowed; give a finite number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, e.g. 60"
+        )
     return value
 
 

@@ -8,12 +8,13 @@ covered files. Later
 (ledger, ``status``, ``--changed``) a verdict is STALE or replayable by
 comparing these hashes; nothing here decides that.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from harness.cards import Card, display_path
 from harness.files import sha256_file
@@ -37,8 +38,9 @@ def digest(files: Iterable[BoundFile]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def bound_files(card: Card, root: Path, liars: Mapping[str, LiarSite],
-                extra: tuple[tuple[Path, str], ...] = ()) -> tuple[BoundFile, ...]:
+def bound_files(
+    card: Card, root: Path, liars: Mapping[str, LiarSite], extra: tuple[tuple[Path, str], ...] = ()
+) -> tuple[BoundFile, ...]:
     """The card file first, then witnesses, liars, support modules, covered files and ``extra``; no duplicates."""
     entries: list[tuple[Path, str]] = [(card.source, "card")]
     entries += [(root / w.file, "witness") for w in card.all_witnesses]
@@ -82,5 +84,7 @@ def support_files(root: Path, witness_files: list[Path]) -> list[Path]:
             if d == root or root not in d.parents:
                 break
         if folder.is_dir():
-            found.update(p for p in folder.glob("*.py") if not p.name.startswith("test_") and p.resolve() != file.resolve())
+            found.update(
+                p for p in folder.glob("*.py") if not p.name.startswith("test_") and p.resolve() != file.resolve()
+            )
     return sorted(found)

@@ -8,15 +8,17 @@ that stay inside the project root, no control characters, a reason for
 every tolerance above zero, unique witness ids. :mod:`harness.cards` calls
 them; nothing here imports a project module.
 """
+
 from __future__ import annotations
 
 import functools
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -59,7 +61,6 @@ def field_path(parts: Iterable[Any]) -> str:
 def load_schema() -> dict:
     """The card JSON Schema (obligations/card.schema.json)."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it: ~10x faster
@@ -143,10 +144,13 @@ def _yaml_float(text: str) -> str:
 def _schema_message(err: Any) -> str:
     """One jsonschema error as a sentence: what is wrong, what is allowed, the fix."""
     kind, sch = err.validator, (err.schema if isinstance(err.schema, dict) else {})
-    simple = {"propertyNames": "bound key must be an identifier such as max_abs_delta",
-              "minItems": f"needs at least {err.validator_value} item(s)", "minLength": "must not be empty",
-              "uniqueItems": "has duplicate items; list each once",
-              "minProperties": "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}"}
+    simple = {
+        "propertyNames": "bound key must be an identifier such as max_abs_delta",
+        "minItems": f"needs at least {err.validator_value} item(s)",
+        "minLength": "must not be empty",
+        "uniqueItems": "has duplicate items; list each once",
+        "minProperties": "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}",
+    }
     if kind in simple:
         return simple[kind]
     if kind == "type":
@@ -154,12 +158,15 @@ def _schema_message(err: Any) -> str:
         expected = " or ".join(expected) if isinstance(expected, list) else expected
         msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
         if isinstance(err.instance, str) and "number" in str(expected) and _numeric_text(err.instance):
-            msg += (f" (YAML reads {err.instance} as text because a float needs a dot: "
-                    f"write {_yaml_float(err.instance)})")
+            msg += (
+                f" (YAML reads {err.instance} as text because a float needs a dot: write {_yaml_float(err.instance)})"
+            )
         return msg
     if kind == "enum":
-        msg = f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; " \
-              f"allowed: {', '.join(map(str, err.validator_value))}"
+        msg = (
+            f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; "
+            f"allowed: {', '.join(map(str, err.validator_value))}"
+        )
         return msg + (f" ({sch['description']})" if sch.get("description") else "")
     if kind == "pattern":
         return f"does not match; expected {sch.get('x-allowed', 'pattern ' + str(err.validator_value))}"
@@ -185,13 +192,27 @@ def schema_problems(data: Any, shown: str, values: dict, keys: dict, *, schema: 
             allowed = sorted(sch.get("properties", {}))
             for extra in sorted(set(err.instance) - set(allowed)):
                 sub = field_path(parts + (extra,))
-                problems.append(Problem(shown, keys.get(sub, line), sub, "",
-                                        f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}"))
+                problems.append(
+                    Problem(
+                        shown,
+                        keys.get(sub, line),
+                        sub,
+                        "",
+                        f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}",
+                    )
+                )
         elif err.validator == "required" and isinstance(err.instance, dict):
             for missing in [k for k in err.validator_value if k not in err.instance]:
                 hint = sch.get("properties", {}).get(missing, {}).get("description", "")
-                problems.append(Problem(shown, line, field_path(parts + (missing,)), "",
-                                        f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else "")))
+                problems.append(
+                    Problem(
+                        shown,
+                        line,
+                        field_path(parts + (missing,)),
+                        "",
+                        f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else ""),
+                    )
+                )
         else:
             problems.append(Problem(shown, line, field_path(parts), short(err.instance), _schema_message(err)))
     return problems
@@ -222,10 +243,16 @@ def _control_problems(data: dict, shown: str, values: dict) -> list[Problem]:
         bad = _CONTROL_RE.search(text) or (None if prose else re.search(r"[\n\r\t]", text.rstrip("\n")))
         if bad:
             char = bad.group(0)
-            problems.append(Problem(
-                shown, line_for(values, parts), field_path(parts), short(text),
-                f"contains the control character U+{ord(char):04X}; reports would show it raw. "
-                "Remove it (write plain text" + ("" if prose else " on one line") + ")"))
+            problems.append(
+                Problem(
+                    shown,
+                    line_for(values, parts),
+                    field_path(parts),
+                    short(text),
+                    f"contains the control character U+{ord(char):04X}; reports would show it raw. "
+                    "Remove it (write plain text" + ("" if prose else " on one line") + ")",
+                )
+            )
     return problems
 
 
@@ -257,8 +284,7 @@ def _path_problems(data: dict, shown: str, values: dict, root: Path) -> list[Pro
     for parts, file in named:
         why = path_problem(file, root)
         if why:
-            problems.append(Problem(shown, line_for(values, parts), field_path(parts),
-                                    short(_get(data, parts)), why))
+            problems.append(Problem(shown, line_for(values, parts), field_path(parts), short(_get(data, parts)), why))
     return problems
 
 
@@ -273,25 +299,48 @@ def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
     problems = []
     floor = (data.get("mutation") or {}).get("min_score") if isinstance(data.get("mutation"), dict) else None
     if isinstance(floor, float) and math.isnan(floor):
-        problems.append(Problem(shown, values.get("mutation.min_score", 0), "mutation.min_score", "nan",
-                                "a minimum mutation score must be a number from 0 to 1; e.g. `min_score: 0.9`"))
+        problems.append(
+            Problem(
+                shown,
+                values.get("mutation.min_score", 0),
+                "mutation.min_score",
+                "nan",
+                "a minimum mutation score must be a number from 0 to 1; e.g. `min_score: 0.9`",
+            )
+        )
     for group in ("witnesses", "controls"):
         for i, w in enumerate(data.get(group) or []):
             timeout = w.get("timeout")
             if isinstance(timeout, float) and math.isnan(timeout):
                 fp = f"{group}[{i}].timeout"
-                problems.append(Problem(shown, values.get(fp, 0), fp, "nan",
-                                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`"))
+                problems.append(
+                    Problem(
+                        shown,
+                        values.get(fp, 0),
+                        fp,
+                        "nan",
+                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`",
+                    )
+                )
             for key, ops in (w.get("bounds") or {}).items():
                 for op, limit in ops.items():
                     if isinstance(limit, float) and not math.isfinite(limit):
                         fp = f"{group}[{i}].bounds.{key}.{op}"
-                        what = "NaN compares false with everything" if math.isnan(limit) else \
-                            "an infinite limit holds (or fails) for every finite value"
-                        problems.append(Problem(
-                            shown, values.get(fp, 0), fp, short(limit),
-                            f"a bound limit must be a finite number ({what}, so the bound would check "
-                            f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}"))
+                        what = (
+                            "NaN compares false with everything"
+                            if math.isnan(limit)
+                            else "an infinite limit holds (or fails) for every finite value"
+                        )
+                        problems.append(
+                            Problem(
+                                shown,
+                                values.get(fp, 0),
+                                fp,
+                                short(limit),
+                                f"a bound limit must be a finite number ({what}, so the bound would check "
+                                f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}",
+                            )
+                        )
     return problems
 
 
@@ -305,23 +354,48 @@ def semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[
         for i, w in enumerate(data.get(group) or []):
             where = f"{group}[{i}]"
             if w["id"] in seen:
-                problems.append(Problem(shown, values.get(f"{where}.id", 0), f"{where}.id", short(w["id"]),
-                                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card"))
+                problems.append(
+                    Problem(
+                        shown,
+                        values.get(f"{where}.id", 0),
+                        f"{where}.id",
+                        short(w["id"]),
+                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card",
+                    )
+                )
             seen.setdefault(w["id"], where)
             for key, ops in (w.get("bounds") or {}).items():
                 for op, limit in ops.items():
-                    if op in TOLERANCE_OPS and isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0 and not w.get("reason"):
+                    if (
+                        op in TOLERANCE_OPS
+                        and isinstance(limit, (int, float))
+                        and math.isfinite(limit)
+                        and limit > 0
+                        and not w.get("reason")
+                    ):
                         fp = f"{where}.bounds.{key}.{op}"
-                        problems.append(Problem(
-                            shown, values.get(fp, 0), fp, short(limit),
-                            f"a tolerance above zero needs a reason; add `reason:` to {where} "
-                            f"saying why {limit!r} is right"))
+                        problems.append(
+                            Problem(
+                                shown,
+                                values.get(fp, 0),
+                                fp,
+                                short(limit),
+                                f"a tolerance above zero needs a reason; add `reason:` to {where} "
+                                f"saying why {limit!r} is right",
+                            )
+                        )
             bounded = sorted(w.get("bounds") or {})
-            for key in (w.get("regression") or {}):
+            for key in w.get("regression") or {}:
                 if key not in bounded:
                     fp = f"{where}.regression.{key}"
-                    problems.append(Problem(
-                        shown, values.get(fp, 0), fp, short(key),
-                        f"a regression threshold applies to a bounded key, and {where} bounds "
-                        f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound"))
+                    problems.append(
+                        Problem(
+                            shown,
+                            values.get(fp, 0),
+                            fp,
+                            short(key),
+                            f"a regression threshold applies to a bounded key, and {where} bounds "
+                            f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound",
+                        )
+                    )
     return problems

@@ -13,19 +13,28 @@ Two kinds of :class:`Problem`:
   exist (ref, test node, liar, covered file). ``run`` gives that card ERROR
   without running it; ``validate`` reports it like any other problem.
 """
+
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
+from harness.cardcheck import (
+    Problem,
+    line_index,
+    load_schema,  # noqa: F401  (re-exported: harness.schemadoc reads it here)
+    parse_yaml,
+    schema_problems,
+    semantic_problems,
+    short,
+)
 from harness.checktext import bound_text
-from harness.cardcheck import Problem, line_index, parse_yaml, schema_problems, semantic_problems, short
-from harness.cardcheck import load_schema  # noqa: F401  (re-exported: harness.schemadoc reads it here)
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
 from harness.refs import resolve_ref, resolve_symbol, resolve_test
@@ -152,7 +161,6 @@ def card_bytes(fingerprint: str) -> bytes | None:
     return _LOADED.get(fingerprint)
 
 
-
 def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
     out = []
     for key, ops in (raw or {}).items():
@@ -163,9 +171,15 @@ def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
 
 def _witness(raw: Mapping[str, Any], kind: Kind) -> Witness:
     return Witness(
-        id=raw["id"], test=raw["test"], kind=kind, bounds=_bounds(raw.get("bounds")),
-        reason=raw.get("reason", ""), timeout=raw.get("timeout"), notes=raw.get("notes", ""),
-        regression=tuple((k, float(v)) for k, v in (raw.get("regression") or {}).items()))
+        id=raw["id"],
+        test=raw["test"],
+        kind=kind,
+        bounds=_bounds(raw.get("bounds")),
+        reason=raw.get("reason", ""),
+        timeout=raw.get("timeout"),
+        notes=raw.get("notes", ""),
+        regression=tuple((k, float(v)) for k, v in (raw.get("regression") or {}).items()),
+    )
 
 
 def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[str, ...]:
@@ -195,12 +209,23 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     except yaml.YAMLError as exc:
         return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
     if node is None or not isinstance(data, dict):
-        return None, [Problem(shown, 1, "", short(data) if data is not None else "",
-                              "a card must be a YAML mapping of fields (id:, title:, ...); "
-                              "see obligations/card.schema.json")], None
+        return (
+            None,
+            [
+                Problem(
+                    shown,
+                    1,
+                    "",
+                    short(data) if data is not None else "",
+                    "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json",
+                )
+            ],
+            None,
+        )
     values, keys, dups = line_index(node)
-    problems = [Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one")
-                for f, line in dups]
+    problems = [
+        Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one") for f, line in dups
+    ]
     problems += schema_problems(data, shown, values, keys)
     problems.sort(key=lambda p: p.line)
     card_id = data.get("id") if isinstance(data.get("id"), str) else None
@@ -215,13 +240,28 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     refs = tuple(data["refs"])
     covers = tuple(data["covers"]) if "covers" in data else default_covers(refs, witnesses + controls)
     card = Card(
-        id=data["id"], title=data["title"], module=data["module"], regime=data["regime"],
-        theorem=data["theorem"].strip(), proof=data["proof"].strip(), refs=refs, covers=covers,
-        requires=tuple(data.get("requires") or ()), witnesses=witnesses, controls=controls,
-        liars=tuple(data.get("liars") or ()), notes=(data.get("notes") or "").strip(),
-        tags=tuple(data.get("tags") or ()), version=data["version"], source=path.resolve(),
-        display_path=shown, fingerprint=_keep_bytes(raw_bytes), lines=values,
-        min_score=(data.get("mutation") or {}).get("min_score"), explicit_covers="covers" in data)
+        id=data["id"],
+        title=data["title"],
+        module=data["module"],
+        regime=data["regime"],
+        theorem=data["theorem"].strip(),
+        proof=data["proof"].strip(),
+        refs=refs,
+        covers=covers,
+        requires=tuple(data.get("requires") or ()),
+        witnesses=witnesses,
+        controls=controls,
+        liars=tuple(data.get("liars") or ()),
+        notes=(data.get("notes") or "").strip(),
+        tags=tuple(data.get("tags") or ()),
+        version=data["version"],
+        source=path.resolve(),
+        display_path=shown,
+        fingerprint=_keep_bytes(raw_bytes),
+        lines=values,
+        min_score=(data.get("mutation") or {}).get("min_score"),
+        explicit_covers="covers" in data,
+    )
     return card, [], card_id
 
 
@@ -258,8 +298,11 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
         found = resolve_symbol(root, file, qual)
         if isinstance(found, str):
             shown = display_path(site.path, root)
-            add(f"liars[{i}]", name,
-                f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}")
+            add(
+                f"liars[{i}]",
+                name,
+                f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}",
+            )
     return out
 
 
@@ -270,8 +313,11 @@ def find_card_files(cards_dir: Path) -> list[Path]:
     """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path."""
     if not cards_dir.is_dir():
         return []
-    return sorted(p for p in cards_dir.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                  and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir))
+    return sorted(
+        p
+        for p in cards_dir.rglob("*")
+        if p.suffix in (".yaml", ".yml") and p.is_file() and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir)
+    )
 
 
 def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:
@@ -293,9 +339,16 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
             shown = display_path(path, root)
             line = card.line_of("id") if card else 0
             if card_id in first_seen:
-                where = "%s:%d" % first_seen[card_id]
-                problems.append(Problem(shown, line, "id", short(card_id),
-                                        f"duplicate card id (first defined at {where}); give this card its own id"))
+                where = "{}:{}".format(*first_seen[card_id])
+                problems.append(
+                    Problem(
+                        shown,
+                        line,
+                        "id",
+                        short(card_id),
+                        f"duplicate card id (first defined at {where}); give this card its own id",
+                    )
+                )
                 continue
             first_seen[card_id] = (shown, line)
         if card is not None:
@@ -322,13 +375,16 @@ def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[s
     ids = [c.id for c in cards]
     for pat in patterns:
         if not any(fnmatchcase(i, pat) for i in ids):
-            raise UsageError(f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; "
-                             f"`run_obligations.py list` shows the ids")
+            raise UsageError(
+                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `run_obligations.py list` shows the ids"
+            )
     all_tags = {t for c in cards for t in c.tags}
     for tag in tags:
         if tag not in all_tags:
-            raise UsageError(f"--tag {tag!r} is on no card{did_you_mean(tag, all_tags)}; "
-                             f"tags in use: {', '.join(sorted(all_tags)) or 'none'}")
+            raise UsageError(
+                f"--tag {tag!r} is on no card{did_you_mean(tag, all_tags)}; "
+                f"tags in use: {', '.join(sorted(all_tags)) or 'none'}"
+            )
     out = []
     for c in cards:
         if patterns and not any(fnmatchcase(c.id, p) for p in patterns):

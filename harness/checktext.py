@@ -10,6 +10,7 @@ Two forms, both built here:
 
 A bound on its own (``max_abs_delta le 0``, ``show``) is :func:`bound_text`.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,9 @@ def bound_text(key: str, op: str, limit: Any) -> str:
     return f"{key} {op} {limit!r}"
 
 
-def check_text(key: str, op: str, limit: Any, actual: Any, detail: str = "", *, label: str = "",
-               reason: bool = False) -> str:
+def check_text(
+    key: str, op: str, limit: Any, actual: Any, detail: str = "", *, label: str = "", reason: bool = False
+) -> str:
     """One evaluated bound as a sentence; ``reason`` picks the reason form (see the module docstring).
 
     ``label`` replaces the key in the display form (``max|Δ|`` for max_abs_delta); ``detail`` (e.g.

@@ -22,6 +22,7 @@ DIR``, else ``KVPROOF_REPORTS_DIR``, else ``<root>/reports`` (see
 :mod:`harness.report.folder`); ``status`` exits 1 unless every card's last
 verdict is PROVEN and still bound to the same bytes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,7 @@ from typing import Any
 
 from harness.errors import CardInvalid, HarnessError
 
-SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new",
-               "oracle")
+SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "oracle")
 
 
 # ---------------------------------------------------------------- parser
@@ -43,8 +43,11 @@ def _cards_opt(p: argparse.ArgumentParser) -> None:
 
 
 def _reports_opt(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reports", metavar="DIR",
-                   help="folder of dated reports and ledger.sqlite (default: reports/, or KVPROOF_REPORTS_DIR)")
+    p.add_argument(
+        "--reports",
+        metavar="DIR",
+        help="folder of dated reports and ledger.sqlite (default: reports/, or KVPROOF_REPORTS_DIR)",
+    )
 
 
 def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
@@ -52,38 +55,73 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     from harness import argtypes
 
     run.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs (KV-T*); default: all")
-    run.add_argument("--profile", choices=("ci", "release"), default="ci",
-                     help="Hypothesis profile: ci (fast, deterministic, seed 0) or release "
-                          "(many examples, random seed)")
+    run.add_argument(
+        "--profile",
+        choices=("ci", "release"),
+        default="ci",
+        help="Hypothesis profile: ci (fast, deterministic, seed 0) or release (many examples, random seed)",
+    )
     if mutate:
-        run.add_argument("--seed", type=argtypes.seed, default=None,
-                         help="seed that picks the sampled mutants (default 0): same seed and code, same mutants")
-        run.add_argument("--hypothesis-seed", type=argtypes.seed, default=None, metavar="S",
-                         help="Hypothesis seed of the witnesses (default: the profile's)")
+        run.add_argument(
+            "--seed",
+            type=argtypes.seed,
+            default=None,
+            help="seed that picks the sampled mutants (default 0): same seed and code, same mutants",
+        )
+        run.add_argument(
+            "--hypothesis-seed",
+            type=argtypes.seed,
+            default=None,
+            metavar="S",
+            help="Hypothesis seed of the witnesses (default: the profile's)",
+        )
     else:
-        run.add_argument("--seed", type=argtypes.seed, default=None,
-                         help="Hypothesis seed to replay (printed by every run)")
+        run.add_argument(
+            "--seed", type=argtypes.seed, default=None, help="Hypothesis seed to replay (printed by every run)"
+        )
     run.add_argument("--no-liars", action="store_true", help="skip liar runs (cards with liars become UNVERIFIED)")
     run.add_argument("--json", metavar="PATH", help="write the verdicts document (obligations/verdicts.schema.json)")
-    run.add_argument("--oracle-dir", metavar="DIR",
-                     help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)")
+    run.add_argument(
+        "--oracle-dir", metavar="DIR", help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)"
+    )
     run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
-    run.add_argument("--timeout", type=argtypes.seconds, default=60.0, metavar="S",
-                     help="default per-witness timeout in seconds (a card's `timeout:` overrides it)")
-    run.add_argument("-j", "--jobs", type=argtypes.positive_int, default=None, metavar="N",
-                     help="witness processes at a time (default: the number of cores); with N > 1 each gets "
-                          "one BLAS thread")
-    run.add_argument("--executor", choices=("local", "ray"), default="local",
-                     help="where witness processes run: local (this machine, -j N at a time; the default) or ray "
-                          "(one Ray task per process on a cluster; needs pip install -e '.[cluster]'; "
-                          "docs/cluster.md)")
-    run.add_argument("--ray-address", metavar="ADDR",
-                     help="with --executor ray: join the Ray cluster at ADDR (host:port, or 'auto'; default: "
-                          "RAY_ADDRESS, else start a local cluster for this run)")
-    run.add_argument("--ray-ship", choices=("auto", "always", "never"), default=None,
-                     help="with --executor ray: how nodes get the weights and oracle export: auto (a node's own "
-                          "copy when its sha256 matches, else the copy shipped through Ray's object store; "
-                          "default), always (the shipped copy), never (each node must have its own)")
+    run.add_argument(
+        "--timeout",
+        type=argtypes.seconds,
+        default=60.0,
+        metavar="S",
+        help="default per-witness timeout in seconds (a card's `timeout:` overrides it)",
+    )
+    run.add_argument(
+        "-j",
+        "--jobs",
+        type=argtypes.positive_int,
+        default=None,
+        metavar="N",
+        help="witness processes at a time (default: the number of cores); with N > 1 each gets one BLAS thread",
+    )
+    run.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where witness processes run: local (this machine, -j N at a time; the default) or ray "
+        "(one Ray task per process on a cluster; needs pip install -e '.[cluster]'; "
+        "docs/cluster.md)",
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: join the Ray cluster at ADDR (host:port, or 'auto'; default: "
+        "RAY_ADDRESS, else start a local cluster for this run)",
+    )
+    run.add_argument(
+        "--ray-ship",
+        choices=("auto", "always", "never"),
+        default=None,
+        help="with --executor ray: how nodes get the weights and oracle export: auto (a node's own "
+        "copy when its sha256 matches, else the copy shipped through Ray's object store; "
+        "default), always (the shipped copy), never (each node must have its own)",
+    )
     _cards_opt(run)
     _reports_opt(run)
 
@@ -95,28 +133,53 @@ def _run_parser(sub) -> None:
     run = sub.add_parser("run", help="run cards and print verdicts (default)")
     _run_options(run)
     which = run.add_mutually_exclusive_group()
-    which.add_argument("--changed", action="store_true",
-                       help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
-                            "liars, covered files, oracle manifest) are byte-identical to then; run the rest")
-    which.add_argument("--rerun-failed", action="store_true",
-                       help="run only the cards whose latest verdict is not PROVEN (or whose bound files changed "
-                            "since); replay the others' latest PROVEN verdict, marked as replayed")
-    run.add_argument("--baseline", metavar="REF",
-                     help="compare this run with REF (a run id, latest/previous, a report folder or a "
-                          "verdicts.json): a 'vs baseline' column and section in the terminal and index.html")
-    run.add_argument("--fail-on-regression", action="store_true",
-                     help="with --baseline: exit 1 when any card regressed against it (docs/compare.md), even "
-                          "if every card is PROVEN")
+    which.add_argument(
+        "--changed",
+        action="store_true",
+        help="replay the last PROVEN verdict of every card whose bound files (card, witnesses, "
+        "liars, covered files, oracle manifest) are byte-identical to then; run the rest",
+    )
+    which.add_argument(
+        "--rerun-failed",
+        action="store_true",
+        help="run only the cards whose latest verdict is not PROVEN (or whose bound files changed "
+        "since); replay the others' latest PROVEN verdict, marked as replayed",
+    )
+    run.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="compare this run with REF (a run id, latest/previous, a report folder or a "
+        "verdicts.json): a 'vs baseline' column and section in the terminal and index.html",
+    )
+    run.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="with --baseline: exit 1 when any card regressed against it (docs/compare.md), even "
+        "if every card is PROVEN",
+    )
     mut = sub.add_parser("mutate", help="run cards, then mutants of the code each claims: a mutation score per card")
     _run_options(mut, mutate=True)
-    mut.add_argument("--max-mutants", type=argtypes.non_negative_int, default=DEFAULT_MAX_MUTANTS, metavar="N",
-                     help=f"mutants per card at most, sampled by --seed (default {DEFAULT_MAX_MUTANTS}; 0: every one)")
-    mut.add_argument("--changed", action="store_true",
-                     help="replay unchanged cards' verdicts, and reuse a mutant's result while the card's bound "
-                          "files are byte-identical to when it was measured")
-    mut.add_argument("--mutant", action="append", default=[], metavar="KEY",
-                     help="run only this mutant (repeatable; keys from a report) against each selected card that "
-                          "claims its code, e.g. to check that a new witness kills it")
+    mut.add_argument(
+        "--max-mutants",
+        type=argtypes.non_negative_int,
+        default=DEFAULT_MAX_MUTANTS,
+        metavar="N",
+        help=f"mutants per card at most, sampled by --seed (default {DEFAULT_MAX_MUTANTS}; 0: every one)",
+    )
+    mut.add_argument(
+        "--changed",
+        action="store_true",
+        help="replay unchanged cards' verdicts, and reuse a mutant's result while the card's bound "
+        "files are byte-identical to when it was measured",
+    )
+    mut.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="run only this mutant (repeatable; keys from a report) against each selected card that "
+        "claims its code, e.g. to check that a new witness kills it",
+    )
     mut.add_argument("--show", metavar="KEY", help="print the diff of one mutant (a key from a report) and exit")
 
 
@@ -137,27 +200,45 @@ def _reading_parsers(sub) -> None:
     _reports_opt(status)
     hist = sub.add_parser("history", help="past runs, or past verdicts of the given cards")
     hist.add_argument("ids", nargs="*", metavar="ID", help="card ids; default: list the runs")
-    hist.add_argument("--limit", type=argtypes.positive_int, default=20, metavar="N", help="newest N entries (default 20)")
+    hist.add_argument(
+        "--limit", type=argtypes.positive_int, default=20, metavar="N", help="newest N entries (default 20)"
+    )
     _reports_opt(hist)
-    cmp = sub.add_parser("compare", help="what changed between two runs, per card; exit 1 on a regression "
-                                         "with --fail-on-regression")
-    cmp.add_argument("before", nargs="?", default="previous", metavar="A",
-                     help="run id (`history`), latest/previous, a report folder or a verdicts.json (default: previous)")
+    cmp = sub.add_parser(
+        "compare", help="what changed between two runs, per card; exit 1 on a regression with --fail-on-regression"
+    )
+    cmp.add_argument(
+        "before",
+        nargs="?",
+        default="previous",
+        metavar="A",
+        help="run id (`history`), latest/previous, a report folder or a verdicts.json (default: previous)",
+    )
     cmp.add_argument("after", nargs="?", default="latest", metavar="B", help="the same kinds (default: latest)")
     cmp.add_argument("--json", metavar="PATH", help="write the comparison as JSON ('-' for stdout)")
     cmp.add_argument("--markdown", metavar="PATH", help="write it as Markdown for a pull request ('-' for stdout)")
-    cmp.add_argument("--html", metavar="PATH", help="write it as one self-contained HTML page with a chart of "
-                                                    "the measures that moved")
+    cmp.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write it as one self-contained HTML page with a chart of the measures that moved",
+    )
     cmp.add_argument("--all", action="store_true", help="list unchanged cards too")
-    cmp.add_argument("--fail-on-regression", action="store_true",
-                     help="exit 1 when any card regressed (docs/compare.md: the rules)")
+    cmp.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 1 when any card regressed (docs/compare.md: the rules)"
+    )
     _cards_opt(cmp)
     _reports_opt(cmp)
-    tim = sub.add_parser("timings", help="the expected process times the scheduler would use, per card and liar, "
-                                         "and where each comes from (ledger, timings.json, unknown)")
-    tim.add_argument("--write", action="store_true",
-                     help="write timings.json in the cards folder from the ledger's latest entry of each card "
-                          "(seconds rounded to 0.1): the schedule of a run with no ledger, e.g. CI; commit it")
+    tim = sub.add_parser(
+        "timings",
+        help="the expected process times the scheduler would use, per card and liar, "
+        "and where each comes from (ledger, timings.json, unknown)",
+    )
+    tim.add_argument(
+        "--write",
+        action="store_true",
+        help="write timings.json in the cards folder from the ledger's latest entry of each card "
+        "(seconds rounded to 0.1): the schedule of a run with no ledger, e.g. CI; commit it",
+    )
     _cards_opt(tim)
     _reports_opt(tim)
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
@@ -169,7 +250,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run_obligations.py",
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
-                    "UNVERIFIED / ERROR per card. `run` is the default command.")
+        "UNVERIFIED / ERROR per card. `run` is the default command.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
     _run_parser(sub)
     _reading_parsers(sub)
@@ -200,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         from harness.report import terminal
         from harness.report.terminal import console
 
-        terminal.render_problems(console(stderr=True), exc.problems,
-                                 f"cannot run: {len(exc.problems)} problem(s) in the cards "
-                                 f"(`run_obligations.py validate` lists every problem):")
+        terminal.render_problems(
+            console(stderr=True),
+            exc.problems,
+            f"cannot run: {len(exc.problems)} problem(s) in the cards "
+            f"(`run_obligations.py validate` lists every problem):",
+        )
         return 2
     except HarnessError as exc:
         print(f"run_obligations.py: error: {exc}", file=sys.stderr)

@@ -38,6 +38,7 @@ job is ERROR with both nodes named (:attr:`harness.run.JobResult.lost`).
 Ctrl-C cancels every task (``ray.cancel(force=True)`` kills the workers;
 their witness processes follow through the watchdog pipe).
 """
+
 from __future__ import annotations
 
 import io
@@ -65,9 +66,18 @@ INSTALL_HINT = "pip install -e '.[cluster]'"
 EXCLUDES = [".git", ".venv", ".cache", "reports", ".hypothesis", "*.egg-info", "__pycache__", "*.pyc"]
 NODE_CACHE_ENV = "KVPROOF_NODE_CACHE"
 # KVPROOF_* settings that name places or processes on the driver: never sent to a node
-NODE_LOCAL_ENV = ("KVPROOF_ROOT", "KVPROOF_GGUF", "KVPROOF_ORACLE_DIR", "KVPROOF_WEIGHTS_CACHE",
-                  "KVPROOF_KERNEL_CACHE", "KVPROOF_REPORTS_DIR", "KVPROOF_CARDS_DIR", "KVPROOF_WATCHDOG_FD",
-                  "KVPROOF_FORKSERVER_FD", NODE_CACHE_ENV)
+NODE_LOCAL_ENV = (
+    "KVPROOF_ROOT",
+    "KVPROOF_GGUF",
+    "KVPROOF_ORACLE_DIR",
+    "KVPROOF_WEIGHTS_CACHE",
+    "KVPROOF_KERNEL_CACHE",
+    "KVPROOF_REPORTS_DIR",
+    "KVPROOF_CARDS_DIR",
+    "KVPROOF_WATCHDOG_FD",
+    "KVPROOF_FORKSERVER_FD",
+    NODE_CACHE_ENV,
+)
 WEIGHTS, ORACLE = "weights", "oracle"
 WAIT_S = 0.2  # longest wait for a task event, so Ctrl-C is seen promptly
 
@@ -80,7 +90,8 @@ def import_ray():
         raise UsageError(
             f"--executor ray needs the `ray` package, which this Python ({sys.executable}) cannot import ({exc}); "
             f"install the cluster extra with `{sys.executable} -m {INSTALL_HINT}` in the checkout (or `make "
-            "cluster`), or leave out --executor ray to run on this machine") from None
+            "cluster`), or leave out --executor ray to run on this machine"
+        ) from None
     return ray
 
 
@@ -256,8 +267,10 @@ def provide(r: Resource, ship_mode: str, node: str) -> tuple[Path | None, str]:
         if not why_own:
             return own, ""
     if r.ref is None:
-        return None, (f"node {node} has no {r.kind} as the driver has them ({why_own}) and --ray-ship never "
-                      "sends them; install them on the node or use --ray-ship auto")
+        return None, (
+            f"node {node} has no {r.kind} as the driver has them ({why_own}) and --ray-ship never "
+            "sends them; install them on the node or use --ray-ship auto"
+        )
     folder = node_cache() / r.kind / r.digest[:32]
     target = folder / r.name if r.kind == WEIGHTS else folder
     if not folder.exists():
@@ -304,7 +317,7 @@ def _launcher(cfg: RunConfig, scratch: Path):
         return None
     import atexit
 
-    from harness.run import open_launcher, _env
+    from harness.run import _env, open_launcher
 
     key = tuple(sorted(_env(cfg).items()))
     if key not in _LAUNCHERS:
@@ -350,8 +363,10 @@ def node_task(job: Job, cfg: RunConfig, data: NodeData):
     if not problems and data.numerics is not None:
         mine = _numerics(root)
         if mine != data.numerics:
-            problems.append(f"node {info.label} computes with another numerics path than the driver "
-                            f"(node: {mine}; driver: {data.numerics}); bits compare only under one path")
+            problems.append(
+                f"node {info.label} computes with another numerics path than the driver "
+                f"(node: {mine}; driver: {data.numerics}); bits compare only under one path"
+            )
     if problems:
         yield JobResult(unavailable="; ".join(problems), node=info.label, duration=time.monotonic() - t0)
         return
@@ -404,14 +419,18 @@ def check_reachable(address: str) -> None:
         return
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise UsageError(f"--ray-address={address!r} is not host:port (e.g. 192.0.2.10:6379, as `ray status` on "
-                         "the head node prints it), 'auto', or a ray:// address")
+        raise UsageError(
+            f"--ray-address={address!r} is not host:port (e.g. 192.0.2.10:6379, as `ray status` on "
+            "the head node prints it), 'auto', or a ray:// address"
+        )
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
     except OSError as exc:
-        raise UsageError(f"--ray-address={address!r}: nothing accepts connections there ({exc.strerror or exc}); "
-                         "check the address (`ray status` on the head node prints it) and that the head node is "
-                         "up, or leave out --ray-address to start a local cluster") from None
+        raise UsageError(
+            f"--ray-address={address!r}: nothing accepts connections there ({exc.strerror or exc}); "
+            "check the address (`ray status` on the head node prints it) and that the head node is "
+            "up, or leave out --ray-address to start a local cluster"
+        ) from None
 
 
 def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
@@ -421,8 +440,13 @@ def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
     ray = import_ray()
     if spec.address:
         check_reachable(spec.address)
-    kwargs: dict[str, Any] = dict(runtime_env=runtime_env(root), include_dashboard=False, log_to_driver=False,
-                                  logging_level=logging.ERROR, namespace="kvproof")
+    kwargs: dict[str, Any] = dict(
+        runtime_env=runtime_env(root),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        namespace="kvproof",
+    )
     if spec.address:
         kwargs["address"] = spec.address
     else:  # NOTE: "local" always starts a new cluster; without it Ray joins one a `ray start` left running
@@ -433,12 +457,16 @@ def open_session(spec: ExecutorSpec, root: Path, cpus: int) -> _Session:
         where = f"--ray-address={spec.address!r}" if spec.address else "--executor ray (a local cluster)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "AF_UNIX path length" in first:
-            raise UsageError(f"{where}: Ray keeps its sockets under its temp folder, and {tempfile.gettempdir()} "
-                             "is too deep for them (a socket path may not exceed 107 bytes); set RAY_TMPDIR to a "
-                             "short folder such as /tmp/ray and run again") from None
-        raise UsageError(f"{where}: Ray could not start or join the cluster: {first}; check the address "
-                         "(`ray status` on the head node prints it, e.g. 192.0.2.10:6379) or run without "
-                         "--ray-address to start a local cluster") from None
+            raise UsageError(
+                f"{where}: Ray keeps its sockets under its temp folder, and {tempfile.gettempdir()} "
+                "is too deep for them (a socket path may not exceed 107 bytes); set RAY_TMPDIR to a "
+                "short folder such as /tmp/ray and run again"
+            ) from None
+        raise UsageError(
+            f"{where}: Ray could not start or join the cluster: {first}; check the address "
+            "(`ray status` on the head node prints it, e.g. 192.0.2.10:6379) or run without "
+            "--ray-address to start a local cluster"
+        ) from None
     remote = ray.remote(num_cpus=1, max_retries=0)(node_task)
     address = getattr(info, "address_info", {}).get("address", "") if info is not None else ""
     _SESSION.append(_Session(ray, not spec.address, address or (spec.address or ""), remote))
@@ -452,8 +480,16 @@ def close_session() -> None:
         s.ray.shutdown()
 
 
-RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
-             "ObjectFetchTimedOutError", "ReferenceCountingAssertionError", "LocalRayletDiedError")
+RETRYABLE = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "RaySystemError",
+    "ObjectFetchTimedOutError",
+    "ReferenceCountingAssertionError",
+    "LocalRayletDiedError",
+)
 
 
 @dataclass
@@ -483,13 +519,15 @@ class RayExecutor:
         self.data = NodeData()
         self._nodes = 0
 
-    def __enter__(self) -> "RayExecutor":
+    def __enter__(self) -> RayExecutor:
         self.session = open_session(self.spec, Path(self.cfg.root), self.jobs)
         ray = self.session.ray
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if cpus < 1:
-            raise UsageError(f"the Ray cluster at {self.session.address or '?'} has no CPU to run a job on; "
-                             "add a node with CPUs (ray start --address ...)")
+            raise UsageError(
+                f"the Ray cluster at {self.session.address or '?'} has no CPU to run a job on; "
+                "add a node with CPUs (ray start --address ...)"
+            )
         self._nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
         self.capacity = min(self.jobs, cpus) if self.spec.jobs_given else cpus
         resources = driver_resources(self.cfg)
@@ -507,10 +545,14 @@ class RayExecutor:
 
     def describe(self) -> str:
         s = self.session
-        where = "a local cluster started for this run" if s is None or s.started_local else f"the cluster at {s.address}"
-        return (f"ray: {where}, {self._nodes} node(s), {self.capacity} job(s) in flight; data: "
-                + (", ".join(f"{r.kind} {r.digest[:12]}" for r in self.data.resources) or "none")
-                + f" (--ray-ship {self.spec.ship})")
+        where = (
+            "a local cluster started for this run" if s is None or s.started_local else f"the cluster at {s.address}"
+        )
+        return (
+            f"ray: {where}, {self._nodes} node(s), {self.capacity} job(s) in flight; data: "
+            + (", ".join(f"{r.kind} {r.digest[:12]}" for r in self.data.resources) or "none")
+            + f" (--ray-ship {self.spec.ship})"
+        )
 
     @property
     def busy(self) -> int:
@@ -572,8 +614,9 @@ class RayExecutor:
         return []
 
     def _lost(self, flight: _Flight, why: str) -> JobResult:
-        return JobResult(lost=why, node=flight.node, duration=time.monotonic() - flight.t0,
-                         retried="; ".join(flight.history))
+        return JobResult(
+            lost=why, node=flight.node, duration=time.monotonic() - flight.t0, retried="; ".join(flight.history)
+        )
 
     def stop(self) -> None:
         """Cancel every task in flight (force: the worker is killed, its witness process follows)."""
@@ -587,5 +630,16 @@ class RayExecutor:
         self.flights.clear()
 
 
-__all__ = ["INSTALL_HINT", "SHIP_MODES", "NodeData", "RayExecutor", "Resource", "close_session", "import_ray",
-           "node_task", "open_session", "provide", "runtime_env"]
+__all__ = [
+    "INSTALL_HINT",
+    "SHIP_MODES",
+    "NodeData",
+    "RayExecutor",
+    "Resource",
+    "close_session",
+    "import_ray",
+    "node_task",
+    "open_session",
+    "provide",
+    "runtime_env",
+]

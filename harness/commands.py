@@ -6,19 +6,22 @@ and the ledger (:mod:`harness.ledger`) and print with
 :mod:`harness.report.terminal`. Argument parsing and error handling live in
 :mod:`harness.cli`.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cards import display_path
 from harness.errors import UsageError
 from harness.project import project_root
 from harness.report.terminal import console as make_console
 
+if TYPE_CHECKING:
+    from harness.executors import ExecutorSpec
 
 # ---------------------------------------------------------------- context
 
@@ -79,16 +82,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_mutate(args: argparse.Namespace) -> int:
     """``mutate``: run the cards, then their mutants (harness.mutation); or ``--show KEY``: print one mutant."""
-    from harness.mutate_run import MutateOptions
-
     from harness import mutants
+    from harness.mutate_run import MutateOptions
 
     if args.show:
         return _show_mutant(args.show)
     for key in args.mutant:
         mutants.find(project_root(), key)  # LiarError (exit 2) names a key that is not a mutant of the code now
-    return _prove(args, MutateOptions(max_mutants=None if args.max_mutants == 0 else args.max_mutants,
-                                      seed=args.seed if args.seed is not None else 0, only=tuple(args.mutant)))
+    return _prove(
+        args,
+        MutateOptions(
+            max_mutants=None if args.max_mutants == 0 else args.max_mutants,
+            seed=args.seed if args.seed is not None else 0,
+            only=tuple(args.mutant),
+        ),
+    )
 
 
 def _show_mutant(key: str) -> int:
@@ -97,8 +105,9 @@ def _show_mutant(key: str) -> int:
     root = project_root()
     mutant, _, _ = mutants.find(root, key)  # LiarError (a HarnessError) names the key and the fix
     console = make_console()
-    console.print(f"{mutant.key}  {mutant.qualname}  ({mutant.operator}: {mutant.change})", markup=False,
-                  highlight=False)
+    console.print(
+        f"{mutant.key}  {mutant.qualname}  ({mutant.operator}: {mutant.change})", markup=False, highlight=False
+    )
     console.print(mutants.diff(root, mutant), markup=False, highlight=False)
     return 0
 
@@ -111,33 +120,55 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
     root = project_root()
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
-        raise UsageError(f"--oracle-dir={args.oracle_dir!r} is not a folder; "
-                         "export one with `run_obligations.py oracle export`")
+        raise UsageError(
+            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `run_obligations.py oracle export`"
+        )
     json_path = None
     if args.json:
         json_path = Path(args.json).expanduser()
         json_path = json_path if json_path.is_absolute() else Path.cwd() / json_path
-    source = "--reports" if args.reports else (
-        "KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    source = (
+        "--reports"
+        if args.reports
+        else ("KVPROOF_REPORTS_DIR" if os.environ.get("KVPROOF_REPORTS_DIR") else "the reports folder")
+    )
     # mutate's --seed picks the mutants; its witnesses run with the profile's Hypothesis seed
     hypothesis_seed = args.seed if mutate is None else args.hypothesis_seed
     req = RunRequest(
-        root=root, cards_dir=cards_dir(args, root), reports_dir=reports_dir(args, root), reports_source=source,
-        ids=tuple(args.ids), tags=tuple(args.tag), profile=args.profile,
-        seed=hypothesis_seed if hypothesis_seed is not None else (0 if args.profile == "ci" else random.randrange(2**32)),
-        liars=not args.no_liars, timeout=args.timeout, jobs=default_jobs() if args.jobs is None else args.jobs,
-        changed=args.changed, json_path=json_path, json_arg=args.json or "", oracle_dir=oracle_dir,
-        argv=tuple(args.argv), mutate=mutate, rerun_failed=getattr(args, "rerun_failed", False),
-        baseline=getattr(args, "baseline", None), fail_on_regression=getattr(args, "fail_on_regression", False),
-        executor=executor_spec(args))
+        root=root,
+        cards_dir=cards_dir(args, root),
+        reports_dir=reports_dir(args, root),
+        reports_source=source,
+        ids=tuple(args.ids),
+        tags=tuple(args.tag),
+        profile=args.profile,
+        seed=hypothesis_seed
+        if hypothesis_seed is not None
+        else (0 if args.profile == "ci" else random.randrange(2**32)),
+        liars=not args.no_liars,
+        timeout=args.timeout,
+        jobs=default_jobs() if args.jobs is None else args.jobs,
+        changed=args.changed,
+        json_path=json_path,
+        json_arg=args.json or "",
+        oracle_dir=oracle_dir,
+        argv=tuple(args.argv),
+        mutate=mutate,
+        rerun_failed=getattr(args, "rerun_failed", False),
+        baseline=getattr(args, "baseline", None),
+        fail_on_regression=getattr(args, "fail_on_regression", False),
+        executor=executor_spec(args),
+    )
     if req.fail_on_regression and not req.baseline:
-        raise UsageError("--fail-on-regression needs --baseline REF: the run it must not regress against "
-                         "(e.g. --baseline latest, or a release's verdicts.json)")
+        raise UsageError(
+            "--fail-on-regression needs --baseline REF: the run it must not regress against "
+            "(e.g. --baseline latest, or a release's verdicts.json)"
+        )
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
     return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
 
 
-def executor_spec(args: Any) -> "ExecutorSpec":
+def executor_spec(args: Any) -> ExecutorSpec:
     """--executor, --ray-address (else RAY_ADDRESS), --ray-ship and whether -j was given; UsageError when they
     do not fit together."""
     from harness.executors import RAY, ExecutorSpec
@@ -145,8 +176,10 @@ def executor_spec(args: Any) -> "ExecutorSpec":
     if args.executor != RAY:
         for opt, value in (("--ray-address", args.ray_address), ("--ray-ship", args.ray_ship)):
             if value:
-                raise UsageError(f"{opt}={value!r} needs --executor ray (the local executor runs on this machine "
-                                 "only); add --executor ray or leave it out")
+                raise UsageError(
+                    f"{opt}={value!r} needs --executor ray (the local executor runs on this machine "
+                    "only); add --executor ray or leave it out"
+                )
         return ExecutorSpec()
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
     return ExecutorSpec(RAY, address, args.ray_ship or "auto", jobs_given=args.jobs is not None)
@@ -163,9 +196,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     terminal.render_list(make_console(), result.cards)
     broken = list(result.load_problems) + list(liar_problems)
     if broken:
-        terminal.render_problems(make_console(stderr=True), broken,
-                                 f"{len(broken)} problem(s) kept some cards or liars from loading "
-                                 "(`run_obligations.py validate` explains each):")
+        terminal.render_problems(
+            make_console(stderr=True),
+            broken,
+            f"{len(broken)} problem(s) kept some cards or liars from loading "
+            "(`run_obligations.py validate` explains each):",
+        )
         return 2
     return 0
 
@@ -183,15 +219,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = list(result.problems) + list(liar_problems) + [p for p in mark_problems if p.kind != "stale"]
     problems += _timings_problems(folder, root)  # `run` refuses a malformed timings.json too
     if stale:
-        terminal.render_problems(make_console(stderr=True), stale,
-                                 f"warning: {len(stale)} equivalence mark(s) match no mutant of the code as it is "
-                                 "now (mutate leaves them out); mark the current keys again:")
+        terminal.render_problems(
+            make_console(stderr=True),
+            stale,
+            f"warning: {len(stale)} equivalence mark(s) match no mutant of the code as it is "
+            "now (mutate leaves them out); mark the current keys again:",
+        )
     if problems:
         bad = len({p.path for p in problems})
         terminal.render_problems(console, problems, f"{len(problems)} problem(s) in {bad} file(s):")
         return 2
-    console.print(f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid"
-                  + (f", and {len(marks)} equivalence mark(s)" if marks else ""))
+    console.print(
+        f"[green]ok[/]: {len(result.cards)} card(s) in {_shown_dir(folder, root)} are valid"
+        + (f", and {len(marks)} equivalence mark(s)" if marks else "")
+    )
     return 0
 
 
@@ -206,8 +247,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     card = next((c for c in result.cards if c.id == args.id), None)
     if card is None:
         ids = [c.id for c in result.cards]
-        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; "
-                         f"`run_obligations.py list` shows the ids")
+        raise UsageError(
+            f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `run_obligations.py list` shows the ids"
+        )
     console = make_console()
     last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
     ledger = _open_ledger(args, root)
@@ -246,11 +288,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     console = make_console()
     terminal.render_status(console, rows)
     if ledger is None:
-        console.print(f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
-                      "run the obligations once (`run_obligations.py run`)")
+        console.print(
+            f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
+            "run the obligations once (`run_obligations.py run`)"
+        )
     if result.load_problems:
-        terminal.render_problems(make_console(stderr=True), result.load_problems,
-                                 f"{len(result.load_problems)} problem(s) kept some cards from loading:")
+        terminal.render_problems(
+            make_console(stderr=True),
+            result.load_problems,
+            f"{len(result.load_problems)} problem(s) kept some cards from loading:",
+        )
     return status_exit_code(rows)
 
 
@@ -273,10 +320,14 @@ def cmd_history(args: argparse.Namespace) -> int:
             if card_id not in known:
                 from harness.cards import did_you_mean
 
-                raise UsageError(f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
-                                 "`run_obligations.py history` lists the runs")
+                raise UsageError(
+                    f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
+                    "`run_obligations.py history` lists the runs"
+                )
             past = ledger.history(card_id)
-            terminal.render_history(console, card_id, list(zip(past, history_marks(past, None)))[-args.limit:])
+            terminal.render_history(
+                console, card_id, list(zip(past, history_marks(past, None), strict=False))[-args.limit :]
+            )
     return 0
 
 
@@ -327,8 +378,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         if ledger is not None:
             ledger.close()
-    cmp = compare(a.doc, b.doc, before_label=a.label, after_label=b.label,
-                  thresholds=comparison_thresholds(args, root), card_texts=(a.cards, b.cards))
+    cmp = compare(
+        a.doc,
+        b.doc,
+        before_label=a.label,
+        after_label=b.label,
+        thresholds=comparison_thresholds(args, root),
+        card_texts=(a.cards, b.cards),
+    )
     to_stdout = "-" in (args.json, args.markdown)
     if not to_stdout:
         render_terminal(make_console(), cmp, all_cards=args.all)
@@ -392,35 +449,58 @@ def cmd_timings(args: argparse.Namespace) -> int:
     console = make_console()
     if args.write:
         if not measured:
-            where = f"there is no ledger in {reports}" if ledger is None else \
-                f"the ledger {reports}ledger.sqlite has no verdict of any card in {_shown_dir(folder, root)}"
-            raise UsageError(f"timings --write: nothing to write, {where}; run the obligations once on this machine "
-                             f"(`run_obligations.py run`), then `run_obligations.py timings --write`")
+            where = (
+                f"there is no ledger in {reports}"
+                if ledger is None
+                else f"the ledger {reports}ledger.sqlite has no verdict of any card in {_shown_dir(folder, root)}"
+            )
+            raise UsageError(
+                f"timings --write: nothing to write, {where}; run the obligations once on this machine "
+                f"(`run_obligations.py run`), then `run_obligations.py timings --write`"
+            )
         try:
             timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
         except OSError as exc:
-            raise UsageError(f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
-                             "permissions or give another --cards DIR") from None
-        console.print(f"wrote {shown_file}: the expected seconds of {len(measured)} card(s) from {source}; commit it "
-                      "so that runs with no ledger (a fresh clone, CI) schedule by it", soft_wrap=True,
-                      markup=False, highlight=False)
+            raise UsageError(
+                f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
+                "permissions or give another --cards DIR"
+            ) from None
+        console.print(
+            f"wrote {shown_file}: the expected seconds of {len(measured)} card(s) from {source}; commit it "
+            "so that runs with no ledger (a fresh clone, CI) schedule by it",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
         missing = [c.id for c in cards if c.id not in measured]
         if missing:
-            console.print(f"left out (no ledger entry, so unknown: 1 s a process): {', '.join(missing)}",
-                          soft_wrap=True, markup=False, highlight=False)
+            console.print(
+                f"left out (no ledger entry, so unknown: 1 s a process): {', '.join(missing)}",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
+            )
         return 0
     hints = timings.read(folder, root)  # TimingsInvalid (exit 2) for a malformed file, as `run` would
-    expected, sources = timings.combine([c.id for c in cards], {cid: r.expected for cid, r in measured.items()},
-                                        hints.cards if hints is not None else {})
+    expected, sources = timings.combine(
+        [c.id for c in cards],
+        {cid: r.expected for cid, r in measured.items()},
+        hints.cards if hints is not None else {},
+    )
     timings.render(console, cards, expected, sources, shown_file)
-    lines = [f"ledger: {len(measured)} card(s) from {source} in {reports}ledger.sqlite" if measured else
-             f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"]
+    lines = [
+        f"ledger: {len(measured)} card(s) from {source} in {reports}ledger.sqlite"
+        if measured
+        else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
+    ]
     if hints is None:
         lines.append(f"{shown_file}: none (`run_obligations.py timings --write` writes it from the ledger)")
     else:
         used = sum(1 for s in sources.values() if s == timings.FILE)
-        lines.append(f"{shown_file}: recorded {hints.recorded} from {hints.source}; used for {used} card(s) "
-                     "(a ledger entry wins)")
+        lines.append(
+            f"{shown_file}: recorded {hints.recorded} from {hints.source}; used for {used} card(s) "
+            "(a ledger entry wins)"
+        )
         stale = timings.stale_entries(hints, cards)
         if stale:
             lines.append(f"{shown_file}: ignored, no such card or liar now: {', '.join(stale)}")
@@ -440,6 +520,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     card_path, witness_rel = scaffold(root, cards_dir(args, root), args.id)
     console = make_console()
     console.print(f"created {display_path(card_path, root)} and {witness_rel}")
-    console.print(f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
-                  f"(it is FAILED until the witness is written)")
+    console.print(
+        f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
+        f"(it is FAILED until the witness is written)"
+    )
     return 0

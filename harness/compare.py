@@ -30,11 +30,13 @@ A card in one run only is listed as added or removed; a removed card is not
 a regression (the card set is the author's to change), an added card that
 is not PROVEN is (rule 1 against nothing: it enters worse than PROVEN).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from harness.document import CardResult, CheckResult, LiarResult, RunDocument
 from harness.statuses import LiarStatus, Verdict
@@ -129,9 +131,15 @@ def run_ref(doc: RunDocument, label: str) -> RunRef:
     return RunRef(label, h.started, h.git.commit, str(h.summary.gate))
 
 
-def compare(before: RunDocument, after: RunDocument, *, before_label: str = "before", after_label: str = "after",
-            thresholds: Thresholds | None = None, card_texts: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})
-            ) -> Comparison:
+def compare(
+    before: RunDocument,
+    after: RunDocument,
+    *,
+    before_label: str = "before",
+    after_label: str = "after",
+    thresholds: Thresholds | None = None,
+    card_texts: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {}),
+) -> Comparison:
     """Every card of either run, in the after run's order then the removed ones, with its changes.
 
     ``card_texts``: (before, after) card id -> the card file's text as run, for the card's own diff.
@@ -140,14 +148,17 @@ def compare(before: RunDocument, after: RunDocument, *, before_label: str = "bef
     a = {c.id: c for c in before.cards}
     b = {c.id: c for c in after.cards}
     order = [c.id for c in after.cards] + [c.id for c in before.cards if c.id not in b]
-    cards = tuple(card_change(a.get(cid), b.get(cid), thresholds, card_diff(cid, a.get(cid), b.get(cid), card_texts))
-                  for cid in order)
+    cards = tuple(
+        card_change(a.get(cid), b.get(cid), thresholds, card_diff(cid, a.get(cid), b.get(cid), card_texts))
+        for cid in order
+    )
     regressions = tuple(r for c in cards for r in c.regressions)
     return Comparison(run_ref(before, before_label), run_ref(after, after_label), cards, regressions)
 
 
-def card_diff(cid: str, a: CardResult | None, b: CardResult | None,
-              texts: tuple[Mapping[str, str], Mapping[str, str]]) -> str:
+def card_diff(
+    cid: str, a: CardResult | None, b: CardResult | None, texts: tuple[Mapping[str, str], Mapping[str, str]]
+) -> str:
     """The card file's unified diff between the runs ('' when unchanged or either text is unknown)."""
     import difflib
 
@@ -156,8 +167,14 @@ def card_diff(cid: str, a: CardResult | None, b: CardResult | None,
     x, y = texts[0].get(cid), texts[1].get(cid)
     if x is None or y is None:
         return ""
-    return "".join(difflib.unified_diff(x.splitlines(keepends=True), y.splitlines(keepends=True),
-                                        f"{a.card_path} (before)", f"{b.card_path} (after)"))
+    return "".join(
+        difflib.unified_diff(
+            x.splitlines(keepends=True),
+            y.splitlines(keepends=True),
+            f"{a.card_path} (before)",
+            f"{b.card_path} (after)",
+        )
+    )
 
 
 def card_change(a: CardResult | None, b: CardResult | None, thresholds: Thresholds, diff: str = "") -> CardChange:
@@ -174,26 +191,48 @@ def card_change(a: CardResult | None, b: CardResult | None, thresholds: Threshol
         regs.append(Regression(cid, "liar", f"{cid}: liar {name} is no longer caught ({_liar(b, name)})"))
     for m in measures:
         if m.regression:
-            regs.append(Regression(cid, "measure", f"{cid}/{m.witness}: {m.key} {m.before!r} -> {m.after!r} "
-                                                  f"toward its bound ({m.op} {m.limit!r}){_used_text(m)}"))
+            regs.append(
+                Regression(
+                    cid,
+                    "measure",
+                    f"{cid}/{m.witness}: {m.key} {m.before!r} -> {m.after!r} "
+                    f"toward its bound ({m.op} {m.limit!r}){_used_text(m)}",
+                )
+            )
     files = tuple(changed_bound_files(a, b)) if a is not None and b is not None else ()
     if a is None:
         status = "added"
     elif b is None:
         status = "removed"
     else:
-        same = (va == vb and not files and a.version == b.version and a.fingerprint == b.fingerprint
-                and _liars(a) == _liars(b)
-                and all(m.change in (0, 0.0, None) and m.before == m.after for m in measures))
+        same = (
+            va == vb
+            and not files
+            and a.version == b.version
+            and a.fingerprint == b.fingerprint
+            and _liars(a) == _liars(b)
+            and all(m.change in (0, 0.0, None) and m.before == m.after for m in measures)
+        )
         status = "unchanged" if same else "changed"
     return CardChange(
-        id=cid, status=status, title=(b or a).title,  # type: ignore[union-attr]
-        verdict_before=str(va) if va is not None else None, verdict_after=str(vb) if vb is not None else None,
-        version_before=a.version if a else None, version_after=b.version if b else None,
-        liars_before=_liars(a), liars_after=_liars(b), newly_surviving=newly,
-        duration_before=_duration(a), duration_after=_duration(b),
-        changed_files=files, measures=measures, regressions=tuple(regs),
-        replayed_after=bool(b is not None and b.replayed_from is not None), card_diff=diff)
+        id=cid,
+        status=status,
+        title=(b or a).title,  # type: ignore[union-attr]
+        verdict_before=str(va) if va is not None else None,
+        verdict_after=str(vb) if vb is not None else None,
+        version_before=a.version if a else None,
+        version_after=b.version if b else None,
+        liars_before=_liars(a),
+        liars_after=_liars(b),
+        newly_surviving=newly,
+        duration_before=_duration(a),
+        duration_after=_duration(b),
+        changed_files=files,
+        measures=measures,
+        regressions=tuple(regs),
+        replayed_after=bool(b is not None and b.replayed_from is not None),
+        card_diff=diff,
+    )
 
 
 def _rank(v: str) -> int:
@@ -260,7 +299,9 @@ def _number(v: Any) -> float | None:
     return float(v)
 
 
-def measure_changes(card_id: str, a: CardResult | None, b: CardResult, thresholds: Thresholds) -> Iterable[MeasureChange]:
+def measure_changes(
+    card_id: str, a: CardResult | None, b: CardResult, thresholds: Thresholds
+) -> Iterable[MeasureChange]:
     """One entry per bound checked in ``b``, matched with the same witness, key and node in ``a``."""
     before = _checks(a)
     for (wid, key, node), chk in _checks(b).items():
@@ -285,8 +326,20 @@ def measure_changes(card_id: str, a: CardResult | None, b: CardResult, threshold
         if threshold is None and exact:
             threshold = 0.0
         regression = bool(toward and threshold is not None and used is not None and used > threshold)
-        yield MeasureChange(wid, key, node, chk.op, chk.limit, old.actual if old is not None else None, chk.actual,
-                            change, toward, used, threshold, regression)
+        yield MeasureChange(
+            wid,
+            key,
+            node,
+            chk.op,
+            chk.limit,
+            old.actual if old is not None else None,
+            chk.actual,
+            change,
+            toward,
+            used,
+            threshold,
+            regression,
+        )
 
 
 def _used_text(m: MeasureChange) -> str:

@@ -14,10 +14,12 @@ by node id (:attr:`WitnessResult.evidence_per_node`). Documents written
 before those fields existed (schema version 1, ledgers of earlier runs) get
 them derived once, in :func:`_upgrade_card`, when they are read.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import cattrs
 
@@ -213,7 +215,7 @@ class CardResult:
         return _CONVERTER.unstructure(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "CardResult":
+    def from_json(cls, data: Mapping[str, Any]) -> CardResult:
         return _CONVERTER.structure(_upgrade_card(data), cls)
 
 
@@ -327,11 +329,12 @@ class RunDocument:
         return _CONVERTER.unstructure(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunDocument":
+    def from_json(cls, data: Mapping[str, Any]) -> RunDocument:
         data = dict(data)
         data["cards"] = [_upgrade_card(c) for c in data.get("cards", [])]
-        data.setdefault("timing", {"wall_s": None, "jobs": None, "process_s": 0.0, "processes": 0, "replayed": 0,
-                                   "cards": []})  # documents of the first kvproof versions had no timing
+        data.setdefault(
+            "timing", {"wall_s": None, "jobs": None, "process_s": 0.0, "processes": 0, "replayed": 0, "cards": []}
+        )  # documents of the first kvproof versions had no timing
         return _CONVERTER.structure(data, cls)
 
 
@@ -364,8 +367,9 @@ def _upgrade_card(data: Mapping[str, Any]) -> dict[str, Any]:
     card["counts"] = counts
     card["witnesses"] = [_upgrade_witness(w) for w in card.get("witnesses", [])]
     card["controls"] = [_upgrade_witness(w) for w in card.get("controls", [])]
-    card["liars"] = [{**entry, "witnesses": [_upgrade_witness(w) for w in entry.get("witnesses", [])]}
-                     for entry in liars]
+    card["liars"] = [
+        {**entry, "witnesses": [_upgrade_witness(w) for w in entry.get("witnesses", [])]} for entry in liars
+    ]
     return card
 
 

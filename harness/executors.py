@@ -22,6 +22,7 @@ how many jobs may run at once; :meth:`~Executor.start` hands it a job,
 cancels every running job (Ctrl-C). Everything is called from one thread,
 the one Ctrl-C arrives on.
 """
+
 from __future__ import annotations
 
 import queue
@@ -52,8 +53,9 @@ class ExecutorSpec:
         if self.kind not in EXECUTORS:
             raise UsageError(f"--executor={self.kind!r} is not an executor: use one of {', '.join(EXECUTORS)}")
         if self.kind == LOCAL and self.address:
-            raise UsageError(f"--ray-address={self.address!r} needs --executor ray (the local executor runs "
-                             "on this machine only)")
+            raise UsageError(
+                f"--ray-address={self.address!r} needs --executor ray (the local executor runs on this machine only)"
+            )
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class Executor(Protocol):
     name: str
     capacity: int
 
-    def __enter__(self) -> "Executor": ...
+    def __enter__(self) -> Executor: ...
     def __exit__(self, *exc: object) -> None: ...
     def start(self, item: Any, job: Job, folder: Path) -> None: ...
     def events(self) -> list[Started | Finished]: ...
@@ -114,7 +116,7 @@ class LocalExecutor:
         self.base: Path | None = None
         self.launcher = None
 
-    def __enter__(self) -> "LocalExecutor":
+    def __enter__(self) -> LocalExecutor:
         launcher_name(self.cfg)  # a bad KVPROOF_LAUNCHER is a UsageError before anything starts
         procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
         self.base = procs.owned_tempdir()
@@ -142,8 +144,9 @@ class LocalExecutor:
 
     def start(self, item: Any, job: Job, folder: Path) -> None:
         assert self.base is not None, "use the executor as a context manager"
-        thread = threading.Thread(target=self._work, args=(item, job, self.base / folder),
-                                  name=f"kvproof-{job.label}", daemon=True)
+        thread = threading.Thread(
+            target=self._work, args=(item, job, self.base / folder), name=f"kvproof-{job.label}", daemon=True
+        )
         self._serial += 1
         self._running[self._serial] = (item, job, thread, self.base / folder)
         thread.start()
@@ -180,7 +183,7 @@ class LocalExecutor:
             thread.join()
 
 
-def make(spec: "ExecutorSpec | Executor | None", cfg: RunConfig, jobs: int) -> Executor:
+def make(spec: ExecutorSpec | Executor | None, cfg: RunConfig, jobs: int) -> Executor:
     """The executor ``spec`` names, not yet entered (UsageError when it cannot be had, e.g. ray missing);
     an executor given instead of a spec is returned as it is."""
     if spec is not None and not isinstance(spec, ExecutorSpec):

@@ -3,6 +3,7 @@
 impl keeps its own ``impl.model.weights.sha256_file``: impl is the project
 under proof and never imports the harness.
 """
+
 from __future__ import annotations
 
 import hashlib

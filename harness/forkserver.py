@@ -71,6 +71,7 @@ says so once, kills the jobs that were running (each is its session's
 leader: checked through ``/proc`` before the kill), runs them again and
 every later job as plain subprocesses (:class:`Launcher`).
 """
+
 from __future__ import annotations
 
 import gc
@@ -82,8 +83,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from harness import procs
 
@@ -122,9 +124,11 @@ def choose(value: str | None = None) -> str:
     from harness.errors import UsageError  # NOTE: here, not at the top: the zygote imports this module
 
     source = "launcher" if value is not None else LAUNCHER_ENV
-    raise UsageError(f"{source}={raw!r} is not a launcher: witness processes start from the fork server "
-                     f"({FORKSERVER!r}, the default on Linux) or as plain subprocesses ({SUBPROCESS!r}); "
-                     f"set {LAUNCHER_ENV}={SUBPROCESS} to force plain subprocesses, or unset it")
+    raise UsageError(
+        f"{source}={raw!r} is not a launcher: witness processes start from the fork server "
+        f"({FORKSERVER!r}, the default on Linux) or as plain subprocesses ({SUBPROCESS!r}); "
+        f"set {LAUNCHER_ENV}={SUBPROCESS} to force plain subprocesses, or unset it"
+    )
 
 
 # ---------------------------------------------------------------- runner side
@@ -142,7 +146,7 @@ class ForkChild:
     means nothing (:func:`harness.run.execute` runs the job again).
     """
 
-    def __init__(self, server: "ForkServer", job_id: int, args: Sequence[str]) -> None:
+    def __init__(self, server: ForkServer, job_id: int, args: Sequence[str]) -> None:
         self.server, self.id, self.args = server, job_id, list(args)
         self.pid = 0
         self.returncode: int | None = None
@@ -161,7 +165,10 @@ class ForkChild:
         return self.returncode
 
     def kill_tree(self) -> None:
-        """SIGKILL the child, its process group and its descendants (done by the zygote while the pid is the child's)."""
+        """SIGKILL the child, its process group and its descendants.
+
+        Done by the zygote while the pid is the child's.
+        """
         self.server.kill(self)
 
     def _end(self, code: int, lost: bool = False) -> None:
@@ -198,8 +205,15 @@ class ForkServer:
     zygote goes away before :meth:`close`.
     """
 
-    def __init__(self, python: str, env: Mapping[str, str], cwd: Path, log: Path, ready_timeout: float,
-                 on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        python: str,
+        env: Mapping[str, str],
+        cwd: Path,
+        log: Path,
+        ready_timeout: float,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
         self.env = dict(env)
         self.log = log
         self.on_lost = on_lost
@@ -218,17 +232,28 @@ class ForkServer:
         watchdog = procs.watchdog_fd()
         zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
         # the run's bytecode settings are applied after the zygote imported the installed libraries (preload)
-        zenv[BYTECODE_ENV] = json.dumps({"prefix": zenv.pop("PYTHONPYCACHEPREFIX", None) or None,
-                                         "dont_write": bool(zenv.get("PYTHONDONTWRITEBYTECODE"))})
+        zenv[BYTECODE_ENV] = json.dumps(
+            {
+                "prefix": zenv.pop("PYTHONPYCACHEPREFIX", None) or None,
+                "dont_write": bool(zenv.get("PYTHONDONTWRITEBYTECODE")),
+            }
+        )
         zenv["PYTHONDONTWRITEBYTECODE"] = "1"  # until then: harness.forkserver itself is not cached in the tree
         try:
             with open(log, "wb") as logf:
                 # NOTE: the log path is on the command line, so ps (and the orphan tests) see which run the
                 # zygote and every child it forks belong to; a session of its own keeps Ctrl-C away from it
                 room = "-" * TITLE_ROOM  # overwritten at once: see set_title
-                self.proc = subprocess.Popen([python, "-m", "harness.forkserver", str(log), room], cwd=cwd, env=zenv,
-                                             stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                             start_new_session=True, pass_fds=(watchdog, theirs.fileno()))
+                self.proc = subprocess.Popen(
+                    [python, "-m", "harness.forkserver", str(log), room],
+                    cwd=cwd,
+                    env=zenv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(watchdog, theirs.fileno()),
+                )
         except OSError as exc:
             ours.close()
             raise Unavailable(f"the fork server could not start: {exc}") from None
@@ -264,8 +289,9 @@ class ForkServer:
             child = ForkChild(self, self._serial, args)
             self._children[child.id] = child
         try:
-            self._send({"op": "spawn", "id": child.id, "argv": list(args), "env": dict(env), "cwd": str(cwd),
-                        "log": str(log)})
+            self._send(
+                {"op": "spawn", "id": child.id, "argv": list(args), "env": dict(env), "cwd": str(cwd), "log": str(log)}
+            )
         except OSError as exc:
             self._gone(f"the fork server's socket failed: {exc}")
         child._started.wait()
@@ -420,8 +446,15 @@ class Launcher:
 
     name = FORKSERVER
 
-    def __init__(self, python: str, env: Mapping[str, str], cwd: Path, log: Path, ready_timeout: float,
-                 say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        python: str,
+        env: Mapping[str, str],
+        cwd: Path,
+        log: Path,
+        ready_timeout: float,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.python, self.env, self.cwd, self.log, self.ready_timeout = python, dict(env), cwd, log, ready_timeout
         self.say = say if say is not None else _say
         self.server: ForkServer | None = None
@@ -440,8 +473,9 @@ class Launcher:
                 return None
             if self.server is None:
                 try:
-                    self.server = ForkServer(self.python, self.env, self.cwd, self.log, self.ready_timeout,
-                                             on_lost=self._fail)
+                    self.server = ForkServer(
+                        self.python, self.env, self.cwd, self.log, self.ready_timeout, on_lost=self._fail
+                    )
                 except Unavailable as exc:
                     self.failed = str(exc)
                     self.say(f"kvproof: {exc}; witness processes start as plain subprocesses")
@@ -477,9 +511,15 @@ def _installed(module: str) -> bool:
     import site
     import sysconfig
 
-    libs = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(),
-                                        *(sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")))
-            if p}
+    libs = {
+        Path(p).resolve()
+        for p in (
+            *site.getsitepackages(),
+            site.getusersitepackages(),
+            *(sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")),
+        )
+        if p
+    }
     try:
         spec = importlib.util.find_spec(module.partition(".")[0])
     except (ImportError, ValueError):
@@ -562,8 +602,15 @@ JUDGE = ("yaml", "harness.plugin")
 # Libraries the code under test imports (impl reads the GGUF with gguf, its tokenizer is tokenizers'), and
 # modules pytest imports late, preloaded for their bytecode and import time; importing them runs no code of
 # the project and starts no thread (tests/test_forkserver.py: the zygote stays single-threaded).
-THIRD_PARTY = ("yaml", "gguf", "gguf.quants", "tokenizers", "hypothesis.stateful", "hypothesis.extra.numpy",
-               "_pytest._argcomplete")
+THIRD_PARTY = (
+    "yaml",
+    "gguf",
+    "gguf.quants",
+    "tokenizers",
+    "hypothesis.stateful",
+    "hypothesis.extra.numpy",
+    "_pytest._argcomplete",
+)
 
 
 class _Zygote:
@@ -675,7 +722,7 @@ class _Zygote:
             try:
                 with open(f"/proc/{pid}/stat", "rb") as fh:
                     stat = fh.read().decode("ascii", "replace")
-                ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
             if ppid == me and pid not in self.children:
@@ -697,7 +744,7 @@ def set_title(argv: Sequence[str]) -> bool:
 
         with open("/proc/self/stat", "rb") as fh:
             stat = fh.read()
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48 and 49 of stat)
         with open("/proc/self/cmdline", "rb") as fh:
             if len(fh.read()) != end - start:
@@ -771,8 +818,11 @@ def serve_main(argv: Sequence[str]) -> int:
     try:
         sock_fd = int(os.environ.pop(SOCKET_ENV))
     except (KeyError, ValueError):
-        print(f"harness.forkserver: {SOCKET_ENV} names no socket: this module is started by the runner "
-              "(harness.run), not by hand", file=sys.stderr)
+        print(
+            f"harness.forkserver: {SOCKET_ENV} names no socket: this module is started by the runner "
+            "(harness.run), not by hand",
+            file=sys.stderr,
+        )
         return 2
     watchdog_raw = os.environ.pop(procs.WATCHDOG_ENV, None)
     watchdog = int(watchdog_raw) if watchdog_raw and watchdog_raw.isdigit() else None

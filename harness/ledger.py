@@ -34,18 +34,20 @@ it is rolled back by SQLite's journal. Readers never see half a run.
 Raises :class:`LedgerError` (also an ``OSError``) when the file cannot be
 opened or was written by a newer kvproof.
 """
+
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
+from harness.document import CardResult, MutationResult, RunDocument
 from harness.errors import LedgerError
 from harness.files import json_safe
-from harness.document import CardResult, MutationResult, RunDocument
 from harness.statuses import Verdict
 
 SCHEMA_VERSION = 3
@@ -63,7 +65,9 @@ def _script(conn: sqlite3.Connection, sql: str) -> None:
 
 
 def _v1(conn: sqlite3.Connection) -> None:
-    _script(conn, """
+    _script(
+        conn,
+        """
         CREATE TABLE runs (
             run_id      INTEGER PRIMARY KEY,
             started     TEXT NOT NULL,      -- UTC ISO 8601 with Z
@@ -113,7 +117,8 @@ def _v1(conn: sqlite3.Connection) -> None:
             value_json TEXT NOT NULL
         );
         CREATE INDEX evidence_by_card ON evidence (card_id, witness_id, key);
-    """)
+    """,
+    )
 
 
 def _v2(conn: sqlite3.Connection) -> None:
@@ -123,7 +128,9 @@ def _v2(conn: sqlite3.Connection) -> None:
 
 def _v3(conn: sqlite3.Connection) -> None:
     # one row per card per run that *measured* its mutation score (mutate); the mutants are in entry_json
-    _script(conn, """
+    _script(
+        conn,
+        """
         CREATE TABLE mutation (
             run_id       INTEGER NOT NULL REFERENCES runs(run_id),
             card_id      TEXT NOT NULL,
@@ -137,7 +144,8 @@ def _v3(conn: sqlite3.Connection) -> None:
             PRIMARY KEY (run_id, card_id)
         );
         CREATE INDEX mutation_by_card ON mutation (card_id, run_id);
-    """)
+    """,
+    )
 
 
 # Index i migrates a ledger from version i to i + 1. Append, never edit.
@@ -169,7 +177,7 @@ class PastVerdict:
         """The run whose witnesses actually produced this verdict."""
         return self.replay_of if self.replay_of is not None else self.run_id
 
-    def entry(self, ledger: "Ledger") -> CardResult:
+    def entry(self, ledger: Ledger) -> CardResult:
         return ledger.entry(self.run_id, self.card_id)
 
 
@@ -200,7 +208,7 @@ class Ledger:
         except sqlite3.Error as exc:
             raise LedgerError(f"ledger {self.path}: {exc}; move the file aside to start a new one") from None
 
-    def __enter__(self) -> "Ledger":
+    def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -216,8 +224,10 @@ class Ledger:
     def _migrate(self) -> None:
         version = self.version
         if version > SCHEMA_VERSION:
-            raise LedgerError(f"ledger {self.path} has schema version {version}, newer than this kvproof "
-                              f"understands ({SCHEMA_VERSION}); update kvproof or use another --reports folder")
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}, newer than this kvproof "
+                f"understands ({SCHEMA_VERSION}); update kvproof or use another --reports folder"
+            )
         if version == SCHEMA_VERSION:
             return
         with self.transaction():
@@ -238,8 +248,9 @@ class Ledger:
 
     # ------------------------------------------------------------ writing
 
-    def record(self, doc: RunDocument, report_dir: str | None = None,
-               before_commit: Callable[[], None] | None = None) -> int:
+    def record(
+        self, doc: RunDocument, report_dir: str | None = None, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """Write one run in one transaction; returns its run_id.
 
         ``before_commit`` runs inside the transaction after every row is
@@ -251,25 +262,63 @@ class Ledger:
             cur = c.execute(
                 "INSERT INTO runs (started, finished, duration_s, git_commit, git_dirty, host, profile, seed, "
                 "liars, command, gate, report_dir, header_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (head.started, head.finished, head.duration_s, head.git.commit,
-                 None if head.git.dirty is None else int(head.git.dirty), head.host.name, head.profile, head.seed,
-                 int(head.liars), head.command, head.summary.gate, report_dir, _dumps(doc.to_json()["header"])))
+                (
+                    head.started,
+                    head.finished,
+                    head.duration_s,
+                    head.git.commit,
+                    None if head.git.dirty is None else int(head.git.dirty),
+                    head.host.name,
+                    head.profile,
+                    head.seed,
+                    int(head.liars),
+                    head.command,
+                    head.summary.gate,
+                    report_dir,
+                    _dumps(doc.to_json()["header"]),
+                ),
+            )
             run_id = int(cur.lastrowid)
             for card in doc.cards:
                 replay_of = card.replayed_from.run_id if card.replayed_from else None
-                c.execute("INSERT INTO verdicts (run_id, card_id, verdict, reason, headline, duration_s, fingerprint, "
-                          "bound_digest, entry_json, replay_of) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                          (run_id, card.id, card.verdict, card.reason, card.headline.text if card.headline else None,
-                           card.duration_s, card.fingerprint, card.bound_digest, _dumps(card.to_json()), replay_of))
-                c.executemany("INSERT OR IGNORE INTO bound_files VALUES (?,?,?,?,?)",
-                              [(run_id, card.id, b.path, b.role, b.sha256) for b in card.bound_files])
+                c.execute(
+                    "INSERT INTO verdicts (run_id, card_id, verdict, reason, headline, duration_s, fingerprint, "
+                    "bound_digest, entry_json, replay_of) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        run_id,
+                        card.id,
+                        card.verdict,
+                        card.reason,
+                        card.headline.text if card.headline else None,
+                        card.duration_s,
+                        card.fingerprint,
+                        card.bound_digest,
+                        _dumps(card.to_json()),
+                        replay_of,
+                    ),
+                )
+                c.executemany(
+                    "INSERT OR IGNORE INTO bound_files VALUES (?,?,?,?,?)",
+                    [(run_id, card.id, b.path, b.role, b.sha256) for b in card.bound_files],
+                )
                 if replay_of is None:  # a replay's evidence is the original run's rows
                     c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
                 m = card.mutation
                 if m is not None and m.measured_run is None and not m.partial:  # measured here, in full
-                    c.execute("INSERT INTO mutation VALUES (?,?,?,?,?,?,?,?,?)",
-                              (run_id, card.id, m.bound_digest, m.score, m.killed, m.survived, m.timeout,
-                               m.equivalent, m.error))
+                    c.execute(
+                        "INSERT INTO mutation VALUES (?,?,?,?,?,?,?,?,?)",
+                        (
+                            run_id,
+                            card.id,
+                            m.bound_digest,
+                            m.score,
+                            m.killed,
+                            m.survived,
+                            m.timeout,
+                            m.equivalent,
+                            m.error,
+                        ),
+                    )
             if before_commit is not None:
                 before_commit()
         return run_id
@@ -278,12 +327,24 @@ class Ledger:
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first: run_id, started, git_commit, git_dirty, profile, seed, gate, report_dir, cards."""
-        sql = ("SELECT r.run_id, r.started, r.git_commit, r.git_dirty, r.profile, r.seed, r.gate, r.report_dir, "
-               "r.duration_s, (SELECT COUNT(*) FROM verdicts v WHERE v.run_id = r.run_id) "
-               "FROM runs r ORDER BY r.started DESC, r.run_id DESC" + (" LIMIT ?" if limit else ""))
-        keys = ("run_id", "started", "git_commit", "git_dirty", "profile", "seed", "gate", "report_dir",
-                "duration_s", "cards")
-        return [dict(zip(keys, row)) for row in self.conn.execute(sql, (limit,) if limit else ())]
+        sql = (
+            "SELECT r.run_id, r.started, r.git_commit, r.git_dirty, r.profile, r.seed, r.gate, r.report_dir, "
+            "r.duration_s, (SELECT COUNT(*) FROM verdicts v WHERE v.run_id = r.run_id) "
+            "FROM runs r ORDER BY r.started DESC, r.run_id DESC" + (" LIMIT ?" if limit else "")
+        )
+        keys = (
+            "run_id",
+            "started",
+            "git_commit",
+            "git_dirty",
+            "profile",
+            "seed",
+            "gate",
+            "report_dir",
+            "duration_s",
+            "cards",
+        )
+        return [dict(zip(keys, row, strict=True)) for row in self.conn.execute(sql, (limit,) if limit else ())]
 
     def history(self, card_id: str, limit: int | None = None) -> list[PastVerdict]:
         """Past verdicts of one card, oldest first by start time (the newest ``limit`` when given)."""
@@ -296,28 +357,36 @@ class Ledger:
 
     def last(self, card_id: str) -> PastVerdict | None:
         """The card's most recent verdict, or None when it never ran."""
-        row = self.conn.execute(f"{_PAST} WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT 1",
-                                (card_id,)).fetchone()
+        row = self.conn.execute(
+            f"{_PAST} WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT 1", (card_id,)
+        ).fetchone()
         return _past(row) if row else None
 
-    def last_matching(self, card_id: str, digest: str, verdict: str = Verdict.PROVEN,
-                      profile: str | None = None) -> PastVerdict | None:
+    def last_matching(
+        self, card_id: str, digest: str, verdict: str = Verdict.PROVEN, profile: str | None = None
+    ) -> PastVerdict | None:
         """The newest original ``verdict`` of the card whose bound files had exactly the digest ``digest``.
 
         Replays are never returned (their ``replay_of`` names the original,
         which is); with ``profile`` only runs of that Hypothesis profile
         count. This is the replay query of ``--changed``: one indexed lookup.
         """
-        sql = (f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? AND v.replay_of IS NULL"
-               + (" AND r.profile = ?" if profile is not None else "") + " ORDER BY r.started DESC, v.run_id DESC LIMIT 1")
+        sql = (
+            f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? AND v.replay_of IS NULL"
+            + (" AND r.profile = ?" if profile is not None else "")
+            + " ORDER BY r.started DESC, v.run_id DESC LIMIT 1"
+        )
         args = (card_id, digest, verdict) + ((profile,) if profile is not None else ())
         row = self.conn.execute(sql, args).fetchone()
         return _past(row) if row else None
 
     def last_mutation(self, card_id: str, digest: str | None = None) -> tuple[int, str, MutationResult] | None:
         """(run_id, started, result) of the card's newest measured mutation score (with ``digest``: on those bytes)."""
-        sql = ("SELECT m.run_id, r.started FROM mutation m JOIN runs r ON r.run_id = m.run_id WHERE m.card_id = ?"
-               + (" AND m.bound_digest = ?" if digest is not None else "") + " ORDER BY m.run_id DESC LIMIT 1")
+        sql = (
+            "SELECT m.run_id, r.started FROM mutation m JOIN runs r ON r.run_id = m.run_id WHERE m.card_id = ?"
+            + (" AND m.bound_digest = ?" if digest is not None else "")
+            + " ORDER BY m.run_id DESC LIMIT 1"
+        )
         row = self.conn.execute(sql, (card_id,) + ((digest,) if digest is not None else ())).fetchone()
         if row is None:
             return None
@@ -326,19 +395,25 @@ class Ledger:
 
     def mutation_scores(self, card_id: str, limit: int = 20) -> list[tuple[int, str, float | None]]:
         """(run_id, started, score) of the card's measured mutation scores, oldest first (the newest ``limit``)."""
-        rows = self.conn.execute("SELECT m.run_id, r.started, m.score FROM mutation m JOIN runs r ON r.run_id = m.run_id "
-                                 "WHERE m.card_id = ? ORDER BY m.run_id DESC LIMIT ?", (card_id, limit)).fetchall()
+        rows = self.conn.execute(
+            "SELECT m.run_id, r.started, m.score FROM mutation m JOIN runs r ON r.run_id = m.run_id "
+            "WHERE m.card_id = ? ORDER BY m.run_id DESC LIMIT ?",
+            (card_id, limit),
+        ).fetchall()
         return list(reversed(rows))
 
     def bound_files(self, run_id: int, card_id: str) -> list[dict[str, Any]]:
-        rows = self.conn.execute("SELECT path, role, sha256 FROM bound_files WHERE run_id = ? AND card_id = ? "
-                                 "ORDER BY rowid", (run_id, card_id))
+        rows = self.conn.execute(
+            "SELECT path, role, sha256 FROM bound_files WHERE run_id = ? AND card_id = ? ORDER BY rowid",
+            (run_id, card_id),
+        )
         return [{"path": p, "role": r, "sha256": s} for p, r, s in rows]
 
     def entry(self, run_id: int, card_id: str) -> CardResult:
         """The card's whole result in that run (entries of older kvproof versions are upgraded as read)."""
-        row = self.conn.execute("SELECT entry_json FROM verdicts WHERE run_id = ? AND card_id = ?",
-                                (run_id, card_id)).fetchone()
+        row = self.conn.execute(
+            "SELECT entry_json FROM verdicts WHERE run_id = ? AND card_id = ?", (run_id, card_id)
+        ).fetchone()
         if row is None:
             raise LedgerError(f"no verdict for card_id={card_id!r} in run_id={run_id}")
         return CardResult.from_json(json.loads(row[0]))
@@ -350,9 +425,20 @@ class Ledger:
             "SELECT r.started, v.duration_s, v.replay_of, json_extract(v.entry_json, '$.headline.key'), "
             "json_extract(v.entry_json, '$.headline.value'), json_extract(v.entry_json, '$.headline.op'), "
             "json_extract(v.entry_json, '$.headline.limit') FROM verdicts v JOIN runs r ON r.run_id = v.run_id "
-            "WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT ?", (card_id, limit)).fetchall()
-        return [{"started": st, "duration_s": None if rep is not None else dur, "key": key, "value": val, "op": op,
-                 "limit": lim} for st, dur, rep, key, val, op, lim in reversed(rows)]
+            "WHERE v.card_id = ? ORDER BY r.started DESC, v.run_id DESC LIMIT ?",
+            (card_id, limit),
+        ).fetchall()
+        return [
+            {
+                "started": st,
+                "duration_s": None if rep is not None else dur,
+                "key": key,
+                "value": val,
+                "op": op,
+                "limit": lim,
+            }
+            for st, dur, rep, key, val, op, lim in reversed(rows)
+        ]
 
     def run_count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])

@@ -29,6 +29,7 @@ original with ``from x import f`` earlier; :func:`apply` therefore also
 rebinds every already-imported module of the target's top-level package
 whose attribute *is* the original object.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,9 +38,9 @@ import importlib.util
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from harness.errors import LiarError
 
@@ -112,8 +113,10 @@ class LiarProblem:
         return f"{where}: {what}{self.message}"
 
 
-_TARGET_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
-                        r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_TARGET_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -141,8 +144,9 @@ def scan(root: Path) -> tuple[dict[str, LiarSite], list[LiarProblem]]:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except (SyntaxError, OSError, UnicodeDecodeError) as exc:
-            problems.append(LiarProblem(shown, getattr(exc, "lineno", 0) or 0, "", "",
-                                        f"cannot parse liar module: {exc}"))
+            problems.append(
+                LiarProblem(shown, getattr(exc, "lineno", 0) or 0, "", "", f"cannot parse liar module: {exc}")
+            )
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
@@ -154,23 +158,36 @@ def scan(root: Path) -> tuple[dict[str, LiarSite], list[LiarProblem]]:
             kw = {k.arg: k.value for k in node.keywords}
             name, target = _literal(node.args[0]), _literal(kw.get("target"))
             if name is None or target is None:
-                problems.append(LiarProblem(shown, node.lineno, "", "",
-                                            "liar(...) needs a literal name and target='module:Name'"))
+                problems.append(
+                    LiarProblem(shown, node.lineno, "", "", "liar(...) needs a literal name and target='module:Name'")
+                )
                 continue
             if not _TARGET_RE.match(target):
-                problems.append(LiarProblem(
-                    shown, node.lineno, "target", repr(target),
-                    "expected 'package.module:Name' or 'package.module:Class.method' (dotted names only, "
-                    "resolved inside the project), e.g. 'impl.kv:KVCache.evict'"))
+                problems.append(
+                    LiarProblem(
+                        shown,
+                        node.lineno,
+                        "target",
+                        repr(target),
+                        "expected 'package.module:Name' or 'package.module:Class.method' (dotted names only, "
+                        "resolved inside the project), e.g. 'impl.kv:KVCache.evict'",
+                    )
+                )
                 continue
             if name in sites or name in duplicated:
                 first = sites.pop(name, None)
                 duplicated.add(name)
                 where = f" (first at {_shown(first.path, root)}:{first.line})" if first else ""
-                problems.append(LiarProblem(
-                    shown, node.lineno, "name", repr(name),
-                    f"liar name registered more than once{where}; a run could not tell which one a card means: "
-                    "rename one of them"))
+                problems.append(
+                    LiarProblem(
+                        shown,
+                        node.lineno,
+                        "name",
+                        repr(name),
+                        f"liar name registered more than once{where}; a run could not tell which one a card means: "
+                        "rename one of them",
+                    )
+                )
                 continue
             sites[name] = LiarSite(name, target, path.resolve(), node.lineno, _literal(kw.get("why")) or "")
     return sites, problems
@@ -220,8 +237,7 @@ def _load(name: str, site: LiarSite) -> Liar:
         except LiarError:
             raise
         except Exception as exc:  # the liar module itself is broken
-            raise LiarError(f"liar={name!r}: importing {site.path} raised "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise LiarError(f"liar={name!r}: importing {site.path} raised {type(exc).__name__}: {exc}") from exc
     if name not in _REGISTRY:
         raise LiarError(f"liar={name!r}: {site.path} did not register it when imported")
     return _REGISTRY[name]
@@ -244,8 +260,9 @@ def _resolve(name: str, target: str) -> _Target:
     try:
         owner: object = importlib.import_module(module_name)
     except Exception as exc:
-        raise LiarError(f"liar={name!r}: target module {module_name!r} cannot be imported: "
-                        f"{type(exc).__name__}: {exc}") from exc
+        raise LiarError(
+            f"liar={name!r}: target module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
     *path, attr = qual.split(".")
     for part in path:
         if not hasattr(owner, part):

@@ -33,6 +33,7 @@ Which functions a card's mutants come from is :func:`claimed`: every
 function or method its refs name (a class ref: all its methods) and every
 function in a file it lists under an explicit ``covers:``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,24 +42,52 @@ import difflib
 import hashlib
 import random
 import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from harness.errors import LiarError
 
-OPERATORS = ("arith", "compare", "boolop", "unary", "bool", "const+1", "const-1", "loopctl", "noloop", "minmax",
-             "drop")
+OPERATORS = ("arith", "compare", "boolop", "unary", "bool", "const+1", "const-1", "loopctl", "noloop", "minmax", "drop")
 
-_ARITH: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-                            ast.FloorDiv: ast.Div, ast.Mod: ast.Div, ast.Pow: ast.Mult, ast.LShift: ast.RShift,
-                            ast.RShift: ast.LShift, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
-                            ast.BitXor: ast.BitAnd}
-_COMPARE: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-                              ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
-                              ast.NotIn: ast.In}
-_MINMAX = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum", "argmin": "argmax",
-           "argmax": "argmin", "amin": "amax", "amax": "amin", "nanmin": "nanmax", "nanmax": "nanmin"}
+_ARITH: dict[type, type] = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.Div,
+    ast.Pow: ast.Mult,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.BitXor: ast.BitAnd,
+}
+_COMPARE: dict[type, type] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+_MINMAX = {
+    "min": "max",
+    "max": "min",
+    "minimum": "maximum",
+    "maximum": "minimum",
+    "argmin": "argmax",
+    "argmax": "argmin",
+    "amin": "amax",
+    "amax": "amin",
+    "nanmin": "nanmax",
+    "nanmax": "nanmin",
+}
 _DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.Assert, ast.Delete)
 _KEY = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+):(?P<col>\d+):(?P<op>[a-z]+(?:[+-]1|\.\d+)?)(?:#(?P<nth>\d+))?$")
 
@@ -95,9 +124,11 @@ class Mutant:
     @property
     def change(self) -> str:
         """One line: ``before -> after`` (long texts clipped)."""
+
         def clip(s: str) -> str:
             s = " ".join(s.split())
             return s if len(s) <= 60 else s[:57] + "..."
+
         return f"{clip(self.before)} -> {clip(self.after)}"
 
 
@@ -118,6 +149,7 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.Asy
 
     Functions defined inside a function are part of it, not listed apart.
     """
+
     def walk(body: list[ast.stmt], prefix: str) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -126,13 +158,15 @@ def functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.Asy
                 yield from walk(node.body, prefix + node.name + ".")
             elif isinstance(node, (ast.If, ast.Try)):
                 yield from walk(node.body, prefix)
+
     yield from walk(tree.body, "")
 
 
 def _skipped(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
     """ids of nodes never mutated: decorators, annotations, defaults, docstring, f-strings, raise arguments."""
-    skip: list[ast.AST] = list(fn.decorator_list) + list(fn.args.defaults) + \
-        [d for d in fn.args.kw_defaults if d is not None]
+    skip: list[ast.AST] = (
+        list(fn.decorator_list) + list(fn.args.defaults) + [d for d in fn.args.kw_defaults if d is not None]
+    )
     if fn.returns is not None:
         skip.append(fn.returns)
     for node in ast.walk(fn):
@@ -151,8 +185,12 @@ def _skipped(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
                     skip += list(node.args.defaults)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 skip.append(body[0])
     return {id(n) for s in skip for n in ast.walk(s)}
 
@@ -169,8 +207,14 @@ def _candidates(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], ast.AS
     elif isinstance(node, ast.Compare):
         for i, op in enumerate(node.ops):
             if type(op) in _COMPARE:
-                yield ("compare" if i == 0 else f"compare.{i}"), (lambda n, i=i: _with(
-                    n, ops=[(_COMPARE[type(o)]() if j == i else o) for j, o in enumerate(n.ops)]))
+                yield (
+                    ("compare" if i == 0 else f"compare.{i}"),
+                    (
+                        lambda n, i=i: _with(
+                            n, ops=[(_COMPARE[type(o)]() if j == i else o) for j, o in enumerate(n.ops)]
+                        )
+                    ),
+                )
     elif isinstance(node, ast.BoolOp):
         yield "boolop", lambda n: _with(n, op=ast.Or() if isinstance(n.op, ast.And) else ast.And())
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.Invert, ast.USub)):
@@ -179,8 +223,10 @@ def _candidates(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], ast.AS
         yield "bool", lambda n: ast.Constant(not n.value)
     elif isinstance(node, ast.Constant) and isinstance(node.value, int):
         yield "const+1", lambda n: ast.Constant(n.value + 1)
-        yield "const-1", lambda n: ast.Constant(n.value - 1) if n.value >= 1 else \
-            ast.UnaryOp(ast.USub(), ast.Constant(1 - n.value))  # -1 is written (and parsed) as -(1)
+        yield (
+            "const-1",
+            lambda n: ast.Constant(n.value - 1) if n.value >= 1 else ast.UnaryOp(ast.USub(), ast.Constant(1 - n.value)),
+        )  # -1 is written (and parsed) as -(1)
     elif isinstance(node, ast.Constant) and isinstance(node.value, float):
         yield "const+1", lambda n: ast.Constant(n.value + 1.0)
     elif isinstance(node, (ast.Break, ast.Continue)):
@@ -274,7 +320,7 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
         node, replacement = node.iter, replacement.iter
     text = "pass" if isinstance(replacement, ast.Pass) else ast.unparse(replacement)
     want = _dump(new_fn)
-    for t in ([text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]):
+    for t in [text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]:
         mutated = src.replaced(node, t)
         try:
             got = _find_function(ast.parse(mutated), qualname)
@@ -288,8 +334,9 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
 # ---------------------------------------------------------------- generation
 
 
-def _sites(path: str, text: str, wanted: Callable[[str], bool],
-           where: Callable[[ast.AST, str, int], bool] | None = None) -> Iterator[tuple[_Site, str]]:
+def _sites(
+    path: str, text: str, wanted: Callable[[str], bool], where: Callable[[ast.AST, str, int], bool] | None = None
+) -> Iterator[tuple[_Site, str]]:
     """Every mutant of the functions ``wanted(qualname)`` selects (and ``where(node, operator, nth)``, when given),
     with the mutated file text."""
     tree = ast.parse(text)
@@ -327,6 +374,7 @@ def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> l
 
     def wanted(q: str) -> bool:
         return names is None or q in names or any(q.startswith(n + ".") for n in names)
+
     out = [s.mutant for s, _ in _sites(path, text, wanted)]
     return sorted(out, key=lambda m: (m.line, m.col, m.operator, m.nth))
 
@@ -335,8 +383,9 @@ def parse_key(key: str) -> tuple[str, int, int, str, int]:
     """(path, line, col, operator, nth) of a mutant key; LiarError when it is not one."""
     m = _KEY.match(key)
     if not m or m["op"].split(".")[0] not in OPERATORS:
-        raise LiarError(f"mutant={key!r}: not a mutant key; expected PATH.py:LINE:COL:OPERATOR such as "
-                        "impl/kv.py:131:12:compare")
+        raise LiarError(
+            f"mutant={key!r}: not a mutant key; expected PATH.py:LINE:COL:OPERATOR such as impl/kv.py:131:12:compare"
+        )
     return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)
 
 
@@ -352,11 +401,17 @@ def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise LiarError(f"mutant={key!r}: cannot read {path}: {exc}") from None
     around = {q for q, fn in functions(tree) if fn.lineno <= line <= (fn.end_lineno or fn.lineno)}
-    for site, mutated in _sites(path, text, around.__contains__,
-                                lambda node, name, k: (node.lineno, node.col_offset, name, k) == (line, col, op, nth)):
+    for site, mutated in _sites(
+        path,
+        text,
+        around.__contains__,
+        lambda node, name, k: (node.lineno, node.col_offset, name, k) == (line, col, op, nth),
+    ):
         return site.mutant, mutated, _find_function(ast.parse(mutated), site.mutant.qualname)
-    raise LiarError(f"mutant={key!r}: {path} has no such mutant now (its code changed since the key was made); "
-                    "run mutate again to get current keys")
+    raise LiarError(
+        f"mutant={key!r}: {path} has no such mutant now (its code changed since the key was made); "
+        "run mutate again to get current keys"
+    )
 
 
 def diff(root: Path, mutant: Mutant, context: int = 2) -> str:
@@ -406,12 +461,16 @@ def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | N
     """
     mutant, _, fn = find(root, key)
     fn = copy.deepcopy(fn)
-    fn.decorator_list = [d for d in fn.decorator_list
-                         if not (isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
+    fn.decorator_list = [d for d in fn.decorator_list if not (isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
     cls_name = mutant.qualname.split(".")[-2] if "." in mutant.qualname else None
-    outer = ast.FunctionDef(name="__kvproof_outer__", args=ast.arguments(
-        posonlyargs=[], args=[ast.arg("__class__")], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[fn, ast.Return(ast.Name(fn.name, ast.Load()))], decorator_list=[], returns=None, type_params=[])
+    outer = ast.FunctionDef(
+        name="__kvproof_outer__",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg("__class__")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[fn, ast.Return(ast.Name(fn.name, ast.Load()))],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
     body: list[ast.stmt] = [outer]
     if cls_name:
         body = [ast.ClassDef(name=cls_name, bases=[], keywords=[], body=[outer], decorator_list=[], type_params=[])]
@@ -454,5 +513,15 @@ def apply(key: str, root: Path):
     return liars.Applied(spec.name, spec.target, target.original, patch.undo)
 
 
-__all__ = ["Mutant", "OPERATORS", "apply", "compile_mutant", "diff", "find", "functions", "generate", "parse_key",
-           "sample"]
+__all__ = [
+    "Mutant",
+    "OPERATORS",
+    "apply",
+    "compile_mutant",
+    "diff",
+    "find",
+    "functions",
+    "generate",
+    "parse_key",
+    "sample",
+]

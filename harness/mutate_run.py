@@ -10,11 +10,13 @@ run again. :func:`recall` is what a plain ``run`` does instead: it reads
 each card's newest measured score from the ledger (stale when the card's
 bytes changed since).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from harness import mutants as gen
 from harness import mutation, provenance
@@ -52,7 +54,7 @@ class Measured:
     wall_s: float
 
 
-def _say(reporter: "Reporter | None", text: str) -> None:
+def _say(reporter: Reporter | None, text: str) -> None:
     if reporter is not None:
         reporter.note(text)
 
@@ -69,7 +71,7 @@ def _honest_times(card: Card, run: CardRun | None, entry) -> tuple[bool, dict[st
     return False, {}
 
 
-def _open_ledger(req: "RunRequest") -> Ledger | None:
+def _open_ledger(req: RunRequest) -> Ledger | None:
     path = req.reports_dir / FILENAME
     if not path.is_file():
         return None
@@ -79,8 +81,14 @@ def _open_ledger(req: "RunRequest") -> Ledger | None:
         return None
 
 
-def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], marks: Mapping[str, mutation.Mark],
-            reporter: "Reporter | None", all_cards: Sequence[Card] = ()) -> Measured:
+def measure(
+    req: RunRequest,
+    the_plan: Plan,
+    runs: Mapping[str, CardRun],
+    marks: Mapping[str, mutation.Mark],
+    reporter: Reporter | None,
+    all_cards: Sequence[Card] = (),
+) -> Measured:
     """Generate, run, classify and score the mutants of every selected card whose honest run held.
 
     ``all_cards`` (every loaded card, selected or not) decides which
@@ -122,8 +130,11 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
                 if req.changed:
                     same = ledger.last_mutation(cid, mutation.score_digest(plans[cid].card, the_plan.bound[cid]))
                     if same is not None:
-                        reused[cid] = {m.key: replace(m, reused_from=m.reused_from or same[0])
-                                       for m in same[2].mutants if m.status != MutantStatus.ERROR}
+                        reused[cid] = {
+                            m.key: replace(m, reused_from=m.reused_from or same[0])
+                            for m in same[2].mutants
+                            if m.status != MutantStatus.ERROR
+                        }
 
     jobs: list[tuple[str, gen.Mutant, Job]] = []
     for cid, cm in plans.items():
@@ -134,25 +145,43 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
     slow = {cid: sum(timeouts[cid].values()) for cid in plans}
     jobs.sort(key=lambda t: -slow[t[0]])
     n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs)
-    picked = (f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}" if opts.only else
-              f"sampled of {sum(cm.candidates for cm in plans.values())} (seed {opts.seed}, at most "
-              f"{opts.max_mutants if opts.max_mutants is not None else 'all'} per card)")
-    _say(reporter, f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
-                   f"{picked}; running {len(jobs)}"
-                   + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
-                   + (f", {req.jobs} at a time" if req.executor.kind != "ray" else ", on the Ray cluster"))
+    picked = (
+        f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
+        if opts.only
+        else f"sampled of {sum(cm.candidates for cm in plans.values())} (seed {opts.seed}, at most "
+        f"{opts.max_mutants if opts.max_mutants is not None else 'all'} per card)"
+    )
+    _say(
+        reporter,
+        f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
+        f"{picked}; running {len(jobs)}"
+        + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
+        + (f", {req.jobs} at a time" if req.executor.kind != "ray" else ", on the Ray cluster"),
+    )
 
-    cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout, liars=False,
-                    oracle_dir=req.oracle_dir)
+    cfg = RunConfig(
+        root=req.root,
+        profile=req.profile,
+        seed=req.seed,
+        default_timeout=req.timeout,
+        liars=False,
+        oracle_dir=req.oracle_dir,
+    )
     results_of: list[JobResult]
     if reporter is None or not jobs:
         results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, executor=req.executor)
     else:
         with reporter.progress(len(jobs)) as (on_start, on_done):
-            results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, on_start=on_start, executor=req.executor,
-                                  on_done=lambda job, finished, res: on_done(job, finished))
+            results_of = run_jobs(
+                [j for _, _, j in jobs],
+                cfg,
+                jobs=req.jobs,
+                on_start=on_start,
+                executor=req.executor,
+                on_done=lambda job, finished, res: on_done(job, finished),
+            )
     ran: dict[tuple[str, str], MutantResult] = {}
-    for (cid, m, _), res in zip(jobs, results_of):
+    for (cid, m, _), res in zip(jobs, results_of, strict=True):
         card = plans[cid].card
         mark = marks.get(m.key)
         ran[(cid, m.key)] = mutation.classify(card, m, res, mark if mark and mark.applies(cid) else None, req.root)
@@ -171,19 +200,27 @@ def measure(req: "RunRequest", the_plan: "Plan", runs: Mapping[str, CardRun], ma
                 r = replace(r, status=MutantStatus.SURVIVED, detail="every witness passed")
             rows.append(r)
         per_card[cid] = rows
-        out[cid] = mutation.summarize(cm, rows, seed=opts.seed, max_mutants=opts.max_mutants,
-                                      bound_digest=mutation.score_digest(cm.card, the_plan.bound[cid]),
-                                      measured_at=measured_at,
-                                      previous=previous.get(cid), partial=bool(opts.only))
+        out[cid] = mutation.summarize(
+            cm,
+            rows,
+            seed=opts.seed,
+            max_mutants=opts.max_mutants,
+            bound_digest=mutation.score_digest(cm.card, the_plan.bound[cid]),
+            measured_at=measured_at,
+            previous=previous.get(cid),
+            partial=bool(opts.only),
+        )
     everyone = list(all_cards) or list(the_plan.cards)
     files = mutation.impl_files(req.root, everyone)
-    claimed = {c.id: plans.get(c.id) or mutation.CardMutants(c, mutation.claimed_functions(c, generated), 0, ())
-               for c in everyone}
+    claimed = {
+        c.id: plans.get(c.id) or mutation.CardMutants(c, mutation.claimed_functions(c, generated), 0, ())
+        for c in everyone
+    }
     table = mutation.claims(req.root, files, claimed, per_card, generated)
     return Measured(out, skipped, table, len(jobs), n_reused, time.monotonic() - t0)
 
 
-def recall(req: "RunRequest", cards: Sequence[Card], bound: Mapping[str, Sequence]) -> dict[str, MutationResult]:
+def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]) -> dict[str, MutationResult]:
     """Each card's newest measured mutation score from the ledger, judged for the card as it is now."""
     ledger = _open_ledger(req)
     if ledger is None:
@@ -198,8 +235,9 @@ def recall(req: "RunRequest", cards: Sequence[Card], bound: Mapping[str, Sequenc
             if last is not None:
                 run_id, started, past = last
                 now = mutation.score_digest(card, bound[card.id])
-                out[card.id] = replace(mutation.recalled(card, past, run_id, now),
-                                       measured_at=past.measured_at or started)
+                out[card.id] = replace(
+                    mutation.recalled(card, past, run_id, now), measured_at=past.measured_at or started
+                )
     return out
 
 

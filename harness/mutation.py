@@ -28,19 +28,20 @@ For each selected card (``run_obligations.py mutate``):
 the cards that claim it, and its surviving mutants; a function no card
 claims is code no theorem constrains.
 """
+
 from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import yaml
 
 from harness import mutants as gen
-from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
 from harness.binding import BoundFile, digest
+from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
 from harness.cards import EQUIVALENT_FILE, Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
@@ -65,14 +66,24 @@ EQUIVALENT_SCHEMA = {
                 "additionalProperties": False,
                 "required": ["mutant", "reason"],
                 "properties": {
-                    "mutant": {"type": "string", "pattern": gen._KEY.pattern,
-                               "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N]",
-                               "x-allowed": "a mutant key such as impl/kv.py:131:12:compare"},
-                    "reason": {"type": "string", "minLength": 10,
-                               "description": "why no input can tell the mutant from the original",
-                               "x-allowed": "a sentence saying why the change cannot be observed"},
-                    "cards": {"type": "array", "items": {"type": "string"}, "uniqueItems": True,
-                              "description": "the cards the mark is for; absent: every card"},
+                    "mutant": {
+                        "type": "string",
+                        "pattern": gen._KEY.pattern,
+                        "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N]",
+                        "x-allowed": "a mutant key such as impl/kv.py:131:12:compare",
+                    },
+                    "reason": {
+                        "type": "string",
+                        "minLength": 10,
+                        "description": "why no input can tell the mutant from the original",
+                        "x-allowed": "a sentence saying why the change cannot be observed",
+                    },
+                    "cards": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "uniqueItems": True,
+                        "description": "the cards the mark is for; absent: every card",
+                    },
                 },
             },
         },
@@ -96,7 +107,9 @@ class Mark:
         return not self.cards or card_id in self.cards
 
 
-def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = None) -> tuple[dict[str, Mark], list[Problem]]:
+def load_marks(
+    cards_dir: Path, root: Path, card_ids: Iterable[str] | None = None
+) -> tuple[dict[str, Mark], list[Problem]]:
     """The marks of ``cards_dir/equivalent-mutants.yaml`` (none when it is absent) and its problems.
 
     Checked like a card: YAML, the schema (with lines), duplicate keys and
@@ -116,8 +129,15 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
         return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        return {}, [Problem(shown, mark.line + 1 if mark else 0, "", "",
-                            f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here")]
+        return {}, [
+            Problem(
+                shown,
+                mark.line + 1 if mark else 0,
+                "",
+                "",
+                f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here",
+            )
+        ]
     if node is None:
         data, values, keys = {}, {}, {}
     else:
@@ -131,19 +151,41 @@ def load_marks(cards_dir: Path, root: Path, card_ids: Iterable[str] | None = Non
         line = line_for(values, ("equivalent", i))
         key = entry["mutant"]
         if key in marks:
-            problems.append(Problem(shown, line, f"equivalent[{i}].mutant", short(key),
-                                    f"marked twice (first at line {marks[key].line}); keep one mark per mutant"))
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"equivalent[{i}].mutant",
+                    short(key),
+                    f"marked twice (first at line {marks[key].line}); keep one mark per mutant",
+                )
+            )
             continue
         try:
             gen.find(root, key)
         except LiarError as exc:
-            problems.append(Problem(shown, line, f"equivalent[{i}].mutant", short(key),
-                                    f"{exc}; remove the mark or mark the mutant's current key", kind="stale"))
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"equivalent[{i}].mutant",
+                    short(key),
+                    f"{exc}; remove the mark or mark the mutant's current key",
+                    kind="stale",
+                )
+            )
             continue
         for j, cid in enumerate(entry.get("cards") or []):
             if known is not None and cid not in known:
-                problems.append(Problem(shown, line_for(values, ("equivalent", i, "cards", j)),
-                                        f"equivalent[{i}].cards[{j}]", short(cid), "no card has this id"))
+                problems.append(
+                    Problem(
+                        shown,
+                        line_for(values, ("equivalent", i, "cards", j)),
+                        f"equivalent[{i}].cards[{j}]",
+                        short(cid),
+                        "no card has this id",
+                    )
+                )
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
     return ({} if any(p.kind != "stale" for p in problems) else marks), problems
 
@@ -193,8 +235,13 @@ def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
 
     def is_code(path: str) -> bool:  # witnesses (any card's), tests, conftest and liars are never mutated
         name = Path(path).name
-        return path not in own and not path.startswith(("witnesses/", "tests/")) and not name.startswith("test_") \
+        return (
+            path not in own
+            and not path.startswith(("witnesses/", "tests/"))
+            and not name.startswith("test_")
             and name != "conftest.py"
+        )
+
     out: dict[str, set[str] | None] = {}
     if card.explicit_covers:
         for f in card.covers:
@@ -247,16 +294,25 @@ class CardMutants:
 
 def claimed_functions(card: Card, generated: Generated) -> tuple[str, ...]:
     """``path::qualname`` of every function the card claims (no mutant is generated)."""
-    return tuple(f"{path}::{q}" for path, names in claimed(card, generated.root).items()
-                 for q in generated.functions(path) if _wanted(names, q))
+    return tuple(
+        f"{path}::{q}"
+        for path, names in claimed(card, generated.root).items()
+        for q in generated.functions(path)
+        if _wanted(names, q)
+    )
 
 
 def card_mutants(card: Card, generated: Generated, max_mutants: int | None, seed: int) -> CardMutants:
     """The card's claimed functions and its sample of their mutants (reproducible from ``seed``)."""
-    pool = [m for path, names in claimed(card, generated.root).items()
-            for m in generated.file(path) if _wanted(names, m.qualname)]
-    return CardMutants(card, claimed_functions(card, generated), len(pool),
-                       tuple(gen.sample(pool, max_mutants, seed, card.id)))
+    pool = [
+        m
+        for path, names in claimed(card, generated.root).items()
+        for m in generated.file(path)
+        if _wanted(names, m.qualname)
+    ]
+    return CardMutants(
+        card, claimed_functions(card, generated), len(pool), tuple(gen.sample(pool, max_mutants, seed, card.id))
+    )
 
 
 # ---------------------------------------------------------------- run one
@@ -267,8 +323,10 @@ def mutant_timeouts(card: Card, took: Mapping[str, float], default_timeout: floa
 
     ``took``: witness id -> seconds of the card's honest run.
     """
-    return {w.test: min(w.timeout or default_timeout, TIMEOUT_FACTOR * took.get(w.id, 0.0) + TIMEOUT_SLACK_S)
-            for w in card.witnesses}
+    return {
+        w.test: min(w.timeout or default_timeout, TIMEOUT_FACTOR * took.get(w.id, 0.0) + TIMEOUT_SLACK_S)
+        for w in card.witnesses
+    }
 
 
 def mutant_job(card: Card, mutant: gen.Mutant, timeouts: Mapping[str, float]) -> Job:
@@ -285,6 +343,7 @@ def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, 
     survived: every witness passed (skips are named: they checked nothing);
     equivalent: survived, and ``mark`` says why no input can tell it apart.
     """
+
     def result(status: MutantStatus, killer: str = "", detail: str = "") -> MutantResult:
         text = ""
         if status != MutantStatus.KILLED:
@@ -292,14 +351,25 @@ def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, 
                 text = gen.diff(root, mutant)
             except LiarError:
                 text = ""
-        return MutantResult(mutant.key, mutant.path, mutant.line, mutant.qualname, mutant.operator, mutant.change,
-                            status, killer, detail, round(res.duration, 3), text)
+        return MutantResult(
+            mutant.key,
+            mutant.path,
+            mutant.line,
+            mutant.qualname,
+            mutant.operator,
+            mutant.change,
+            status,
+            killer,
+            detail,
+            round(res.duration, 3),
+            text,
+        )
 
     if res.liar_error:
         return result(MutantStatus.ERROR, detail=f"could not be applied: {res.liar_error}")
     outcomes = witness_outcomes(card.witnesses, res)
-    judged = [judge_witness(w, o) for w, o in zip(card.witnesses, outcomes)]
-    for w, o, v in zip(card.witnesses, outcomes, judged):
+    judged = [judge_witness(w, o) for w, o in zip(card.witnesses, outcomes, strict=False)]
+    for w, o, v in zip(card.witnesses, outcomes, judged, strict=False):
         if v.status in (Outcome.FAILED, Outcome.ERROR):
             node = o.first(Outcome.ERROR)
             if node is not None and (node.message or "").startswith("timeout:"):
@@ -326,9 +396,17 @@ def score_of(results: Sequence[MutantResult]) -> float | None:
     return round(detected / scored, 4) if scored else None
 
 
-def summarize(cm: CardMutants, results: Sequence[MutantResult], *, seed: int, max_mutants: int | None,
-              bound_digest: str, measured_at: str, previous: float | None = None,
-              partial: bool = False) -> MutationResult:
+def summarize(
+    cm: CardMutants,
+    results: Sequence[MutantResult],
+    *,
+    seed: int,
+    max_mutants: int | None,
+    bound_digest: str,
+    measured_at: str,
+    previous: float | None = None,
+    partial: bool = False,
+) -> MutationResult:
     """The card's :class:`MutationResult` for this run (``results`` in sample order).
 
     ``partial``: only chosen mutants ran (``--mutant``); shown, never judged.
@@ -337,10 +415,27 @@ def summarize(cm: CardMutants, results: Sequence[MutantResult], *, seed: int, ma
     score = score_of(results)
     floor = cm.card.min_score
     holds = None if score is None or floor is None or partial else score >= floor
-    return MutationResult(score, floor, holds, count[MutantStatus.KILLED], count[MutantStatus.SURVIVED],
-                          count[MutantStatus.TIMEOUT], count[MutantStatus.EQUIVALENT], count[MutantStatus.ERROR],
-                          cm.candidates, seed, max_mutants, cm.functions, tuple(results), None, measured_at, False,
-                          previous, bound_digest, partial)
+    return MutationResult(
+        score,
+        floor,
+        holds,
+        count[MutantStatus.KILLED],
+        count[MutantStatus.SURVIVED],
+        count[MutantStatus.TIMEOUT],
+        count[MutantStatus.EQUIVALENT],
+        count[MutantStatus.ERROR],
+        cm.candidates,
+        seed,
+        max_mutants,
+        cm.functions,
+        tuple(results),
+        None,
+        measured_at,
+        False,
+        previous,
+        bound_digest,
+        partial,
+    )
 
 
 def recalled(card: Card, past: MutationResult, run_id: int, current_digest: str) -> MutationResult:
@@ -354,8 +449,13 @@ def recalled(card: Card, past: MutationResult, run_id: int, current_digest: str)
     return replace(past, min_score=card.min_score, holds=holds, stale=stale, measured_run=run_id)
 
 
-def claims(root: Path, impl_files: Iterable[str], per_card: Mapping[str, CardMutants],
-           results: Mapping[str, Sequence[MutantResult]], generated: Generated) -> tuple[Claim, ...]:
+def claims(
+    root: Path,
+    impl_files: Iterable[str],
+    per_card: Mapping[str, CardMutants],
+    results: Mapping[str, Sequence[MutantResult]],
+    generated: Generated,
+) -> tuple[Claim, ...]:
     """Every function of ``impl_files``: which cards claim it, how many of their mutants ran on it and survived."""
     rows = []
     for path in sorted(impl_files):
@@ -380,6 +480,24 @@ def impl_files(root: Path, cards: Sequence[Card]) -> list[str]:
     return [f for f in files if f not in own]
 
 
-__all__ = ["CardMutants", "DEFAULT_MAX_MUTANTS", "EQUIVALENT_FILE", "Generated", "Mark", "card_mutants", "claimed", "claimed_functions",
-           "claims", "classify", "score_digest", "without_floor", "impl_files", "load_marks", "mutant_job", "mutant_timeouts", "recalled", "score_of",
-           "summarize"]
+__all__ = [
+    "CardMutants",
+    "DEFAULT_MAX_MUTANTS",
+    "EQUIVALENT_FILE",
+    "Generated",
+    "Mark",
+    "card_mutants",
+    "claimed",
+    "claimed_functions",
+    "claims",
+    "classify",
+    "score_digest",
+    "without_floor",
+    "impl_files",
+    "load_marks",
+    "mutant_job",
+    "mutant_timeouts",
+    "recalled",
+    "score_of",
+    "summarize",
+]

@@ -5,6 +5,7 @@
 -> :func:`assemble`; :mod:`harness.schedule` interleaves these steps across
 cards. Nothing here starts a process.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,6 @@ class CardRun:
     honest_node: str = ""  # where the honest process ran (a cluster node), "" on this machine
 
 
-
 def _covers(collector: str, file: str) -> bool:
     """Does a collection error of ``collector`` (a module or folder node id) hide ``file``?"""
     return bool(collector) and (file == collector or file.startswith(collector.rstrip("/") + "/"))
@@ -41,8 +41,9 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
     other data); a job that was lost on the cluster ran none of them.
     """
     if res.unavailable:
-        return tuple(WitnessOutcome(w.id, (NodeResult(w.test, Outcome.SKIPPED, message=res.unavailable),))
-                     for w in witnesses)
+        return tuple(
+            WitnessOutcome(w.id, (NodeResult(w.test, Outcome.SKIPPED, message=res.unavailable),)) for w in witnesses
+        )
     if res.lost:
         return tuple(WitnessOutcome(w.id, (), f"not run: {res.lost}") for w in witnesses)
     out = []
@@ -54,8 +55,7 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
         err = next((e for e in res.collect_errors if _covers(e.nodeid, w.file)), None)
         if err is not None:
             last = [ln for ln in err.text.strip().splitlines() if ln.strip()][-1:] or ["?"]
-            node = NodeResult(w.test, Outcome.ERROR, message=f"collection error: {last[0].strip()}",
-                              failure=err.text)
+            node = NodeResult(w.test, Outcome.ERROR, message=f"collection error: {last[0].strip()}", failure=err.text)
             out.append(WitnessOutcome(w.id, (node,)))
         elif res.liar_error:
             out.append(WitnessOutcome(w.id, (), f"not run: liar could not be applied: {res.liar_error}"))
@@ -63,8 +63,12 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
             out.append(WitnessOutcome(w.id, (), f"not run: {res.stopped}"))
         else:
             tail = [ln for ln in res.output_tail.splitlines() if ln.strip()][-1:] or [""]
-            node = NodeResult(w.test, Outcome.ERROR, message=f"pytest did not run this node ({exit_text(res.exit_code)}): "
-                                                       f"{tail[0].strip()}", failure=res.output_tail)
+            node = NodeResult(
+                w.test,
+                Outcome.ERROR,
+                message=f"pytest did not run this node ({exit_text(res.exit_code)}): {tail[0].strip()}",
+                failure=res.output_tail,
+            )
             out.append(WitnessOutcome(w.id, (node,)))
     return tuple(out)
 
@@ -93,7 +97,7 @@ def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     """Judge the honest run's witnesses; liars run only when every witness and control held."""
     wo = witness_outcomes(card.witnesses, res)
     co = witness_outcomes(card.controls, res)
-    judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co)]
+    judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co, strict=False)]
     all_held = all(v.status == Outcome.PASSED for v in judged)
     if not card.liars:
         return HonestPart(wo, co, res.duration, node=res.node, liars=())
@@ -111,8 +115,13 @@ def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
 def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> CardRun:
     """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
     duration = honest.duration + sum(r.duration for r in liar_runs)
-    return CardRun(card, CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
-                   duration, honest.duration, honest.node)
+    return CardRun(
+        card,
+        CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
+        duration,
+        honest.duration,
+        honest.node,
+    )
 
 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:

@@ -19,15 +19,18 @@ function below, in order, and each hands the next a typed value:
 - publish: ``--json``, the dated report folder and the ledger row
   (:func:`record`), and the reporter shows the report view.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from harness import forkserver, provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
@@ -40,15 +43,13 @@ from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
 from harness.mutate_run import MutateOptions, measure, recall
 from harness.mutation import Mark, load_marks
-from harness.report import data
-from harness.report import folder as report_folder
-from harness.report import jsonfile
-from harness.report.view import build_view
 from harness.outcomes import CardRun, count_jobs
+from harness.report import data, jsonfile
+from harness.report import folder as report_folder
+from harness.report.view import build_view
 from harness.run import RunConfig
 from harness.schedule import Expected, run_cards
 from harness.statuses import Gate, Verdict
-
 
 # ---------------------------------------------------------------- inputs and outputs
 
@@ -73,7 +74,7 @@ class RunRequest:
     json_arg: str = ""  # --json as typed, for messages
     oracle_dir: Path | None = None
     argv: tuple[str, ...] = ()
-    mutate: "MutateOptions | None" = None  # set: also run the mutation stage (run_obligations.py mutate)
+    mutate: MutateOptions | None = None  # set: also run the mutation stage (run_obligations.py mutate)
     rerun_failed: bool = False  # run cards whose latest verdict is not PROVEN; replay the rest
     baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
@@ -84,8 +85,9 @@ class Reporter(Protocol):
     """What the pipeline tells the person running it (the terminal, or nothing in tests)."""
 
     def warning(self, problems: Sequence[Problem], title: str) -> None: ...
-    def starting(self, req: RunRequest, selected: Sequence[Card], replayed: Sequence[str],
-                 to_run: Sequence[Card]) -> None: ...
+    def starting(
+        self, req: RunRequest, selected: Sequence[Card], replayed: Sequence[str], to_run: Sequence[Card]
+    ) -> None: ...
     def progress(self, total: int) -> ContextManager[tuple[Callable, Callable]]: ...
     def results(self, view: Mapping[str, Any]) -> None: ...
     def wrote(self, what: str, path: Path) -> None: ...
@@ -147,8 +149,10 @@ class Plan:
 def load(root: Path, folder: Path, shown: str) -> Loaded:
     """Cards, the liar index and its problems; UsageError when ``folder`` holds no card (``shown`` names it)."""
     if not find_card_files(folder):
-        raise UsageError(f"no cards found in {shown}; add one with `run_obligations.py new ID` "
-                         "or point --cards at the folder that holds them")
+        raise UsageError(
+            f"no cards found in {shown}; add one with `run_obligations.py new ID` "
+            "or point --cards at the folder that holds them"
+        )
     sites, liar_problems = scan(root)
     result = load_cards(folder, root, sites)
     extra = tuple(Problem(p.path, p.line, p.field, p.value, p.message) for p in liar_problems)
@@ -170,8 +174,11 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
         return select(result.cards, ids, tags)
     if not ids and not tags:
         raise CardInvalid(broken)
-    hit = [p for p in result.load_problems
-           if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in ids)]
+    hit = [
+        p
+        for p in result.load_problems
+        if p.path in result.broken_ids and any(fnmatchcase(result.broken_ids[p.path], pat) for pat in ids)
+    ]
     hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
     if hit:
         raise CardInvalid(hit)
@@ -181,8 +188,11 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
     if hit:
         raise CardInvalid(hit)
     if reporter is not None:
-        reporter.warning(broken, f"warning: {len(broken)} problem(s) in cards that are not selected "
-                                 f"(`run_obligations.py validate` lists them); running the selection:")
+        reporter.warning(
+            broken,
+            f"warning: {len(broken)} problem(s) in cards that are not selected "
+            f"(`run_obligations.py validate` lists them); running the selection:",
+        )
     return selected
 
 
@@ -198,8 +208,11 @@ def equivalence_marks(req: RunRequest, loaded: Loaded, reporter: Reporter | None
     if broken:
         raise CardInvalid(broken)
     if problems and reporter is not None:
-        reporter.warning(problems, f"warning: {len(problems)} equivalence mark(s) match no mutant of the code as "
-                                   "it is now; mark the current keys again:")
+        reporter.warning(
+            problems,
+            f"warning: {len(problems)} equivalence mark(s) match no mutant of the code as "
+            "it is now; mark the current keys again:",
+        )
     return marks
 
 
@@ -219,16 +232,19 @@ def check_outputs(req: RunRequest) -> None:
     try:
         Ledger(reports / FILENAME, create=True).close()
     except LedgerError as exc:
-        raise UsageError(f"{req.reports_source}: the ledger {reports / FILENAME} cannot be opened for writing: "
-                         f"{exc}; fix its permissions, move it away, or give another --reports DIR") from None
+        raise UsageError(
+            f"{req.reports_source}: the ledger {reports / FILENAME} cannot be opened for writing: "
+            f"{exc}; fix its permissions, move it away, or give another --reports DIR"
+        ) from None
     path, arg = req.json_path, req.json_arg
     if path is None:
         return
     if path.is_dir():
         raise UsageError(f"--json={arg!r} is a folder; give a file path such as {arg.rstrip('/')}/verdicts.json")
     if path.exists() and not os.access(path, os.W_OK):
-        raise UsageError(f"--json={arg!r}: the file exists and is not writable; fix its permissions "
-                         "or give another path")
+        raise UsageError(
+            f"--json={arg!r}: the file exists and is not writable; fix its permissions or give another path"
+        )
     _writable_folder(path.parent, f"--json={arg!r}", "give a path in a folder you can write to")
 
 
@@ -242,8 +258,13 @@ def _writable_folder(folder: Path, what: str, fix: str) -> None:
         raise UsageError(f"{what}: cannot write there ({exc.strerror or exc}); {fix}") from None
 
 
-def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Reporter | None,
-         marks: Mapping[str, Mark] | None = None) -> Plan:
+def plan(
+    req: RunRequest,
+    loaded: Loaded,
+    cards: Sequence[Card],
+    reporter: Reporter | None,
+    marks: Mapping[str, Mark] | None = None,
+) -> Plan:
     """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
 
     A card is replayed when its last original PROVEN verdict of this profile
@@ -274,17 +295,22 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
                     # NOTE: the card's latest verdict decides: not PROVEN -> it runs; PROVEN -> its PROVEN verdict
                     # on exactly these bound files is replayed (none: the files changed since, so it runs too)
                     latest = ledger.last(card.id)
-                    past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile) \
-                        if latest is not None and latest.verdict == Verdict.PROVEN else None
+                    past = (
+                        ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
+                        if latest is not None and latest.verdict == Verdict.PROVEN
+                        else None
+                    )
                     if past is not None:
-                        replays[card.id] = data.Replayed(ledger.entry(past.run_id, card.id), past.run_id,
-                                                         past.started, past.report_dir)
+                        replays[card.id] = data.Replayed(
+                            ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
+                        )
                         continue
                 if req.changed and not links[card.id]:
                     past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
                     if past is not None:
-                        replays[card.id] = data.Replayed(ledger.entry(past.run_id, card.id), past.run_id,
-                                                         past.started, past.report_dir)
+                        replays[card.id] = data.Replayed(
+                            ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
+                        )
                         continue
                 last = timings.from_ledger(ledger, card.id)
                 if last is not None:
@@ -297,11 +323,19 @@ def plan(req: RunRequest, loaded: Loaded, cards: Sequence[Card], reporter: Repor
 # ---------------------------------------------------------------- execute and judge
 
 
-def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None,
-            launcher: str | None = None) -> tuple[dict[str, CardRun], str]:
+def execute(
+    req: RunRequest, the_plan: Plan, reporter: Reporter | None, launcher: str | None = None
+) -> tuple[dict[str, CardRun], str]:
     """Run every card that is not replayed; (card id -> its runs, where they ran: the executor's description)."""
-    cfg = RunConfig(root=req.root, profile=req.profile, seed=req.seed, default_timeout=req.timeout,
-                    liars=req.liars, oracle_dir=req.oracle_dir, launcher=launcher)
+    cfg = RunConfig(
+        root=req.root,
+        profile=req.profile,
+        seed=req.seed,
+        default_timeout=req.timeout,
+        liars=req.liars,
+        oracle_dir=req.oracle_dir,
+        launcher=launcher,
+    )
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
     ex = make_executor(req.executor, cfg, req.jobs)
@@ -309,13 +343,22 @@ def execute(req: RunRequest, the_plan: Plan, reporter: Reporter | None,
         runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected, executor=ex)
     else:
         with reporter.progress(total) as (on_start, on_done):
-            runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected,
-                             on_start=on_start, on_done=on_done, executor=ex)
+            runs = run_cards(
+                to_run,
+                cfg,
+                the_plan.links,
+                jobs=req.jobs,
+                expected=the_plan.expected,
+                on_start=on_start,
+                on_done=on_done,
+                executor=ex,
+            )
     return {r.card.id: r for r in runs}, ex.describe()
 
 
-def judge(the_plan: Plan, runs: Mapping[str, CardRun],
-          measured: Mapping[str, MutationResult] | None = None) -> list[data.CardReport | data.Replayed]:
+def judge(
+    the_plan: Plan, runs: Mapping[str, CardRun], measured: Mapping[str, MutationResult] | None = None
+) -> list[data.CardReport | data.Replayed]:
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
     A card's mutation score is the one ``measured`` in this run, else the
@@ -333,8 +376,9 @@ def judge(the_plan: Plan, runs: Mapping[str, CardRun],
                 entry = _with_mutation(entry, m, use)
             out.append(data.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
             continue
-        out.append(data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes, use),
-                                   the_plan.bound[c.id], m))
+        out.append(
+            data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes, use), the_plan.bound[c.id], m)
+        )
     return out
 
 
@@ -349,8 +393,9 @@ def _with_mutation(entry: CardResult, m: MutationResult, use: MutationResult | N
 # ---------------------------------------------------------------- record and publish
 
 
-def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None,
-           comparison: Any = None) -> tuple[bool, Path | None]:
+def record(
+    req: RunRequest, doc: RunDocument, reporter: Reporter | None, comparison: Any = None
+) -> tuple[bool, Path | None]:
     """Write ``--json``, the dated report folder and the ledger row; (all written?, the report folder)."""
     ok, final = True, None
     if req.json_path is not None:
@@ -371,8 +416,10 @@ def record(req: RunRequest, doc: RunDocument, reporter: Reporter | None,
         if reporter is not None:
             reporter.error(f"error: the report and ledger row could not be written to {req.reports_dir}: {exc}")
     if not ok and reporter is not None:
-        reporter.error("error: this run's evidence was not recorded, so its verdicts do not count (exit 2); "
-                       "fix the output location and run again")
+        reporter.error(
+            "error: this run's evidence was not recorded, so its verdicts do not count (exit 2); "
+            "fix the output location and run again"
+        )
     return ok, final
 
 
@@ -410,8 +457,9 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
         if the_plan.to_run:
-            reporter.note(timings.schedule_line(the_plan.schedule_from,
-                                                display_path(timings.path_in(req.cards_dir), req.root)))
+            reporter.note(
+                timings.schedule_line(the_plan.schedule_from, display_path(timings.path_in(req.cards_dir), req.root))
+            )
     runs, where = execute(req, the_plan, reporter, launcher)
     measured: Mapping[str, MutationResult] = {}
     claims: tuple[Claim, ...] = ()
@@ -422,21 +470,41 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
             if reporter is not None:
                 reporter.note(f"mutate: {cid}: {why}")
     settings = data.RunSettings(
-        profile=req.profile, seed=req.seed, liars=req.liars, default_timeout_s=req.timeout,
-        command=provenance.command_line(list(req.argv)), root=str(req.root), cards_dir=str(req.cards_dir),
-        jobs=req.jobs, changed=req.changed, numerics=provenance.numerics(req.root), launcher=launcher,
-        executor=where)
-    doc = data.build(prov, settings, judge(the_plan, runs, measured), finished=provenance.utc_now(),
-                     wall_s=time.monotonic() - t0, claims=claims)
+        profile=req.profile,
+        seed=req.seed,
+        liars=req.liars,
+        default_timeout_s=req.timeout,
+        command=provenance.command_line(list(req.argv)),
+        root=str(req.root),
+        cards_dir=str(req.cards_dir),
+        jobs=req.jobs,
+        changed=req.changed,
+        numerics=provenance.numerics(req.root),
+        launcher=launcher,
+        executor=where,
+    )
+    doc = data.build(
+        prov,
+        settings,
+        judge(the_plan, runs, measured),
+        finished=provenance.utc_now(),
+        wall_s=time.monotonic() - t0,
+        claims=claims,
+    )
     comparison = None
     if baseline is not None:
+        from harness.cards import card_bytes
         from harness.compare import compare, thresholds_from_cards
 
-        from harness.cards import card_bytes
-
         now = {c.id: raw.decode("utf-8") for c in doc.cards if (raw := card_bytes(c.fingerprint)) is not None}
-        comparison = compare(baseline.doc, doc, before_label=baseline.label, after_label="this run",
-                             thresholds=thresholds_from_cards(loaded.result.cards), card_texts=(baseline.cards, now))
+        comparison = compare(
+            baseline.doc,
+            doc,
+            before_label=baseline.label,
+            after_label="this run",
+            thresholds=thresholds_from_cards(loaded.result.cards),
+            card_texts=(baseline.cards, now),
+        )
     if reporter is not None:
         reporter.results(build_view(doc, {}, root=req.root, comparison=comparison))
         if comparison is not None:

@@ -31,6 +31,7 @@ asserts, ``pytest.fail``, Hypothesis re-raising a falsified assertion, or an
 exception group made only of those) is ``failed``; any other exception,
 and anything raised in setup or teardown, is ``error``.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -58,8 +59,7 @@ _TEXT_LIMIT = 8000
 def _register_profiles() -> None:
     from hypothesis import HealthCheck, settings
 
-    common = dict(deadline=None, database=None, print_blob=True,
-                  suppress_health_check=[HealthCheck.too_slow])
+    common = dict(deadline=None, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
     settings.register_profile("ci", max_examples=50, derandomize=True, **common)
     settings.register_profile("release", max_examples=1000, derandomize=False, **common)
 
@@ -88,8 +88,11 @@ def _number(value: Any) -> int | float | None:
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
-_VERBS = {"record": "evidence.record(key, value)", "observe": "evidence.observe(key, value)",
-          "count": "evidence.count(key, n)"}
+_VERBS = {
+    "record": "evidence.record(key, value)",
+    "observe": "evidence.observe(key, value)",
+    "count": "evidence.count(key, n)",
+}
 
 
 class Evidence:
@@ -142,7 +145,8 @@ class Evidence:
                 raise ValueError(
                     f"evidence.{verb}({key!r}, ...): key={key!r} was already used with evidence.{other}; "
                     f"one key takes one verb: {_VERBS['record']} once, {_VERBS['observe']} per example "
-                    f"(the worst is kept) or {_VERBS['count']} (a tally); use another key name")
+                    f"(the worst is kept) or {_VERBS['count']} (a tally); use another key name"
+                )
         return key
 
     def record(self, key: str, value: object) -> None:
@@ -157,17 +161,21 @@ class Evidence:
             raise ValueError(
                 f"evidence.record({key!r}, {value!r:.80}): key={key!r} was already recorded as "
                 f"{self._recorded[key]!r:.80}; a key is recorded once per test. For a value measured per "
-                f"example use evidence.observe(...) once per example or evidence.count(...) for a tally")
+                f"example use evidence.observe(...) once per example or evidence.count(...) for a tally"
+            )
         try:
             value = _jsonable(value)
         except (TypeError, ValueError):
             raise TypeError(
                 f"evidence.record({key!r}, value={value!r:.80}): value must be JSON-able "
-                "(number, str, bool, None, list, dict); convert it, e.g. float(x)") from None
+                "(number, str, bool, None, list, dict); convert it, e.g. float(x)"
+            ) from None
         if isinstance(value, dict) and set(value) == set(OBSERVED_FIELDS):
-            raise ValueError(f"evidence.record({key!r}, {value!r:.80}): a dict with exactly the keys "
-                             f"{', '.join(OBSERVED_FIELDS)} is how evidence.observe reports its summary; "
-                             "call evidence.observe(key, x) per value instead, or add another field")
+            raise ValueError(
+                f"evidence.record({key!r}, {value!r:.80}): a dict with exactly the keys "
+                f"{', '.join(OBSERVED_FIELDS)} is how evidence.observe reports its summary; "
+                "call evidence.observe(key, x) per value instead, or add another field"
+            )
         self._recorded[key] = value
 
     def observe(self, key: str, value: object) -> None:
@@ -180,9 +188,11 @@ class Evidence:
         self._claim("observe", key)
         x = _number(value)
         if x is None:
-            raise TypeError(f"evidence.observe({key!r}, value={value!r:.80}): value must be an int or float "
-                            "(numpy scalars are converted; a bool is refused: observe int(flag), or count it "
-                            "with evidence.count(key, int(flag)))")
+            raise TypeError(
+                f"evidence.observe({key!r}, value={value!r:.80}): value must be an int or float "
+                "(numpy scalars are converted; a bool is refused: observe int(flag), or count it "
+                "with evidence.count(key, int(flag)))"
+            )
         s = self._observed.setdefault(key, {"observed": 0, "min": None, "max": None, "nan": 0})
         s["observed"] += 1
         if isinstance(x, float) and math.isnan(x):
@@ -199,11 +209,14 @@ class Evidence:
         self._claim("count", key)
         x = _number(n)
         if not isinstance(x, int):
-            raise TypeError(f"evidence.count({key!r}, n={n!r:.80}): n must be an int >= 0 "
-                            "(a bool is refused: write int(flag))")
+            raise TypeError(
+                f"evidence.count({key!r}, n={n!r:.80}): n must be an int >= 0 (a bool is refused: write int(flag))"
+            )
         if x < 0:
-            raise ValueError(f"evidence.count({key!r}, n={x}): n must be >= 0; a tally only grows "
-                             "(observe a signed value with evidence.observe)")
+            raise ValueError(
+                f"evidence.count({key!r}, n={x}): n must be >= 0; a tally only grows "
+                "(observe a signed value with evidence.observe)"
+            )
         self._counted[key] = self._counted.get(key, 0) + x
 
 
@@ -223,10 +236,18 @@ def evidence(request: pytest.FixtureRequest) -> Evidence:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvproof")
-    group.addoption("--kvproof-plan", default=None, metavar="PLAN.json",
-                    help="run plan written by the kvproof harness (liar, output file, timeouts)")
-    group.addoption("--kvproof-profile", default=None, choices=PROFILES,
-                    help="Hypothesis profile: ci (fast, deterministic; default) or release")
+    group.addoption(
+        "--kvproof-plan",
+        default=None,
+        metavar="PLAN.json",
+        help="run plan written by the kvproof harness (liar, output file, timeouts)",
+    )
+    group.addoption(
+        "--kvproof-profile",
+        default=None,
+        choices=PROFILES,
+        help="Hypothesis profile: ci (fast, deterministic; default) or release",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -234,8 +255,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     plan_path = config.getoption("kvproof_plan")
     plan = Plan.read(plan_path) if plan_path else None
-    profile = config.getoption("kvproof_profile") or (plan.profile if plan else None) or \
-        os.environ.get("KVPROOF_PROFILE") or "ci"
+    profile = (
+        config.getoption("kvproof_profile")
+        or (plan.profile if plan else None)
+        or os.environ.get("KVPROOF_PROFILE")
+        or "ci"
+    )
     if profile not in PROFILES:
         raise pytest.UsageError(f"KVPROOF_PROFILE={profile!r}: allowed: {', '.join(PROFILES)}")
     if config.getoption("hypothesis_profile", None) is None:
@@ -293,7 +318,7 @@ def _hypothesis_failure(exc: BaseException) -> dict[str, str] | None:
 
 
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit // 2] + "\n... (clipped) ...\n" + text[-limit // 2:]
+    return text if len(text) <= limit else text[: limit // 2] + "\n... (clipped) ...\n" + text[-limit // 2 :]
 
 
 @dataclass
@@ -309,8 +334,16 @@ class _NodeState:
     hypothesis: dict[str, Any] | None = None
 
     def result(self, nodeid: str) -> NodeResult:
-        return NodeResult(nodeid, self.outcome, self.duration, self.evidence, self.message, self.failure,
-                          self.location, self.hypothesis)
+        return NodeResult(
+            nodeid,
+            self.outcome,
+            self.duration,
+            self.evidence,
+            self.message,
+            self.failure,
+            self.location,
+            self.hypothesis,
+        )
 
 
 class _Recorder:

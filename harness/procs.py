@@ -30,6 +30,7 @@ Owned temp folders
 temp folder (``TMPDIR``); :func:`sweep_owned` removes those whose pid is no
 longer alive, i.e. left by a runner that was killed before it could clean up.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,10 @@ _pipe: tuple[int, int, int] | None = None  # (owner pid, read fd, write fd)
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists (ours or not); used to tell a live writer's temp folder from a dead one's."""
+    """True if a process with this pid exists (ours or not).
+
+    Used to tell a live writer's temp folder from a dead one's.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -170,7 +174,7 @@ def descendants(pid: int) -> list[int]:
                 stat = fh.read().decode("ascii", "replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
         if len(fields) >= 2 and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(name))
     out, todo = [], list(children.get(pid, []))

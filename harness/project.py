@@ -10,6 +10,7 @@ Two roots, kept apart on purpose:
   run: ``KVPROOF_ROOT`` when set (tests point it at a fixture project),
   else the checkout itself. Paths in cards are relative to it.
 """
+
 from __future__ import annotations
 
 import os

@@ -16,12 +16,14 @@ A node with a ``NodeStarted`` and no ``NodeFinished`` is the one that was
 running when the process hung or died. Which node a witness's ``test:``
 names is decided once, by :func:`node_matches`.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.verdict import NodeResult
 
@@ -50,14 +52,13 @@ class Plan:
     mutant: str | None = None  # a mutant key (harness.mutants), applied like a liar
 
     def timeout_for(self, nodeid: str) -> float:
-        return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)),
-                    self.default_timeout)
+        return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)), self.default_timeout)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
 
     @classmethod
-    def read(cls, path: str | Path) -> "Plan":
+    def read(cls, path: str | Path) -> Plan:
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -87,8 +88,12 @@ class NodeFinished:
 
 
 Event = LiarApplied | CollectError | NodeStarted | NodeFinished
-_TAGS: dict[type, str] = {LiarApplied: "liar", CollectError: "collect_error", NodeStarted: "start",
-                          NodeFinished: "result"}
+_TAGS: dict[type, str] = {
+    LiarApplied: "liar",
+    CollectError: "collect_error",
+    NodeStarted: "start",
+    NodeFinished: "result",
+}
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
 
 

@@ -3,6 +3,7 @@
 Everything here is gathered once per run, before any witness starts; every
 failure to learn something is recorded as None, never raised.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -11,8 +12,8 @@ import shlex
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.document import GitState, Host
@@ -56,7 +57,7 @@ def library_versions() -> dict[str, Any]:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,12 @@ class Provenance:
 
 def gather(root: Path) -> Provenance:
     """Everything about the run's surroundings, gathered now (before any witness starts)."""
-    return Provenance(utc_now(), git_state(root),
-                      Host(socket.gethostname(), platform.platform(), platform.machine()), library_versions())
+    return Provenance(
+        utc_now(),
+        git_state(root),
+        Host(socket.gethostname(), platform.platform(), platform.machine()),
+        library_versions(),
+    )
 
 
 def numerics(root: Path) -> str | None:

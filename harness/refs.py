@@ -5,6 +5,7 @@
 up in the parsed source of ``root/path.py``. The result gives the lines of
 the definition, for reports that show the referenced source beside a proof.
 """
+
 from __future__ import annotations
 
 import ast
@@ -104,5 +105,3 @@ def resolve_test(root: Path, node_id: str) -> RefSite | str:
     if isinstance(result, str) and "is not defined" in result:
         return result.replace("is not defined", "is not a test")
     return result
-
-

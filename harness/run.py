@@ -49,6 +49,7 @@ A card's run is three steps, so a scheduler can interleave cards:
 per liar -> :func:`harness.outcomes.assemble`;
 :func:`harness.schedule.run_cards` runs them for many cards.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,9 +59,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Mapping, Union
+from typing import BinaryIO
 
 from harness import forkserver, procs, protocol
 from harness.cards import Card, Witness
@@ -73,8 +75,7 @@ from harness.verdict import NodeResult
 GRACE_S = 0.5
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-CAUGHT_EARLIER = ("the liar was already caught: a liar run stops at the first witness that fails "
-                  "or errors under it")
+CAUGHT_EARLIER = "the liar was already caught: a liar run stops at the first witness that fails or errors under it"
 MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
 
 
@@ -82,8 +83,9 @@ def check_timeout(name: str, value: object) -> float:
     """``value`` as seconds if it is a finite number > 0 and at most :data:`MAX_TIMEOUT_S`, else UsageError."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not 0 < value <= MAX_TIMEOUT_S:
-        raise UsageError(f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, "
-                         "such as 60")
+        raise UsageError(
+            f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, such as 60"
+        )
     return float(value)
 
 
@@ -201,8 +203,21 @@ def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
 
 def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
     """What :func:`harness._pytest_main.main` gets, in a subprocess or a fork."""
-    args = ["-p", "harness.plugin", "--kvproof-plan", str(plan), "--rootdir", str(cfg.root), "--confcutdir",
-            str(cfg.root), "-p", "no:cacheprovider", "-q", "--no-header", "-rN"]
+    args = [
+        "-p",
+        "harness.plugin",
+        "--kvproof-plan",
+        str(plan),
+        "--rootdir",
+        str(cfg.root),
+        "--confcutdir",
+        str(cfg.root),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--no-header",
+        "-rN",
+    ]
     if first_failure:
         args.append("--exitfirst")  # a liar is caught by the first witness that fails under it
     if cfg.seed is not None:
@@ -276,11 +291,12 @@ class _Watch:
         return None
 
 
-Proc = Union[subprocess.Popen, forkserver.ForkChild]
+Proc = subprocess.Popen | forkserver.ForkChild
 
 
-def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO, log: Path,
-           launcher: forkserver.Launcher | None = None) -> Proc:
+def _start(
+    job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO, log: Path, launcher: forkserver.Launcher | None = None
+) -> Proc:
     """Start the witness process in its own session, holding the read end of the runner's watchdog pipe.
 
     Forked by ``launcher`` when there is one and it can; else a subprocess.
@@ -292,13 +308,19 @@ def _start(job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO, log: Path,
         child = launcher.spawn(args, env, cfg.root, log)
         if child is not None:
             return child
-    return subprocess.Popen([cfg.python, "-m", "harness._pytest_main", *args], cwd=cfg.root, env=env,
-                            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, pass_fds=(watchdog,))
+    return subprocess.Popen(
+        [cfg.python, "-m", "harness._pytest_main", *args],
+        cwd=cfg.root,
+        env=env,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        pass_fds=(watchdog,),
+    )
 
 
-def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult,
-          cancel: threading.Event | None) -> _Watch:
+def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult, cancel: threading.Event | None) -> _Watch:
     """Poll every :data:`POLL_S` until ``proc`` exits or a timeout fires (``proc`` killed, ``timed_out`` set).
 
     Events go into ``out`` as they arrive. Raises :class:`Cancelled` (``proc`` killed) once ``cancel`` is set.
@@ -331,22 +353,34 @@ def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
         stack = _tail(stacks, 40)
         if nodeid:
             out.results[nodeid] = NodeResult(
-                nodeid, Outcome.ERROR, seconds, message=f"timeout: still running after {seconds:g} s",
-                failure=("stack when the timeout fired:\n" + stack) if stack else "")
+                nodeid,
+                Outcome.ERROR,
+                seconds,
+                message=f"timeout: still running after {seconds:g} s",
+                failure=("stack when the timeout fired:\n" + stack) if stack else "",
+            )
             out.stopped = f"the process was stopped after {nodeid} timed out"
         else:
             out.stopped = f"pytest was silent for {seconds:g} s outside any test (collection or fixture teardown hung)"
     elif watch.running is not None:
         nodeid = watch.running[0]
         out.results[nodeid] = NodeResult(
-            nodeid, Outcome.ERROR, time.monotonic() - watch.running[1],
+            nodeid,
+            Outcome.ERROR,
+            time.monotonic() - watch.running[1],
             message=f"the interpreter died while this test ran ({exit_text(out.exit_code)})",
-            failure=out.output_tail)
+            failure=out.output_tail,
+        )
         out.stopped = f"the interpreter died in {nodeid}"
 
 
-def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | None = None,
-            launcher: forkserver.Launcher | None = None) -> JobResult:
+def execute(
+    job: Job,
+    cfg: RunConfig,
+    workdir: Path,
+    cancel: threading.Event | None = None,
+    launcher: forkserver.Launcher | None = None,
+) -> JobResult:
     """Run ``job`` in a fresh pytest process and collect what it streamed.
 
     Blocks until the process ends. When ``cancel`` is set (from another
@@ -359,8 +393,17 @@ def execute(job: Job, cfg: RunConfig, workdir: Path, cancel: threading.Event | N
     timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
     if job.timeouts is not None:
         timeouts.update(job.timeouts)
-    Plan(str(events), str(stacks), str(cfg.root), job.liar, cfg.profile, cfg.seed, timeouts,
-         cfg.default_timeout, job.mutant).write(plan)
+    Plan(
+        str(events),
+        str(stacks),
+        str(cfg.root),
+        job.liar,
+        cfg.profile,
+        cfg.seed,
+        timeouts,
+        cfg.default_timeout,
+        job.mutant,
+    ).write(plan)
     t0 = time.monotonic()
     while True:
         events.write_bytes(b"")

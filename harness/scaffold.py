@@ -3,6 +3,7 @@
 The scaffolded witness calls pytest.fail, so a new card is FAILED, never
 PROVEN, until someone writes its check.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,6 @@ def test_claim(evidence):
 '''
 
 
-
 def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
     """Write the card and its witness module; returns (card path, witness path relative to root).
 
@@ -73,6 +73,7 @@ def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
     test = f"{witness_rel}::test_claim"
     schema = os.path.relpath(SCHEMA_PATH, folder)
     card_path.write_text(CARD_TEMPLATE.format(id=card_id, test=test, schema=schema), encoding="utf-8")
-    witness_path.write_text(WITNESS_TEMPLATE.format(id=card_id, test=test, card=display_path(card_path, root)),
-                            encoding="utf-8")
+    witness_path.write_text(
+        WITNESS_TEMPLATE.format(id=card_id, test=test, card=display_path(card_path, root)), encoding="utf-8"
+    )
     return card_path, witness_rel

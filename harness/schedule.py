@@ -40,21 +40,22 @@ A run killed outright (SIGKILL) cannot clean up: its witness processes kill
 themselves (:func:`harness.procs.watch_runner`) and the next run removes its
 scratch folder (:func:`harness.procs.sweep_owned`).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from harness.cards import Card
 from harness.document import CardResult
-from harness.statuses import LiarStatus
-from harness.outcomes import (CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run,
-                              not_run)
 from harness.executors import Executor, ExecutorSpec, Running, Started, blas_config
 from harness.executors import make as make_executor
+from harness.outcomes import CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run, not_run
 from harness.run import Job, JobResult, RunConfig
+from harness.statuses import LiarStatus
 from harness.verdict import LiarRun
 
 UNKNOWN_S = 1.0  # expected seconds of a process never seen before
@@ -136,8 +137,14 @@ class _Queue:
     Lives on the calling thread only. ``settled`` counts planned processes that will no longer run.
     """
 
-    def __init__(self, cards: Sequence[Card], cfg: RunConfig, jobs: int, expected: Mapping[str, Expected],
-                 link_problems: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        cards: Sequence[Card],
+        cfg: RunConfig,
+        jobs: int,
+        expected: Mapping[str, Expected],
+        link_problems: Mapping[str, tuple[str, ...]],
+    ) -> None:
         self.cfg, self.jobs, self.expected = cfg, jobs, expected
         self.states = [_CardState(i, c) for i, c in enumerate(cards)]
         self.results: dict[int, CardRun] = {}
@@ -184,8 +191,9 @@ class _Queue:
         st.honest = after_honest(st.card, self.cfg, res)
         for i, name in enumerate(st.card.liars):
             if name in st.honest.liars:
-                job = liar_order(liar_job(st.card, name),
-                                 self.expected.get(st.card.id, Expected()).caught_by.get(name, ()))
+                job = liar_order(
+                    liar_job(st.card, name), self.expected.get(st.card.id, Expected()).caught_by.get(name, ())
+                )
                 self.ready.append(_Ready(self._liar_key(st, i, name), job, i))
                 st.waiting += 1
         if self.cfg.liars:
@@ -196,8 +204,13 @@ class _Queue:
         return [self.results[i] for i in range(len(self.states))]
 
 
-def _drive(ex: Executor, ready: Callable[[], bool], pop: Callable[[], Any], finished: Callable[[Any, JobResult], None],
-           on_start: Callable[[Job, Sequence[Running]], None] | None) -> None:
+def _drive(
+    ex: Executor,
+    ready: Callable[[], bool],
+    pop: Callable[[], Any],
+    finished: Callable[[Any, JobResult], None],
+    on_start: Callable[[Job, Sequence[Running]], None] | None,
+) -> None:
     """Keep ``ex`` full with jobs from ``pop`` while ``ready()``; book each result with ``finished``.
 
     On any exception (Ctrl-C first of all) every running job is cancelled before it is re-raised.
@@ -218,11 +231,17 @@ def _drive(ex: Executor, ready: Callable[[], bool], pop: Callable[[], Any], fini
         raise
 
 
-def run_cards(cards: Sequence[Card], cfg: RunConfig, link_problems: Mapping[str, tuple[str, ...]] | None = None,
-              *, jobs: int = 1, expected: Mapping[str, Expected] | None = None,
-              on_start: Callable[[Job, Sequence[Running]], None] | None = None,
-              on_done: Callable[[Job, int], None] | None = None,
-              executor: ExecutorSpec | None = None) -> list[CardRun]:
+def run_cards(
+    cards: Sequence[Card],
+    cfg: RunConfig,
+    link_problems: Mapping[str, tuple[str, ...]] | None = None,
+    *,
+    jobs: int = 1,
+    expected: Mapping[str, Expected] | None = None,
+    on_start: Callable[[Job, Sequence[Running]], None] | None = None,
+    on_done: Callable[[Job, int], None] | None = None,
+    executor: ExecutorSpec | None = None,
+) -> list[CardRun]:
     """Run every card; returns their :class:`CardRun` in the order of ``cards``.
 
     ``jobs``: processes at a time (>= 1) on the local executor; on a Ray
@@ -262,10 +281,15 @@ class _Plain:
         return Path(f"job-{self.index:05d}")
 
 
-def run_jobs(jobs_list: Sequence[Job], cfg: RunConfig, *, jobs: int = 1,
-             on_start: Callable[[Job, Sequence[Running]], None] | None = None,
-             on_done: Callable[[Job, int, JobResult], None] | None = None,
-             executor: ExecutorSpec | None = None) -> list[JobResult]:
+def run_jobs(
+    jobs_list: Sequence[Job],
+    cfg: RunConfig,
+    *,
+    jobs: int = 1,
+    on_start: Callable[[Job, Sequence[Running]], None] | None = None,
+    on_done: Callable[[Job, int, JobResult], None] | None = None,
+    executor: ExecutorSpec | None = None,
+) -> list[JobResult]:
     """Run independent jobs (mutants), ``jobs`` processes at a time; results in the order of ``jobs_list``.
 
     The executor, BLAS threads and Ctrl-C handling are those of

@@ -3,6 +3,7 @@
 The schema's descriptions are the single source; tests/test_cards.py checks
 that docs/cards.md is what this prints.
 """
+
 from __future__ import annotations
 
 import sys
@@ -43,8 +44,12 @@ def _allowed(spec: dict[str, Any]) -> str:
     inner = spec.get("items", spec)
     if "x-allowed" in inner:
         bits.append(inner["x-allowed"])
-    for key, text in (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("minItems", "at least {} item(s)"),
-                      ("maxLength", "at most {} characters")):
+    for key, text in (
+        ("minimum", ">= {}"),
+        ("exclusiveMinimum", "> {}"),
+        ("minItems", "at least {} item(s)"),
+        ("maxLength", "at most {} characters"),
+    ):
         if key in spec:
             bits.append(text.format(spec[key]))
     return "; ".join(bits)
@@ -54,8 +59,10 @@ def _table(props: dict[str, Any], required: list[str]) -> list[str]:
     rows = ["| field | type | required | description | allowed |", "|---|---|---|---|---|"]
     for name, spec in props.items():
         desc = spec.get("description", "").replace("|", "\\|")
-        rows.append(f"| `{name}` | {_type(spec)} | {'yes' if name in required else 'no'} | {desc} | "
-                    f"{_allowed(spec).replace('|', chr(92) + '|')} |")
+        rows.append(
+            f"| `{name}` | {_type(spec)} | {'yes' if name in required else 'no'} | {desc} | "
+            f"{_allowed(spec).replace('|', chr(92) + '|')} |"
+        )
     return rows
 
 
@@ -69,8 +76,12 @@ def render() -> str:
     bound = schema["$defs"]["bound"]
     out += ["", "## bound (a value of `bounds`, e.g. `{max_abs_delta: {le: 0}}`)", ""]
     out += _table(bound["properties"], [])
-    out += ["", "A tolerance above zero (`le`/`lt` with a positive limit) needs a `reason:` on the same witness.",
-            "A witness that records no value for a bounded key is an ERROR, not a pass.", ""]
+    out += [
+        "",
+        "A tolerance above zero (`le`/`lt` with a positive limit) needs a `reason:` on the same witness.",
+        "A witness that records no value for a bounded key is an ERROR, not a pass.",
+        "",
+    ]
     return "\n".join(out)
 
 

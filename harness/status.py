@@ -5,15 +5,16 @@ witnesses, liars, covered files, oracle manifest) differ from the files it is
 bound to now: a byte changed, a file went missing, or the card now binds
 another set of files. Pure: the caller reads the ledger and hashes the files.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from harness.ledger import PastVerdict, changed_files
 from harness.statuses import CardState, Verdict
-
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,13 @@ class CardStatus:
         return self.state == Verdict.PROVEN
 
 
-def card_status(card_id: str, title: str, last: PastVerdict | None, recorded: Iterable[Mapping[str, Any]],
-                current: Iterable[Mapping[str, Any]]) -> CardStatus:
+def card_status(
+    card_id: str,
+    title: str,
+    last: PastVerdict | None,
+    recorded: Iterable[Mapping[str, Any]],
+    current: Iterable[Mapping[str, Any]],
+) -> CardStatus:
     """Decide one card's state from its last verdict, the files bound then and the files bound now."""
     if last is None:
         return CardStatus(card_id, title, CardState.NEVER_RUN, None)
@@ -61,9 +67,7 @@ def status_exit_code(rows: Sequence[CardStatus]) -> int:
 
 def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> list[CardStatus]:
     """Each card's :class:`CardStatus` from ``ledger`` (None: no ledger yet) and the files as they are now."""
-    from dataclasses import asdict
-
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from harness.binding import bound_files, oracle_files
     from harness.mutation import score_digest

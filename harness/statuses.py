@@ -5,6 +5,7 @@ They are :class:`enum.StrEnum`: each member *is* its string (``Verdict.PROVEN
 the JSON file, the ledger and the reports carry the same words as before,
 while code names them instead of retyping them.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum

@@ -1,13 +1,30 @@
 """Suggestions for near-miss names: ``did you mean `witnesses`?``."""
+
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 # spellings people reach for first, checked before fuzzy matching
-ALIASES = {"lte": "le", "leq": "le", "<=": "le", "gte": "ge", "geq": "ge", ">=": "ge",
-           "<": "lt", ">": "gt", "==": "eq", "!=": "ne", "neq": "ne", "witness": "witnesses",
-           "control": "controls", "liar": "liars", "ref": "refs", "tag": "tags", "note": "notes"}
+ALIASES = {
+    "lte": "le",
+    "leq": "le",
+    "<=": "le",
+    "gte": "ge",
+    "geq": "ge",
+    ">=": "ge",
+    "<": "lt",
+    ">": "gt",
+    "==": "eq",
+    "!=": "ne",
+    "neq": "ne",
+    "witness": "witnesses",
+    "control": "controls",
+    "liar": "liars",
+    "ref": "refs",
+    "tag": "tags",
+    "note": "notes",
+}
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -32,6 +32,7 @@ ignored: bad JSON, another format or version, a duplicate key, seconds that
 are negative, not numbers or not finite (NaN, Infinity), any field missing,
 unknown or of the wrong type.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,9 +42,10 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from harness.cardcheck import Problem
 from harness.errors import HarnessError
@@ -66,8 +68,10 @@ class TimingsInvalid(HarnessError, ValueError):
     def __init__(self, problem: Problem, more: int = 0) -> None:
         self.problem = problem
         also = f" ({more} more problem(s) in the file)" if more else ""
-        super().__init__(f"{problem}{also}. The file holds only scheduling hints (expected seconds per process, "
-                         f"see obligations/timings.schema.json); {FIX}.")
+        super().__init__(
+            f"{problem}{also}. The file holds only scheduling hints (expected seconds per process, "
+            f"see obligations/timings.schema.json); {FIX}."
+        )
 
 
 @dataclass(frozen=True)
@@ -109,14 +113,17 @@ def read(cards_dir: Path, root: Path) -> Hints | None:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise TimingsInvalid(Problem(shown, 0, "", "", f"cannot read it ({getattr(exc, 'strerror', None) or exc})"))
+        raise TimingsInvalid(
+            Problem(shown, 0, "", "", f"cannot read it ({getattr(exc, 'strerror', None) or exc})")
+        ) from None
     if not text.strip():
         raise TimingsInvalid(Problem(shown, 0, "", "", "the file is empty; a JSON object was expected"))
     try:
         data = json.loads(text, object_pairs_hook=_Object.of)
     except json.JSONDecodeError as exc:
-        raise TimingsInvalid(Problem(shown, exc.lineno, "", "", f"not valid JSON: {exc.msg} "
-                                                               f"(line {exc.lineno} column {exc.colno})")) from None
+        raise TimingsInvalid(
+            Problem(shown, exc.lineno, "", "", f"not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})")
+        ) from None
     problems = _schema_problems(data, shown)
     first = [p for p in problems if p.field in ("$.format", "$.version")]  # another format explains the rest
     problems = first + _value_problems(data, shown) + [p for p in problems if p not in first]
@@ -127,8 +134,11 @@ def read(cards_dir: Path, root: Path) -> Hints | None:
 
 def _expected(entry: Mapping[str, Any]) -> Expected:
     liars = entry["liars"]
-    return Expected(float(entry["honest_s"]), {n: float(lv["s"]) for n, lv in liars.items()},
-                    {n: tuple(lv["caught_by"]) for n, lv in liars.items() if lv["caught_by"]})
+    return Expected(
+        float(entry["honest_s"]),
+        {n: float(lv["s"]) for n, lv in liars.items()},
+        {n: tuple(lv["caught_by"]) for n, lv in liars.items() if lv["caught_by"]},
+    )
 
 
 class _Object(dict):
@@ -164,19 +174,35 @@ def _value_problems(data: Any, shown: str) -> list[Problem]:
     for parts, value in _walk(data):
         if isinstance(value, _Object):
             key = value.duplicate
-            out.append(Problem(shown, 0, json_path(parts + (key,)), _value(value[key]),
-                               "this key is given twice in one object; keep one"))
+            out.append(
+                Problem(
+                    shown,
+                    0,
+                    json_path(parts + (key,)),
+                    _value(value[key]),
+                    "this key is given twice in one object; keep one",
+                )
+            )
         elif isinstance(value, float) and not math.isfinite(value):
-            out.append(Problem(shown, 0, json_path(parts), _value(value),
-                               "not a finite number; seconds must be a number >= 0 (JSON has no NaN or Infinity)"))
+            out.append(
+                Problem(
+                    shown,
+                    0,
+                    json_path(parts),
+                    _value(value),
+                    "not a finite number; seconds must be a number >= 0 (JSON has no NaN or Infinity)",
+                )
+            )
     return out
 
 
 def _schema_problems(data: Any, shown: str) -> list[Problem]:
     import jsonschema
 
-    errors = sorted(jsonschema.Draft202012Validator(load_schema()).iter_errors(data),
-                    key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(
+        jsonschema.Draft202012Validator(load_schema()).iter_errors(data),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
     return [p for err in errors for p in _problems(err, shown)]
 
 
@@ -185,12 +211,19 @@ def _problems(err: Any, shown: str) -> Iterable[Problem]:
     if err.validator == "required" and isinstance(err.instance, dict):
         for key in (k for k in err.validator_value if k not in err.instance):
             what = sch.get("properties", {}).get(key, {}).get("description", "")
-            yield Problem(shown, 0, json_path(parts + (key,)), "", "missing required field" + (f" ({what})" if what else ""))
+            yield Problem(
+                shown, 0, json_path(parts + (key,)), "", "missing required field" + (f" ({what})" if what else "")
+            )
     elif err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted(sch.get("properties", {}))
         for key in sorted(set(err.instance) - set(allowed)):
-            yield Problem(shown, 0, json_path(parts + (key,)), _value(err.instance[key]),
-                          f"unknown field; allowed: {', '.join(allowed)}")
+            yield Problem(
+                shown,
+                0,
+                json_path(parts + (key,)),
+                _value(err.instance[key]),
+                f"unknown field; allowed: {', '.join(allowed)}",
+            )
     else:
         yield Problem(shown, 0, json_path(parts), _value(err.instance), _message(err, sch))
 
@@ -224,7 +257,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def json_path(parts: Sequence[Any]) -> str:
-    """``("cards", "KV-T1", "honest_s")`` -> ``$.cards["KV-T1"].honest_s`` (a key that is not a plain name is quoted)."""
+    """``("cards", "KV-T1", "honest_s")`` -> ``$.cards["KV-T1"].honest_s``.
+
+    A key that is not a plain name is quoted.
+    """
     out = "$"
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if _NAME.match(p) else f"[{json.dumps(p)}]")
@@ -269,10 +305,15 @@ def _s(seconds: float) -> float:
 
 def to_json(expected: Mapping[str, Expected], source: str, recorded: str) -> dict[str, Any]:
     """The file's content; seconds rounded to 0.1 (a committed file should not churn on noise)."""
-    cards = {cid: {"honest_s": _s(e.honest_s),
-                   "liars": {name: {"s": _s(s), "caught_by": list(e.caught_by.get(name, ()))}
-                             for name, s in e.liars_s.items()}}
-             for cid, e in expected.items()}
+    cards = {
+        cid: {
+            "honest_s": _s(e.honest_s),
+            "liars": {
+                name: {"s": _s(s), "caught_by": list(e.caught_by.get(name, ()))} for name, s in e.liars_s.items()
+            },
+        }
+        for cid, e in expected.items()
+    }
     return {"format": FORMAT, "version": VERSION, "recorded": recorded, "source": source, "cards": cards}
 
 
@@ -284,9 +325,13 @@ def dumps(doc: Mapping[str, Any]) -> str:
         end = "," if i < len(doc["cards"]) - 1 else ""
         head = f'    {d(cid)}: {{"honest_s": {d(entry["honest_s"])}, "liars": {{'
         liars = list(entry["liars"].items())
-        lines += [head + "}}" + end] if not liars else [head] + [
-            f"      {d(n)}: {d(lv)}" + ("," if j < len(liars) - 1 else "") for j, (n, lv) in enumerate(liars)
-        ] + ["    }}" + end]
+        lines += (
+            [head + "}}" + end]
+            if not liars
+            else [head]
+            + [f"      {d(n)}: {d(lv)}" + ("," if j < len(liars) - 1 else "") for j, (n, lv) in enumerate(liars)]
+            + ["    }}" + end]
+        )
     return "\n".join(lines + ["  }", "}"]) + "\n"
 
 
@@ -309,8 +354,9 @@ def write(cards_dir: Path, expected: Mapping[str, Expected], source: str, record
 # ---------------------------------------------------------------- what the scheduler uses
 
 
-def combine(card_ids: Iterable[str], ledger: Mapping[str, Expected],
-            hints: Mapping[str, Expected]) -> tuple[dict[str, Expected], dict[str, str]]:
+def combine(
+    card_ids: Iterable[str], ledger: Mapping[str, Expected], hints: Mapping[str, Expected]
+) -> tuple[dict[str, Expected], dict[str, str]]:
     """(card id -> Expected, card id -> where it came from): the ledger's entry, else the file's, else unknown.
 
     A card that is unknown gets no Expected (the scheduler's default, 1 s a process).
@@ -328,22 +374,30 @@ def combine(card_ids: Iterable[str], ledger: Mapping[str, Expected],
 
 
 def schedule_line(sources: Mapping[str, str], shown_file: str) -> str:
-    """``schedule: ledger 0, obligations/timings.json 19, unknown 0 card(s)``: where the run's expected times came from."""
+    """Where the run's expected times came from.
+
+    ``schedule: ledger 0, obligations/timings.json 19, unknown 0 card(s)``.
+    """
     n = Counter(sources.values())
     return f"schedule: ledger {n[LEDGER]}, {shown_file} {n[FILE]}, unknown {n[UNKNOWN]} card(s)"
 
 
-def render(console: Any, cards: Sequence[Any], expected: Mapping[str, Expected], sources: Mapping[str, str],
-           shown_file: str) -> None:
+def render(
+    console: Any, cards: Sequence[Any], expected: Mapping[str, Expected], sources: Mapping[str, str], shown_file: str
+) -> None:
     """``timings``: per card and liar, the seconds the scheduler would expect, where they came from, and the
     witnesses that run first under each liar; then the order in which honest runs start with ``-j 2`` or more."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(header_style="bold", pad_edge=False)
-    for name, kw in (("card / liar", {"no_wrap": True}), ("expected s", {"justify": "right"}),
-                     ("chain s", {"justify": "right"}), ("from", {"no_wrap": True}),
-                     ("runs first under the liar (caught it)", {"overflow": "fold"})):
+    for name, kw in (
+        ("card / liar", {"no_wrap": True}),
+        ("expected s", {"justify": "right"}),
+        ("chain s", {"justify": "right"}),
+        ("from", {"no_wrap": True}),
+        ("runs first under the liar (caught it)", {"overflow": "fold"}),
+    ):
         table.add_column(name, **kw)
     for card in cards:
         exp, src = expected.get(card.id, Expected()), sources.get(card.id, UNKNOWN)
@@ -351,22 +405,54 @@ def render(console: Any, cards: Sequence[Any], expected: Mapping[str, Expected],
         table.add_row(escape(card.id), f"{exp.honest_s:.1f}", f"{chain_s(exp, card.liars):.1f}", escape(shown_src), "")
         for name in card.liars:
             known = name in exp.liars_s
-            table.add_row(f"  {escape(name)}", f"{exp.liar(name):.1f}", "", escape(shown_src if known else UNKNOWN),
-                          escape(", ".join(exp.caught_by.get(name, ())) or "–"))
+            table.add_row(
+                f"  {escape(name)}",
+                f"{exp.liar(name):.1f}",
+                "",
+                escape(shown_src if known else UNKNOWN),
+                escape(", ".join(exp.caught_by.get(name, ())) or "–"),
+            )
     console.print(table)
-    order = sorted(range(len(cards)), key=lambda i: (-chain_s(expected.get(cards[i].id, Expected()), cards[i].liars), i))
-    console.print("with -j 2 or more, honest runs start in this order: "
-                  + ", ".join(cards[i].id for i in order), soft_wrap=True, markup=False, highlight=False)
+    order = sorted(
+        range(len(cards)), key=lambda i: (-chain_s(expected.get(cards[i].id, Expected()), cards[i].liars), i)
+    )
+    console.print(
+        "with -j 2 or more, honest runs start in this order: " + ", ".join(cards[i].id for i in order),
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
 
 
 def stale_entries(hints: Hints, cards: Sequence[Any]) -> list[str]:
     """Entries of the file that name no card, or a liar its card does not list (ignored by the scheduler)."""
     by_id = {c.id: c for c in cards}
     out = [cid for cid in hints.cards if cid not in by_id]
-    out += [f"{cid} / {name}" for cid, e in hints.cards.items() if cid in by_id
-            for name in e.liars_s if name not in by_id[cid].liars]
+    out += [
+        f"{cid} / {name}"
+        for cid, e in hints.cards.items()
+        if cid in by_id
+        for name in e.liars_s
+        if name not in by_id[cid].liars
+    ]
     return out
 
 
-__all__ = ["FILENAME", "Hints", "Recorded", "TimingsInvalid", "combine", "dumps", "from_ledger", "json_path", "ledger_source",
-           "load", "read", "render", "schedule_line", "stale_entries", "to_json", "write"]
+__all__ = [
+    "FILENAME",
+    "Hints",
+    "Recorded",
+    "TimingsInvalid",
+    "combine",
+    "dumps",
+    "from_ledger",
+    "json_path",
+    "ledger_source",
+    "load",
+    "read",
+    "render",
+    "schedule_line",
+    "stale_entries",
+    "to_json",
+    "write",
+]

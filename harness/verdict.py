@@ -28,16 +28,17 @@ FAILED outranks ERROR: a refutation stands even if another witness is broken.
 Under a liar, a witness that fails *or errors* catches it (the witnesses
 would not pass that wrong implementation); only skips are inconclusive.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from harness.cards import Bound, Card, Witness
 from harness.checktext import check_text, reason_value, unevaluated_text
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
-
 
 # the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
 OBSERVED_FIELDS = ("observed", "min", "max", "nan")
@@ -190,8 +191,10 @@ def observed_summary(value: Any) -> Mapping[str, Any] | None:
 def _missing(bound: Bound, reached: bool) -> str:
     if not reached:
         return "was not reached: the witness stopped before recording it"
-    return (f"was not recorded; the witness passed without recording it: call evidence.record({bound.key!r}, value) "
-            f"(or evidence.observe({bound.key!r}, x) per example, evidence.count({bound.key!r}, n))")
+    return (
+        f"was not recorded; the witness passed without recording it: call evidence.record({bound.key!r}, value) "
+        f"(or evidence.observe({bound.key!r}, x) per example, evidence.count({bound.key!r}, n))"
+    )
 
 
 def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", reached: bool = True) -> BoundCheck:
@@ -212,8 +215,14 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", rea
         holds = (actual == bound.limit) == (bound.op == "eq")
         return BoundCheck(bound.key, bound.op, bound.limit, actual, holds, nodeid)
     if not _is_number(actual):
-        return BoundCheck(bound.key, bound.op, bound.limit,
-                          f"= {actual!r} is not a number (bound {bound.op} {bound.limit!r})", None, nodeid)
+        return BoundCheck(
+            bound.key,
+            bound.op,
+            bound.limit,
+            f"= {actual!r} is not a number (bound {bound.op} {bound.limit!r})",
+            None,
+            nodeid,
+        )
     if isinstance(actual, float) and math.isnan(actual):
         return BoundCheck(bound.key, bound.op, bound.limit, actual, False, nodeid)
     return BoundCheck(bound.key, bound.op, bound.limit, actual, _holds(bound.op, actual, bound.limit), nodeid)
@@ -243,15 +252,20 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
         return check("observed no value (the summary says observed=0)", None, "")
     if op == "ne":
         if lo is None or not _is_number(limit) or limit < lo or limit > hi:
-            nearest = math.nan if lo is None else (lo if _is_number(limit) and abs(lo - limit) <= abs(hi - limit)
-                                                   else hi)
+            nearest = (
+                math.nan if lo is None else (lo if _is_number(limit) and abs(lo - limit) <= abs(hi - limit) else hi)
+            )
             return check(nearest, True, f"nearest of {n} observed")
         if lo == hi == limit:
             return check(lo, False, f"min = max of {n} observed")
-        return check(f"observed {n} value(s) in [{reason_value(lo)}, {reason_value(hi)}], which contains the limit {reason_value(limit)}: "
-                     f"their summary cannot tell whether one equals it (bound ne {reason_value(limit)}); count those "
-                     f"examples with evidence.count('{key}_equal', int(x == {limit!r})) and bound that with eq: 0",
-                     None, "")
+        return check(
+            f"observed {n} value(s) in [{reason_value(lo)}, {reason_value(hi)}], "
+            f"which contains the limit {reason_value(limit)}: "
+            f"their summary cannot tell whether one equals it (bound ne {reason_value(limit)}); count those "
+            f"examples with evidence.count('{key}_equal', int(x == {limit!r})) and bound that with eq: 0",
+            None,
+            "",
+        )
     if nans:
         return check(math.nan, False, f"{nans} of {n} observed were NaN")
     if op == "eq":
@@ -272,8 +286,11 @@ def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVe
         why = (outcome.not_run_reason if outcome else "") or "did not run"
         return WitnessVerdict(witness.id, kind, Outcome.NOT_RUN, why)
     status = outcome.status
-    checks = tuple(check_bound(b, n.evidence, n.nodeid, reached=n.outcome == Outcome.PASSED)
-                   for n in outcome.nodes for b in witness.bounds)
+    checks = tuple(
+        check_bound(b, n.evidence, n.nodeid, reached=n.outcome == Outcome.PASSED)
+        for n in outcome.nodes
+        for b in witness.bounds
+    )
     if status != Outcome.PASSED:  # the node's own outcome decides; checks are kept for display
         node = outcome.first(status)
         assert node is not None
@@ -324,8 +341,10 @@ def mutation_reason(mutation: Any) -> str:
     scored = mutation.killed + mutation.timeout + mutation.survived
     first = next((m for m in mutation.mutants if m.status == "survived"), None)
     eg = f"; e.g. {m_where(first)}" if first is not None else ""
-    return (f"mutation score {mutation.score:.2f} < min_score {mutation.min_score:.2f}: {mutation.survived} of "
-            f"{scored} mutants of the code it claims pass every witness{eg}")
+    return (
+        f"mutation score {mutation.score:.2f} < min_score {mutation.min_score:.2f}: {mutation.survived} of "
+        f"{scored} mutants of the code it claims pass every witness{eg}"
+    )
 
 
 def m_where(m: Any) -> str:
@@ -348,9 +367,12 @@ def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None) -> CardVe
     cv = tuple(judge_witness(c, got_c.get(c.id)) for c in card.controls)
     lv = tuple(judge_liar(card, next((r for r in outcomes.liars if r.name == n), None), n) for n in card.liars)
     if outcomes.liars_skipped:
-        lv = tuple(LiarVerdict(v.name, LiarStatus.NOT_RUN, why=f"not run: {outcomes.liars_skipped}")
-                   if v.status == LiarStatus.NOT_RUN else v
-                   for v in lv)
+        lv = tuple(
+            LiarVerdict(v.name, LiarStatus.NOT_RUN, why=f"not run: {outcomes.liars_skipped}")
+            if v.status == LiarStatus.NOT_RUN
+            else v
+            for v in lv
+        )
 
     def result(verdict: str, reason: str) -> CardVerdict:
         return CardVerdict(card.id, verdict, reason, wv, cv, lv)

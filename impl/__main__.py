@@ -1,4 +1,5 @@
 """python -m impl generate "The capital of France is" -n 12 [--weights F] [--window W]"""
+
 from __future__ import annotations
 
 import argparse
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             pieces.append(tok)
             text = model.tokenizer.decode(pieces)
             if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-                sys.stdout.write(text[len(shown):])
+                sys.stdout.write(text[len(shown) :])
                 sys.stdout.flush()
                 shown = text
 
@@ -80,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.stats:
-        print(f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
-              f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache, "
-              f"{s.cache.nbytes / 2**20:.2f} MiB held", file=sys.stderr)
+        print(
+            f"load {t1 - t0:.2f} s; {len(ids)} prompt + {args.n} new tokens in {t3 - t2:.2f} s "
+            f"({args.n / max(t3 - t2, 1e-9):.1f} tok/s incl. prefill); {args.cache} cache, "
+            f"{s.cache.nbytes / 2**20:.2f} MiB held",
+            file=sys.stderr,
+        )
         print(f"numerics: {numerics}", file=sys.stderr)
     return 0
 

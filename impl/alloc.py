@@ -19,6 +19,7 @@ MB for SmolLM2) instead of returning it between layers.
 ``KVPROOF_MALLOC=system`` leaves glibc's defaults alone; on a C library
 without ``mallopt`` nothing changes. :func:`status` says which is in force.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,8 +38,12 @@ def configure() -> str:
     global _status
     from impl.errors import SettingError, setting
 
-    choice = setting(ENV, ("auto", "keep", "system"), "an allocator setting",
-                     "auto/keep = keep freed memory in the process (glibc mallopt), system = glibc's defaults")
+    choice = setting(
+        ENV,
+        ("auto", "keep", "system"),
+        "an allocator setting",
+        "auto/keep = keep freed memory in the process (glibc mallopt), system = glibc's defaults",
+    )
     if _status is not None:
         return _status
     if choice == "system":
@@ -46,7 +51,9 @@ def configure() -> str:
         return _status
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+            libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        )
     except (OSError, AttributeError):
         ok = False
     if ok:

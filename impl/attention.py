@@ -34,8 +34,8 @@ Two numerics paths (:func:`attention_path` names the one in force):
 Each path is invariant on its own; the two give different bits, so compare
 runs made under the same path only (the report header names it).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 
@@ -48,8 +48,9 @@ ATTENTION_CHOICES = ("auto", "kernel", "numpy")
 
 def attention_choice() -> str:
     """The validated value of KVPROOF_ATTENTION ("auto" when unset); SettingError naming the allowed values."""
-    return setting(ENV_ATTENTION, ATTENTION_CHOICES, "an attention path",
-                   "auto = the C kernel when it builds, else numpy")
+    return setting(
+        ENV_ATTENTION, ATTENTION_CHOICES, "an attention path", "auto = the C kernel when it builds, else numpy"
+    )
 
 
 def attention_kernel():
@@ -63,8 +64,10 @@ def attention_kernel():
         return None
     k = kernels.load()
     if k is None and choice == "kernel":
-        raise SettingError(f"{ENV_ATTENTION}=kernel but the C kernel is unavailable ({kernels.status()}); "
-                           f"unset it to fall back to numpy")
+        raise SettingError(
+            f"{ENV_ATTENTION}=kernel but the C kernel is unavailable ({kernels.status()}); "
+            f"unset it to fall back to numpy"
+        )
     return k
 
 

@@ -20,10 +20,12 @@ Three designs implement ``KVStore``: contiguous (``impl.kv.KVCache``), paged
 ``release()``: not a way to drop positions but the end of its life (every
 block back to the pool; any later use raises), like vLLM's ``free``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -49,9 +51,9 @@ class KVGeometry:
     field that is not an int >= 1.
     """
 
-    n_layers: int               # decoder blocks with a KV cache
-    n_kv_heads: int             # key/value heads per layer (grouped-query attention)
-    head_dim: int               # width of one key head (and of one value head, unless v_head_dim says otherwise)
+    n_layers: int  # decoder blocks with a KV cache
+    n_kv_heads: int  # key/value heads per layer (grouped-query attention)
+    head_dim: int  # width of one key head (and of one value head, unless v_head_dim says otherwise)
     v_head_dim: int | None = None  # a value head's width if it differs (only the ring holds such K/V); None = head_dim
 
     def __post_init__(self) -> None:
@@ -73,8 +75,10 @@ class KVGeometry:
     def require_square(self, design: str) -> None:
         """Raise CacheError unless K and V rows have one width (``design`` stores them alike)."""
         if self.v_head_dim != self.head_dim:
-            raise CacheError(f"{design} stores K and V rows of one width: v_head_dim={self.v_head_dim} differs "
-                             f"from head_dim={self.head_dim}; use the ring cache, or v_head_dim=None")
+            raise CacheError(
+                f"{design} stores K and V rows of one width: v_head_dim={self.v_head_dim} differs "
+                f"from head_dim={self.head_dim}; use the ring cache, or v_head_dim=None"
+            )
 
 
 class KVStore(Protocol):
@@ -120,7 +124,7 @@ class KVStore(Protocol):
         Raises CacheError unless n is an int in 0..len.
         """
 
-    def clone(self) -> "KVStore":
+    def clone(self) -> KVStore:
         """An independent copy (a paged cache may share blocks copy-on-write)."""
 
 

@@ -15,6 +15,7 @@ produces exactly the bits the sequence convolution does (card RING-T5); what
 can go wrong is only which inputs the tail holds, and that is what the
 witnesses pin.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -92,5 +93,9 @@ class ConvTail:
 
     def seed(self, history: np.ndarray) -> None:
         """Set the tail from earlier inputs (T, C), oldest first (e.g. after a batched prefill)."""
-        h = np.asarray(history, np.float32)[-self.reach :] if self.reach else np.zeros((0, self.taps.shape[1]), np.float32)
+        h = (
+            np.asarray(history, np.float32)[-self.reach :]
+            if self.reach
+            else np.zeros((0, self.taps.shape[1]), np.float32)
+        )
         self.tail = np.concatenate([np.zeros((self.reach - h.shape[0], self.taps.shape[1]), np.float32), h])

@@ -38,6 +38,5 @@ def setting(name: str, choices: tuple[str, ...], what: str, meaning: str) -> str
     raw = os.environ.get(name)
     choice = (raw or "auto").strip().lower() or "auto"
     if choice not in choices:
-        raise SettingError(f"{name}={raw!r} is not {what}: use one of {', '.join(choices)} ({meaning}), "
-                           "or unset it")
+        raise SettingError(f"{name}={raw!r} is not {what}: use one of {', '.join(choices)} ({meaning}), or unset it")
     return choice

@@ -28,6 +28,7 @@ source, the flags, the compiler and the CPU, so later processes only
 numpy's gemv for every row (``impl.linear``), invariant too but slower for
 prefills. Both are reported by :func:`impl.linear.numerics_path`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -52,7 +53,6 @@ FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-sha
 C_SOURCE = Path(__file__).with_name("kernels.c").read_text(encoding="utf-8")  # the kernels, in C
 
 
-
 class Kernel:
     """The loaded shared library, with typed entry points."""
 
@@ -60,31 +60,88 @@ class Kernel:
         lib = ctypes.CDLL(str(path))
         self.path = path
         self._linear = lib.kv_linear
-        self._linear.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
-                                 ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        self._linear.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_int,
+        ]
         self._linear.restype = ctypes.c_int
         self._attend = lib.kv_attend
-        self._attend.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+        self._attend.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_float,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
         self._attend.restype = None
         self._silu = lib.kv_silu
-        self._silu.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
-                               ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        self._silu.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_int,
+        ]
         self._silu.restype = None
         self._rmsnorm = lib.kv_rmsnorm
-        self._rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
-                                  ctypes.c_float, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        self._rmsnorm.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_float,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_int,
+        ]
         self._rmsnorm.restype = None
         self._rope = lib.kv_rope
-        self._rope.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self._rope.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
         self._rope.restype = None
         lib.kv_isa.restype = ctypes.c_char_p
         self.isa = lib.kv_isa().decode()
         self._linear_q = lib.kv_linear_q
-        self._linear_q.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_int,
-                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._linear_q.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_void_p,
+            ctypes.c_long,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         self._linear_q.restype = ctypes.c_int
         lib.kv_q_isa.restype = ctypes.c_char_p
         self.q_isa = lib.kv_q_isa().decode()
@@ -97,8 +154,9 @@ class Kernel:
         assert packed.shape == (p, k, NR) and packed.dtype == np.float32 and packed.flags.c_contiguous
         assert x.dtype == np.float32 and x.strides[1] == 4 and out.dtype == np.float32 and out.strides[1] == 4
         assert out.shape[0] == t and out.shape[1] >= p * NR
-        rc = self._linear(x.ctypes.data, t, x.strides[0] // 4, packed.ctypes.data, k, p,
-                          out.ctypes.data, out.strides[0] // 4, threads)
+        rc = self._linear(
+            x.ctypes.data, t, x.strides[0] // 4, packed.ctypes.data, k, p, out.ctypes.data, out.strides[0] // 4, threads
+        )
         if rc != 0:
             raise MemoryError(f"kv_linear: no memory for the packed copy of {t} x {k} rows")
 
@@ -116,8 +174,17 @@ class Kernel:
             ldu = u2.strides[0] // 4
         out = np.empty(g2.shape, dtype=np.float32)
         t, f = g2.shape
-        self._silu(g2.ctypes.data, g2.strides[0] // 4, None if u is None else u2.ctypes.data, ldu, t, f,
-                   out.ctypes.data, f, threads)
+        self._silu(
+            g2.ctypes.data,
+            g2.strides[0] // 4,
+            None if u is None else u2.ctypes.data,
+            ldu,
+            t,
+            f,
+            out.ctypes.data,
+            f,
+            threads,
+        )
         return out.reshape(g.shape)
 
     def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 0) -> np.ndarray:
@@ -138,12 +205,23 @@ class Kernel:
         pos = np.ascontiguousarray(pos, dtype=np.int64)
         assert pos.shape == (t,)
         out = np.empty((t, h, d), dtype=np.float32)
-        self._rope(x.ctypes.data, x.strides[0] // 4, t, h, d, cos.ctypes.data, sin.ctypes.data, pos.ctypes.data,
-                   out.ctypes.data, threads)
+        self._rope(
+            x.ctypes.data,
+            x.strides[0] // 4,
+            t,
+            h,
+            d,
+            cos.ctypes.data,
+            sin.ctypes.data,
+            pos.ctypes.data,
+            out.ctypes.data,
+            threads,
+        )
         return out
 
-    def linear_q(self, x: np.ndarray, rows: np.ndarray, qtype: int, out: np.ndarray, threads: int = 0,
-                 reference: bool = False) -> None:
+    def linear_q(
+        self, x: np.ndarray, rows: np.ndarray, qtype: int, out: np.ndarray, threads: int = 0, reference: bool = False
+    ) -> None:
         """out[c] = x @ W[c, :] for one row x (K,), W's row c being K/32 GGUF blocks at address ``rows[c]``.
 
         ``qtype`` is the ggml type id (QTYPES); the result has the bits of :meth:`linear` on the
@@ -154,12 +232,21 @@ class Kernel:
         assert x.dtype == np.float32 and x.flags.c_contiguous and out.dtype == np.float32 and out.flags.c_contiguous
         assert rows.dtype == np.uintp and rows.flags.c_contiguous and out.shape == rows.shape
         assert qtype in QTYPES.values() and k % 32 == 0
-        rc = self._linear_q(x.ctypes.data, k, rows.ctypes.data, rows.shape[0], qtype, out.ctypes.data, threads,
-                            int(reference))
+        rc = self._linear_q(
+            x.ctypes.data, k, rows.ctypes.data, rows.shape[0], qtype, out.ctypes.data, threads, int(reference)
+        )
         assert rc == 0, rc
 
-    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: float,
-               threads: int = 0) -> np.ndarray:
+    def attend(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        scale: float,
+        threads: int = 0,
+    ) -> np.ndarray:
         """Causal attention for T queries over rows of one K/V view; returns (T, Hkv * G * D) float32.
 
         q (T, Hkv, G, D); k, v (n, Hkv * D) with unit column stride (rows may be strided);
@@ -172,10 +259,25 @@ class Kernel:
             k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
         lo = np.ascontiguousarray(lo, dtype=np.int64)
         hi = np.ascontiguousarray(hi, dtype=np.int64)
-        assert lo.shape == hi.shape == (t,) and (t == 0 or (lo.min() >= 0 and (hi > lo).all() and hi.max() <= k.shape[0]))
+        assert lo.shape == hi.shape == (t,) and (
+            t == 0 or (lo.min() >= 0 and (hi > lo).all() and hi.max() <= k.shape[0])
+        )
         out = np.empty((t, hkv * g * d), dtype=np.float32)
-        self._attend(q.ctypes.data, t, hkv, g, d, k.ctypes.data, v.ctypes.data, k.strides[0] // 4,
-                     lo.ctypes.data, hi.ctypes.data, scale, out.ctypes.data, threads)
+        self._attend(
+            q.ctypes.data,
+            t,
+            hkv,
+            g,
+            d,
+            k.ctypes.data,
+            v.ctypes.data,
+            k.strides[0] // 4,
+            lo.ctypes.data,
+            hi.ctypes.data,
+            scale,
+            out.ctypes.data,
+            threads,
+        )
         return out
 
 
@@ -256,8 +358,12 @@ def load() -> Kernel | None:
     if "kernel" not in _state:
         from impl.errors import setting
 
-        choice = setting(ENV_CHOICE, ("auto", "c", "numpy"), "a kernel choice",
-                         "auto = the C kernel when it builds, else numpy; c = the C kernel or an error")
+        choice = setting(
+            ENV_CHOICE,
+            ("auto", "c", "numpy"),
+            "a kernel choice",
+            "auto = the C kernel when it builds, else numpy; c = the C kernel or an error",
+        )
         kernel, why = None, ""
         if choice == "numpy":
             why = f"{ENV_CHOICE}=numpy"

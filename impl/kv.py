@@ -15,9 +15,10 @@ flip a greedy token).
 Storage grows by doubling; the public arrays are views of the first len
 rows, so a row's bytes and strides never depend on the capacity.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class KVCache(KVStore):
         self._n = 0
 
     @classmethod
-    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window]) -> "KVCache":
+    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window]) -> KVCache:
         """``make_cache("contiguous", ...)``: takes no options (a window is a mask attention applies)."""
         return cls(geometry, ropes)
 
@@ -132,13 +133,15 @@ class KVCache(KVStore):
         Raises CacheError (a ValueError) for negative arguments or a start
         past the end; n == 0 is a no-op.
         """
-        if isinstance(start, bool) or isinstance(n, bool) or not isinstance(start, (int, np.integer)) \
-                or not isinstance(n, (int, np.integer)):
+        if (
+            isinstance(start, bool)
+            or isinstance(n, bool)
+            or not isinstance(start, (int, np.integer))
+            or not isinstance(n, (int, np.integer))
+        ):
             raise CacheError(f"evict(start={start!r}, n={n!r}): both must be ints")
         if start < 0 or n < 0:
-            raise CacheError(
-                f"evict(start={start}, n={n}): arguments must be >= 0 (cache holds {self._n} positions)"
-            )
+            raise CacheError(f"evict(start={start}, n={n}): arguments must be >= 0 (cache holds {self._n} positions)")
         if start > self._n or (start == self._n and n > 0):
             raise CacheError(
                 f"evict(start={start}, n={n}): start is past the end; the cache holds "
@@ -173,7 +176,7 @@ class KVCache(KVStore):
         n = int(n)
         self._n = n
 
-    def clone(self) -> "KVCache":
+    def clone(self) -> KVCache:
         """An independent deep copy: no array is shared with the source."""
         c = KVCache.__new__(KVCache)
         c.geometry, c.ropes = self.geometry, self.ropes  # immutable

@@ -36,6 +36,7 @@ every weight with gguf.quants' float32 operations and feeds it into the
 very order above. ``KVPROOF_DECODE`` (auto | quantized | f32) chooses;
 :func:`decode_path` names the choice in force.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,12 @@ DECODE_CHOICES = ("auto", "quantized", "f32")
 
 def decode_choice() -> str:
     """The validated value of KVPROOF_DECODE ("auto" when unset); SettingError naming the allowed values."""
-    return setting(ENV_DECODE, DECODE_CHOICES, "a decode path", "auto = quantized GGUF blocks where the file "
-                   "stores Q4_1/Q8_0 and the C kernel loads, else the float32 weights")
+    return setting(
+        ENV_DECODE,
+        DECODE_CHOICES,
+        "a decode path",
+        "auto = quantized GGUF blocks where the file stores Q4_1/Q8_0 and the C kernel loads, else the float32 weights",
+    )
 
 
 def linear_path() -> str:
@@ -76,11 +81,15 @@ def decode_path() -> str:
         return f"float32 weights ({ENV_DECODE}=f32)"
     if k is None:
         if choice == "quantized":
-            raise SettingError(f"{ENV_DECODE}=quantized but the C kernel is unavailable ({kernels.status()}); "
-                               f"unset it to decode from the float32 weights")
+            raise SettingError(
+                f"{ENV_DECODE}=quantized but the C kernel is unavailable ({kernels.status()}); "
+                f"unset it to decode from the float32 weights"
+            )
         return "float32 weights (quantized decode needs the C kernel)"
-    return (f"quantized GGUF blocks (Q4_1/Q8_0, kernel {k.q_isa}) where the file stores them, else float32; "
-            f"same bits either way")
+    return (
+        f"quantized GGUF blocks (Q4_1/Q8_0, kernel {k.q_isa}) where the file stores them, else float32; "
+        f"same bits either way"
+    )
 
 
 def numerics_path() -> str:
@@ -92,8 +101,11 @@ def numerics_path() -> str:
     """
     from impl.attention import attention_path
 
-    rowwise = ("kernel (rmsnorm: fma lane sums; rope: numpy's operations; silu: the kernel's exp)"
-               if kernels.load() is not None else "numpy")
+    rowwise = (
+        "kernel (rmsnorm: fma lane sums; rope: numpy's operations; silu: the kernel's exp)"
+        if kernels.load() is not None
+        else "numpy"
+    )
     return f"linear: {linear_path()}; decode: {decode_path()}; attention: {attention_path()}; rowwise: {rowwise}"
 
 
@@ -106,9 +118,9 @@ class QuantRows:
     weight went through. ``nbytes``: bytes one product streams.
     """
 
-    qtype: str       # "Q4_1" or "Q8_0" (kernels.QTYPES)
+    qtype: str  # "Q4_1" or "Q8_0" (kernels.QTYPES)
     rows: np.ndarray  # (out,) uintp
-    keep: object      # what the addresses point into
+    keep: object  # what the addresses point into
     nbytes: int
 
 
@@ -156,7 +168,7 @@ class Linear:
             self.offsets = list(range(0, self.n_out, self.blocks[0].shape[1]))
 
     @classmethod
-    def from_blocks(cls, blocks: list[np.ndarray], n_out: int | None = None) -> "Linear":
+    def from_blocks(cls, blocks: list[np.ndarray], n_out: int | None = None) -> Linear:
         """Rebuild from ``blocks`` as returned by ``.blocks`` (e.g. memory-mapped).
 
         Packed panels carry no width: pass ``n_out`` unless it is a multiple
@@ -225,7 +237,7 @@ class Linear:
             return out
         x3 = x.reshape(t, 1, self.n_in)  # (T, 1, in)
         out = np.empty((t, self.n_out), dtype=np.float32)
-        for s, blk in zip(self.offsets, self.blocks):
+        for s, blk in zip(self.offsets, self.blocks, strict=False):
             # (T, 1, in) @ (in, C) -> (T, 1, C): one gemv per row
             np.matmul(x3, blk, out=out[:, None, s : s + blk.shape[1]])
         return out

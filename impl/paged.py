@@ -24,10 +24,11 @@ fresh block for this sequence alone (``_make_writable``), so a fork never
 sees its sibling's writes. Only the last, partly filled block can be shared
 and written: full blocks are never written again.
 """
+
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -41,7 +42,7 @@ BlockId = int  # index of a block in the pool's storage, 0..num_blocks-1
 class PoolExhausted(ImplError, MemoryError):
     """The pool has fewer free blocks than an operation needs; nothing was changed."""
 
-    def __init__(self, needed: int, free: int, pool: "BlockPool") -> None:
+    def __init__(self, needed: int, free: int, pool: BlockPool) -> None:
         self.needed, self.free = needed, free
         super().__init__(
             f"block pool exhausted: needed={needed} blocks, free={free} (pool of num_blocks={pool.num_blocks} "
@@ -123,8 +124,10 @@ class BlockPool:
         check_positive_int("BlockPool", "num_blocks", num_blocks)
         check_positive_int("BlockPool", "block_size", block_size)
         if not isinstance(geometry, KVGeometry):
-            raise CacheError(f"BlockPool(geometry={geometry!r}): expected an impl.cache.KVGeometry "
-                             "(ModelConfig.kv_geometry gives a model's)")
+            raise CacheError(
+                f"BlockPool(geometry={geometry!r}): expected an impl.cache.KVGeometry "
+                "(ModelConfig.kv_geometry gives a model's)"
+            )
         geometry.require_square("a block pool")
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         self.geometry, self.grow = geometry, grow
@@ -219,8 +222,15 @@ class PagedSequence(KVStore):
         self._gathered: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (layer, rows, k, v)
 
     @classmethod
-    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], *,
-              block_size: int | None = None, pool: BlockPool | None = None) -> "PagedSequence":
+    def build(
+        cls,
+        geometry: KVGeometry,
+        ropes: Sequence[RopeTable],
+        window: list[Window],
+        *,
+        block_size: int | None = None,
+        pool: BlockPool | None = None,
+    ) -> PagedSequence:
         """``make_cache("paged", ...)``: an empty sequence for a model session.
 
         ``pool``: a BlockPool of the model's ``geometry``; several sessions
@@ -236,11 +246,15 @@ class PagedSequence(KVStore):
         elif not isinstance(pool, BlockPool):
             raise CacheError(f"pool={pool!r}: expected an impl.paged.BlockPool or None")
         if block_size is not None and block_size != pool.block_size:
-            raise CacheError(f"block_size={block_size} differs from the pool's block_size={pool.block_size}; "
-                             "omit block_size when passing a pool")
+            raise CacheError(
+                f"block_size={block_size} differs from the pool's block_size={pool.block_size}; "
+                "omit block_size when passing a pool"
+            )
         if pool.geometry != geometry:
-            raise CacheError(f"the pool's geometry={pool.geometry} does not match the model's {geometry}; "
-                             "build the BlockPool with the model's config.kv_geometry")
+            raise CacheError(
+                f"the pool's geometry={pool.geometry} does not match the model's {geometry}; "
+                "build the BlockPool with the model's config.kv_geometry"
+            )
         return cls(pool)
 
     # ---- read side ---------------------------------------------------------
@@ -364,12 +378,12 @@ class PagedSequence(KVStore):
         if self._gathered is not None and self._gathered[0] == layer:
             self._gathered = None
 
-    def clone(self) -> "PagedSequence":
+    def clone(self) -> PagedSequence:
         """KVStore.clone: a fork (blocks shared copy-on-write)."""
         return self.fork()
 
     # ---- verbs -------------------------------------------------------------
-    def fork(self) -> "PagedSequence":
+    def fork(self) -> PagedSequence:
         """A new sequence with the same rows: every block is shared (count + 1), none copied."""
         self._check_live("fork", "")
         for b in self.blocks:
@@ -385,8 +399,10 @@ class PagedSequence(KVStore):
         """
         self._check_live("truncate", f"n={n}")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self._n:
-            raise CacheError(f"truncate(n={n!r}): n must be an int in 0..{self._n} (the sequence length); "
-                             "a sequence can only be shortened")
+            raise CacheError(
+                f"truncate(n={n!r}): n must be an int in 0..{self._n} (the sequence length); "
+                "a sequence can only be shortened"
+            )
         keep = -(-int(n) // self.pool.block_size)
         for b in self.blocks[keep:]:
             self.pool.decref(b)
@@ -406,4 +422,3 @@ class PagedSequence(KVStore):
                 f"{verb}({args}): released=True: this PagedSequence returned its blocks with release(); "
                 "fork a live sequence or create a new PagedSequence(pool)"
             )
-

@@ -18,6 +18,7 @@ NOTE: an all-zero vector keeps scale 1 (the guard is ``absmax > 0``, not a
 tolerance), so it stays zero and never divides by zero. ``rint`` rounds
 half to even, as torch.round does.
 """
+
 from __future__ import annotations
 
 import numpy as np

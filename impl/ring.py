@@ -32,10 +32,11 @@ positions, and says so.
 ``impl.cache.KVStore`` protocol a ``Session`` runs on
 (``make_cache("ring", ...)``, ``Model.session(cache="ring")``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -61,17 +62,18 @@ class RingConfig:
     is ``max_seq_len``. Raises CacheError for a reach it cannot hold.
     """
 
-    geometry: KVGeometry        # layers, KV heads and head widths
-    max_seq_len: int            # the most positions any layer stores (a global layer's cap)
-    window: int | None = None   # local layers' window in positions; None = every layer global
+    geometry: KVGeometry  # layers, KV heads and head widths
+    max_seq_len: int  # the most positions any layer stores (a global layer's cap)
+    window: int | None = None  # local layers' window in positions; None = every layer global
     global_layers: tuple[int, ...] = ()  # layers that attend to everything
 
     def __post_init__(self) -> None:
         if not isinstance(self.geometry, KVGeometry):
             raise CacheError(f"RingConfig(geometry={self.geometry!r}): expected an impl.cache.KVGeometry")
         check_positive_int("RingConfig", "max_seq_len", self.max_seq_len)
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer))
-                                        or self.window < 1):
+        if self.window is not None and (
+            isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1
+        ):
             raise CacheError(f"RingConfig(window={self.window!r}): use an int >= 1, or None for no local layers")
         n = self.geometry.n_layers
         gl = tuple(int(i) for i in self.global_layers)
@@ -94,6 +96,7 @@ class RingConfig:
 
 
 # ---- codecs: how one precision stores rows ------------------------------------------------
+
 
 class Codec:
     """How one precision stores rows of one geometry: alloc(slots), encode(k, v), decode(rows)."""
@@ -129,8 +132,10 @@ class Int8Codec(Codec):
         g = self.geometry
         h = g.n_kv_heads
         return {
-            "kq": np.zeros((slots, h, g.head_dim), np.int8), "ks": np.ones((slots, h), np.float32),
-            "vq": np.zeros((slots, h, g.v_head_dim), np.int8), "vs": np.ones((slots, h), np.float32),
+            "kq": np.zeros((slots, h, g.head_dim), np.int8),
+            "ks": np.ones((slots, h), np.float32),
+            "vq": np.zeros((slots, h, g.v_head_dim), np.int8),
+            "vs": np.ones((slots, h), np.float32),
         }
 
     def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
@@ -156,6 +161,7 @@ def take_rows(enc: Encoded, sel) -> Encoded:
 
 
 # ---- one layer -------------------------------------------------------------------------------
+
 
 class _RingLayer:
     """One layer's ring: buffers with ``slots`` rows, its cap, and its high-water mark.
@@ -235,7 +241,7 @@ class _RingLayer:
     def arrays(self) -> list[np.ndarray]:
         return list(self.buf.values())
 
-    def clone(self) -> "_RingLayer":
+    def clone(self) -> _RingLayer:
         c = _RingLayer.__new__(_RingLayer)
         c.codec, c.cap, c.slots, c.high, c.low = self.codec, self.cap, self.slots, self.high, self.low
         c.buf = {name: a.copy() for name, a in self.buf.items()}
@@ -243,6 +249,7 @@ class _RingLayer:
 
 
 # ---- the cache -------------------------------------------------------------------------------
+
 
 class RingCache:
     """Decode-time K/V for one session: per-layer rings sized by ``hint``, f32 or int8.
@@ -261,8 +268,10 @@ class RingCache:
             raise CacheError(f"hint={hint!r} is not allowed: use an int >= 1 (the positions you expect)")
         self.config, self.precision = config, precision
         self.codec = CODECS[precision](config.geometry)
-        self.layers = [_RingLayer(self.codec, min(int(hint), config.cap(i)), config.cap(i))
-                       for i in range(config.geometry.n_layers)]
+        self.layers = [
+            _RingLayer(self.codec, min(int(hint), config.cap(i)), config.cap(i))
+            for i in range(config.geometry.n_layers)
+        ]
         self._n = 0
 
     # ---- positions ----------------------------------------------------------------------
@@ -340,7 +349,7 @@ class RingCache:
         """Bytes of every K/V (and scale) buffer held, at their current sizes."""
         return sum(a.nbytes for a in self.arrays())
 
-    def clone(self) -> "RingCache":
+    def clone(self) -> RingCache:
         """An independent deep copy."""
         c = RingCache.__new__(RingCache)
         c.config, c.precision, c.codec, c._n = self.config, self.precision, self.codec, self._n

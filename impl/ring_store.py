@@ -8,9 +8,10 @@ global layer that would run past ``max_seq_len`` (refuse with
 ``ContextFull``, or clamp and report ``is_saturated()``).
 ``RingKVStore.build`` makes one for a model (``make_cache("ring", ...)``).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -57,8 +58,17 @@ class RingKVStore(KVStore):
         self._staged: dict[int, tuple[Position, Encoded]] = {}  # layer -> (start, rows [start, n))
 
     @classmethod
-    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], *, hint: int = 64,
-              precision: str = "f32", max_seq_len: int | None = None, overflow: str = "refuse") -> "RingKVStore":
+    def build(
+        cls,
+        geometry: KVGeometry,
+        ropes: Sequence[RopeTable],
+        window: list[Window],
+        *,
+        hint: int = 64,
+        precision: str = "f32",
+        max_seq_len: int | None = None,
+        overflow: str = "refuse",
+    ) -> RingKVStore:
         """``make_cache("ring", ...)``: the ring store for a model session.
 
         ``window`` (the session's, one per layer): None marks a global layer;
@@ -70,11 +80,16 @@ class RingKVStore(KVStore):
         """
         local = sorted({w for w in window if w is not None})
         if len(local) > 1:
-            raise CacheError(f"window={list(window)}: the ring takes one window for its local layers, got {local}; "
-                             "use one W (None for global layers)")
-        cfg = RingConfig(geometry, max_seq_len=int(max_seq_len or ropes[0].max_pos),
-                         window=local[0] if local else None,
-                         global_layers=tuple(i for i, w in enumerate(window) if w is None))
+            raise CacheError(
+                f"window={list(window)}: the ring takes one window for its local layers, got {local}; "
+                "use one W (None for global layers)"
+            )
+        cfg = RingConfig(
+            geometry,
+            max_seq_len=int(max_seq_len or ropes[0].max_pos),
+            window=local[0] if local else None,
+            global_layers=tuple(i for i, w in enumerate(window) if w is None),
+        )
         return cls(RingCache(cfg, hint=hint, precision=precision), overflow=overflow)
 
     def __len__(self) -> int:
@@ -173,7 +188,7 @@ class RingKVStore(KVStore):
         if len(self.ring) < self._n:
             self.ring.advance(self._n - len(self.ring))
 
-    def clone(self) -> "RingKVStore":
+    def clone(self) -> RingKVStore:
         self.flush()
         c = RingKVStore(self.ring.clone(), self.overflow)
         c._n = self._n

@@ -6,6 +6,7 @@ table indexed by absolute position. Every rotation in impl goes through
 bits whether it was written by a prefill, a decode step or re-derived after
 eviction.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,15 +41,21 @@ class RopeTable:
             )
         return pos
 
-
     def apply(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``apply_rope(x, *self.rows(pos))`` for x (T, H, D): the same bits, in one native pass when
         impl.kernels' C kernel is loaded (no (T, D) row copies, no temporaries)."""
         from impl import kernels
 
         k = kernels.load()
-        if (k is not None and x.ndim == 3 and x.dtype == np.float32 and x.strides[2] == 4
-                and x.strides[1] == 4 * x.shape[2] and x.shape[2] == self.head_dim and np.size(pos) == x.shape[0]):
+        if (
+            k is not None
+            and x.ndim == 3
+            and x.dtype == np.float32
+            and x.strides[2] == 4
+            and x.strides[1] == 4 * x.shape[2]
+            and x.shape[2] == self.head_dim
+            and np.size(pos) == x.shape[0]
+        ):
             return k.rope(x, self.cos, self.sin, self._checked(pos))
         return apply_rope(x, *self.rows(pos))
 

@@ -1,4 +1,5 @@
 """Shared fixtures for tests of impl and harness that no card names."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,9 @@ import pytest
 from impl.model.config import ModelConfig
 from impl.model.llama import Llama
 
-TINY = ModelConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=48,
-                   vocab=97, rope_theta=10000.0, max_pos=512)
+TINY = ModelConfig(
+    n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=48, vocab=97, rope_theta=10000.0, max_pos=512
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """impl.alloc: the allocator policy load_model applies, its opt-out and its errors."""
+
 from __future__ import annotations
 
 import subprocess

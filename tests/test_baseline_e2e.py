@@ -1,4 +1,5 @@
 """run --baseline / --fail-on-regression and run --rerun-failed, end to end on the fixture project."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ def kvproof(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200"}
     for var in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
         env.pop(var, None)
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.fixture()
@@ -51,9 +53,12 @@ def test_baseline_column_section_and_files_and_the_regression_exit(project):
     # a regression that leaves every card PROVEN: FX-ADD's control moves toward its bound by more than the
     # threshold the card sets (the baseline is a verdicts.json where it measured 10; it measures 1 now)
     card = project / "obligations" / "fx-add.yaml"
-    card.write_text(card.read_text().replace(
-        "    bounds: {max_abs_delta: {gt: 0}}\n",
-        "    bounds: {max_abs_delta: {gt: 0}}\n    regression: {max_abs_delta: 0.5}\n"))
+    card.write_text(
+        card.read_text().replace(
+            "    bounds: {max_abs_delta: {gt: 0}}\n",
+            "    bounds: {max_abs_delta: {gt: 0}}\n    regression: {max_abs_delta: 0.5}\n",
+        )
+    )
     old = json.loads((base / "verdicts.json").read_text())
     add = next(c for c in old["cards"] if c["id"] == "FX-ADD")
     add["controls"][0]["bounds"][0]["actual"] = 10
@@ -91,7 +96,8 @@ def test_rerun_failed_runs_what_was_not_proven_and_replays_the_rest(project):
     assert all(c["verdict"] != "PROVEN" for c in doc["cards"] if c["id"] != "FX-ADD")
     # a PROVEN card whose files changed since runs again
     (project / "cards-mixed" / "01-proven.yaml").write_text(
-        (project / "cards-mixed" / "01-proven.yaml").read_text() + "# edited\n")
+        (project / "cards-mixed" / "01-proven.yaml").read_text() + "# edited\n"
+    )
     third = kvproof(project, "run", "-j", "2", "--cards", "cards-mixed", "--rerun-failed")
     assert "0 card(s) replayed" in third.stdout and "11 to run" in third.stdout
     both = kvproof(project, "run", "--changed", "--rerun-failed")

@@ -1,4 +1,5 @@
 """Card loading and validation: a table of malformed cards and the problem each must produce."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.cards import (SCHEMA_PATH, Problem, load_cards, resolve_ref, resolve_test, select)
+from harness.cards import SCHEMA_PATH, Problem, load_cards, resolve_ref, resolve_test, select
 from harness.errors import CardInvalid, HarnessError, UsageError
 from harness.liars import scan
 
@@ -55,39 +56,116 @@ MALFORMED = [
     ("unknown-regime", _edit("regime: N", "regime: X"), "regime", "allowed: N, A, C, D", "load"),
     ("version-as-string", _edit("version: 1", "version: '1'"), "version", "expected integer", "load"),
     ("version-zero", _edit("version: 1", "version: 0"), "version", "must be >= 1", "load"),
-    ("ref-shape", _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py:add"), "refs[0]",
-     "path.py::Name or path.py::Class.method", "load"),
-    ("witness-without-test", _edit("    test: witnesses/test_arith.py::test_add_exact\n", ""),
-     "witnesses[0].test", "missing required field", "load"),
+    (
+        "ref-shape",
+        _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py:add"),
+        "refs[0]",
+        "path.py::Name or path.py::Class.method",
+        "load",
+    ),
+    (
+        "witness-without-test",
+        _edit("    test: witnesses/test_arith.py::test_add_exact\n", ""),
+        "witnesses[0].test",
+        "missing required field",
+        "load",
+    ),
     ("witness-field-misspelt", _edit("bounds:", "bound:"), "witnesses[0].bound", "did you mean `bounds`?", "load"),
-    ("bound-op-misspelt", _edit("{le: 0}", "{lte: 0}"), "witnesses[0].bounds.max_abs_delta.lte",
-     "did you mean `le`?", "load"),
-    ("bound-limit-not-number", _edit("{le: 0}", "{le: zero}"), "witnesses[0].bounds.max_abs_delta.le",
-     "expected number", "load"),
-    ("tolerance-without-reason", _edit("{le: 0}", "{le: 1.0e-4}"), "witnesses[0].bounds.max_abs_delta.le",
-     "a tolerance above zero needs a reason", "load"),
-    ("no-witnesses", _edit(GOOD[GOOD.index("witnesses:"):GOOD.index("liars:")], "witnesses: []\n"),
-     "witnesses", "at least 1", "load"),
-    ("timeout-negative", _edit("    bounds:", "    timeout: -1\n    bounds:"), "witnesses[0].timeout",
-     "must be > 0", "load"),
-    ("duplicate-yaml-key", _edit("title: add is exact\n", "title: add is exact\ntitle: again\n"), "title",
-     "duplicate key", "load"),
-    ("duplicate-witness-id", _edit("liars:", "controls:\n  - id: exact\n    test: "
-                                   "witnesses/test_arith.py::test_different_inputs_differ\nliars:"),
-     "controls[0].id", "duplicate witness id", "load"),
+    (
+        "bound-op-misspelt",
+        _edit("{le: 0}", "{lte: 0}"),
+        "witnesses[0].bounds.max_abs_delta.lte",
+        "did you mean `le`?",
+        "load",
+    ),
+    (
+        "bound-limit-not-number",
+        _edit("{le: 0}", "{le: zero}"),
+        "witnesses[0].bounds.max_abs_delta.le",
+        "expected number",
+        "load",
+    ),
+    (
+        "tolerance-without-reason",
+        _edit("{le: 0}", "{le: 1.0e-4}"),
+        "witnesses[0].bounds.max_abs_delta.le",
+        "a tolerance above zero needs a reason",
+        "load",
+    ),
+    (
+        "no-witnesses",
+        _edit(GOOD[GOOD.index("witnesses:") : GOOD.index("liars:")], "witnesses: []\n"),
+        "witnesses",
+        "at least 1",
+        "load",
+    ),
+    (
+        "timeout-negative",
+        _edit("    bounds:", "    timeout: -1\n    bounds:"),
+        "witnesses[0].timeout",
+        "must be > 0",
+        "load",
+    ),
+    (
+        "duplicate-yaml-key",
+        _edit("title: add is exact\n", "title: add is exact\ntitle: again\n"),
+        "title",
+        "duplicate key",
+        "load",
+    ),
+    (
+        "duplicate-witness-id",
+        _edit(
+            "liars:",
+            "controls:\n  - id: exact\n    test: witnesses/test_arith.py::test_different_inputs_differ\nliars:",
+        ),
+        "controls[0].id",
+        "duplicate witness id",
+        "load",
+    ),
     ("bad-requirement", _edit("liars:", "requires: [oracle]\nliars:"), "requires[0]", "oracle:NAME", "load"),
-    ("ref-does-not-resolve", _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py::ad"), "refs[0]",
-     "did you mean `add`?", "link"),
-    ("ref-method-missing", _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py::Acc.pushh"), "refs[0]",
-     "not defined in Acc (did you mean `push`?)", "link"),
-    ("ref-file-missing", _edit("fakeimpl/arith.py::add", "fakeimpl/nope.py::add"), "refs[0]",
-     "no such file fakeimpl/nope.py", "link"),
-    ("test-node-missing", _edit("test_add_exact", "test_add_exat"), "witnesses[0].test",
-     "is not a test in witnesses/test_arith.py (did you mean `test_add_exact`?)", "link"),
-    ("test-file-missing", _edit("witnesses/test_arith.py", "witnesses/test_nope.py"), "witnesses[0].test",
-     "no such file witnesses/test_nope.py", "link"),
-    ("unknown-liar", _edit("arith.off_by_one", "arith.of_by_one"), "liars[0]",
-     "unknown liar (did you mean `arith.off_by_one`?)", "link"),
+    (
+        "ref-does-not-resolve",
+        _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py::ad"),
+        "refs[0]",
+        "did you mean `add`?",
+        "link",
+    ),
+    (
+        "ref-method-missing",
+        _edit("fakeimpl/arith.py::add", "fakeimpl/arith.py::Acc.pushh"),
+        "refs[0]",
+        "not defined in Acc (did you mean `push`?)",
+        "link",
+    ),
+    (
+        "ref-file-missing",
+        _edit("fakeimpl/arith.py::add", "fakeimpl/nope.py::add"),
+        "refs[0]",
+        "no such file fakeimpl/nope.py",
+        "link",
+    ),
+    (
+        "test-node-missing",
+        _edit("test_add_exact", "test_add_exat"),
+        "witnesses[0].test",
+        "is not a test in witnesses/test_arith.py (did you mean `test_add_exact`?)",
+        "link",
+    ),
+    (
+        "test-file-missing",
+        _edit("witnesses/test_arith.py", "witnesses/test_nope.py"),
+        "witnesses[0].test",
+        "no such file witnesses/test_nope.py",
+        "link",
+    ),
+    (
+        "unknown-liar",
+        _edit("arith.off_by_one", "arith.of_by_one"),
+        "liars[0]",
+        "unknown liar (did you mean `arith.off_by_one`?)",
+        "link",
+    ),
     ("liar-target-gone", _edit("arith.off_by_one", "arith.gone"), "liars[0]", "does not resolve", "link"),
     ("covers-missing", _edit("liars:", "covers: [fakeimpl/gone.py]\nliars:"), "covers[0]", "no such file", "link"),
 ]
@@ -117,8 +195,10 @@ def test_problem_names_the_line_of_the_bad_value(tmp_path):
     result = _load(tmp_path, _edit("regime: N", "regime: X"))
     (problem,) = result.problems
     assert problem.line == GOOD.splitlines().index("regime: N") + 1
-    assert str(problem).endswith("regime='X': not allowed; allowed: N, A, C, D (Kind of claim: N numerical, "
-                                 "A algebraic/structural, C integrity, D decision soundness.)")
+    assert str(problem).endswith(
+        "regime='X': not allowed; allowed: N, A, C, D (Kind of claim: N numerical, "
+        "A algebraic/structural, C integrity, D decision soundness.)"
+    )
 
 
 def test_every_problem_in_every_card_is_reported_at_once(tmp_path):
@@ -206,11 +286,13 @@ def _liar_project(tmp_path: Path, pkg: str) -> Path:
     (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / pkg / "a.py").write_text(
         "def f(x):\n    return x + 1\n\nclass C:\n    def m(self):\n        return 'real'\n"
-        "    @staticmethod\n    def s():\n        return 'real'\n")
+        "    @staticmethod\n    def s():\n        return 'real'\n"
+    )
     (tmp_path / pkg / "b.py").write_text(f"from {pkg}.a import f\n\ndef g(x):\n    return f(x) * 10\n")
     liars = tmp_path / "witnesses" / "liars"
     liars.mkdir(parents=True)
-    (liars / "demo.py").write_text(textwrap.dedent(f"""\
+    (liars / "demo.py").write_text(
+        textwrap.dedent(f"""\
         from harness.liars import liar
 
         @liar("demo.f_wrong", target="{pkg}.a:f")
@@ -226,7 +308,8 @@ def _liar_project(tmp_path: Path, pkg: str) -> Path:
         @liar("demo.s_wrong", target="{pkg}.a:C.s")
         def s():
             return "lie"
-        """))
+        """)
+    )
     return tmp_path
 
 

@@ -6,6 +6,7 @@ cover fakeimpl/arith.py, FX-SHOUT covers fakeimpl/text.py and lists the liar
 in witnesses/liars/text.py. One copy is shared, so the tests below
 run in file order, each starting from the state the previous one left.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ def kvproof(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "250"}
     env.pop("KVPROOF_CARDS_DIR", None)
     env.pop("KVPROOF_REPORTS_DIR", None)
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def changed(root: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -75,7 +77,7 @@ def test_nothing_changed_replays_every_card_and_says_so(project):
     proc, doc = changed(project, "same.json")
     assert proc.returncode == 0 and ran(doc) == []
     first = json.loads((project / "first.json").read_text())
-    for card, orig in zip(doc["cards"], first["cards"]):
+    for card, orig in zip(doc["cards"], first["cards"], strict=True):
         assert card["replayed_from"]["run_id"] == 1 and card["replayed_from"]["started"] == first["header"]["started"]
         assert card["verdict"] == "PROVEN" and card["witnesses"] == orig["witnesses"]  # the original evidence
         assert card["duration_s"] == 0.0
@@ -126,8 +128,10 @@ def test_editing_an_impl_file_reruns_exactly_the_cards_bound_to_it(project):
     shout = next(c for c in doc["cards"] if c["id"] == "FX-SHOUT")
     text_run = json.loads((project / "text.json").read_text())
     assert shout["replayed_from"]["started"] == text_run["header"]["started"]  # the run that proved these bytes
-    assert [r["id"] for r in doc["timing"]["cards"]] and {r["id"] for r in doc["timing"]["cards"]} == {"FX-ACC",
-                                                                                                        "FX-ADD"}
+    assert [r["id"] for r in doc["timing"]["cards"]] and {r["id"] for r in doc["timing"]["cards"]} == {
+        "FX-ACC",
+        "FX-ADD",
+    }
 
 
 def test_editing_a_liar_module_reruns_the_cards_that_list_its_liars(project):

@@ -1,12 +1,15 @@
 """The numerics contract: a position's K, V and logits are the same bits however
 its tokens were fed (one prefill, chunks of any size, or one step at a time),
 under each attention path (numpy one query at a time, or the C kernel)."""
+
+import itertools
 import os
 from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from impl import kernels
 from impl.attention import ENV_ATTENTION, attention_kernel, causal_attention
@@ -26,7 +29,7 @@ def chunkings(draw, max_len=40):
     n = draw(st.integers(1, max_len))
     cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
     bounds = [0, *cuts, n]
-    return n, [(a, b) for a, b in zip(bounds, bounds[1:])]
+    return n, list(itertools.pairwise(bounds))
 
 
 def feed(s: Session, ids, chunks):
@@ -56,7 +59,7 @@ def check_any_chunking(tiny, case, seed, window):
     lp = feed(parts, ids, chunks)
     assert np.array_equal(lw, lp)
     for name in ("k", "k_raw", "v"):
-        for a, b in zip(getattr(whole.cache, name), getattr(parts.cache, name)):
+        for a, b in zip(getattr(whole.cache, name), getattr(parts.cache, name), strict=True):
             assert np.array_equal(a, b), name
 
 
@@ -67,9 +70,11 @@ def test_real_weights_forty_tokens_fed_three_ways_are_identical(smollm2, path):
 
 
 def check_forty_tokens(smollm2):
-    text = ("A long time ago, in a small village by the sea, there lived an old fisherman who "
-            "told stories to the children every evening. The stories were about storms, lost ships, and "
-            "the strange lights that some sailors claimed to see far out over the water at night.")
+    text = (
+        "A long time ago, in a small village by the sea, there lived an old fisherman who "
+        "told stories to the children every evening. The stories were about storms, lost ships, and "
+        "the strange lights that some sailors claimed to see far out over the water at night."
+    )
     ids = smollm2.tokenizer.encode(text)[:40]
     assert len(ids) == 40
     one = smollm2.session()
@@ -79,9 +84,9 @@ def check_forty_tokens(smollm2):
     chunks = smollm2.session()
     l3 = np.concatenate([chunks.prefill(ids[a:b]) for a, b in [(0, 7), (7, 8), (8, 25), (25, 40)]])
     assert np.array_equal(l1, l2) and np.array_equal(l1, l3)
-    for a, b, c in zip(one.cache.k, steps.cache.k, chunks.cache.k):
+    for a, b, c in zip(one.cache.k, steps.cache.k, chunks.cache.k, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
-    for a, b, c in zip(one.cache.v, steps.cache.v, chunks.cache.v):
+    for a, b, c in zip(one.cache.v, steps.cache.v, chunks.cache.v, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
@@ -114,7 +119,9 @@ def test_kernel_attention_row_equals_the_query_alone_over_its_visible_keys(geome
             for i in range(t):
                 hi = start + i + 1
                 lo = 0 if window is None else max(0, hi - window)
-                alone = k.attend(q[start + i][None], keys[lo:hi], vals[lo:hi], np.array([0]), np.array([hi - lo]), 0.125)
+                alone = k.attend(
+                    q[start + i][None], keys[lo:hi], vals[lo:hi], np.array([0]), np.array([hi - lo]), 0.125
+                )
                 assert np.array_equal(got[i], alone[0]), (start, t, i)
                 # and close to a float64 softmax over the same keys
                 kh = keys[lo:hi].reshape(-1, hkv, d).astype(np.float64)
@@ -128,8 +135,9 @@ def test_kernel_attention_over_one_key_returns_its_value_exactly():
     with attention_env("kernel"):
         k = attention_kernel()
         v = np.arange(16, dtype=np.float32).reshape(1, 16) - 3.5
-        out = k.attend(np.ones((1, 2, 3, 8), np.float32), np.ones((1, 16), np.float32), v, np.array([0]),
-                       np.array([1]), 1.0)
+        out = k.attend(
+            np.ones((1, 2, 3, 8), np.float32), np.ones((1, 16), np.float32), v, np.array([0]), np.array([1]), 1.0
+        )
         assert np.array_equal(out.reshape(2, 3, 8), np.repeat(v.reshape(2, 1, 8), 3, axis=1))
 
 

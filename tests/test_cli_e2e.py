@@ -5,6 +5,7 @@ so runs write nothing into the repository. Two full runs are shared by the
 tests below: the good cards (exit 0) and a mixed folder with one card per
 verdict (exit 1).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _copy_project(dest: Path) -> Path:
 def kvproof(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200"}
     env.pop("KVPROOF_CARDS_DIR", None)
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +69,9 @@ def test_all_proven_exits_0_and_prints_the_table(good_run):
     proc, doc = good_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "seed 0 (replay with --profile ci --seed 0)" in proc.stdout
-    assert re.search(r"FX-ADD .*add is exact on integers .* N .* PROVEN .* 3/3 .* 1/1 .* 1/1 .* max\|Δ\| = 0\.000e\+00",
-                     proc.stdout), proc.stdout
+    assert re.search(
+        r"FX-ADD .*add is exact on integers .* N .* PROVEN .* 3/3 .* 1/1 .* 1/1 .* max\|Δ\| = 0\.000e\+00", proc.stdout
+    ), proc.stdout
     assert "gate PASS: 2 PROVEN of 2 card(s)" in proc.stdout
     assert doc["header"]["summary"]["gate"] == "PASS"
 
@@ -99,9 +102,13 @@ def test_cards_record_version_fingerprint_and_bound_files(good_run):
     acc = _card(good_run[1], "FX-ACC")
     assert acc["version"] == 2 and len(acc["fingerprint"]) == 64
     roles = {b["path"]: b["role"] for b in acc["bound_files"]}
-    assert roles == {"obligations/fx-acc.yaml": "card", "witnesses/test_arith.py": "witness",
-                     "witnesses/liars/arith.py": "liar", "witnesses/conftest.py": "support",
-                     "fakeimpl/arith.py": "covers"}
+    assert roles == {
+        "obligations/fx-acc.yaml": "card",
+        "witnesses/test_arith.py": "witness",
+        "witnesses/liars/arith.py": "liar",
+        "witnesses/conftest.py": "support",
+        "fakeimpl/arith.py": "covers",
+    }
     assert all(len(b["sha256"]) == 64 for b in acc["bound_files"])
     assert len(acc["witnesses"][0]["nodes"]) == 2  # parametrized: both nodes ran
 
@@ -138,8 +145,7 @@ def test_mixed_run_exits_1_with_every_verdict(mixed_run):
     for card_id, (verdict, fragment) in EXPECTED.items():
         assert got[card_id][0] == verdict and fragment in got[card_id][1], (card_id, got[card_id])
     assert [c["id"] for c in doc["cards"]] == list(EXPECTED)  # card order = file order
-    assert doc["header"]["summary"]["counts"] == {"PROVEN": 1, "FAILED": 3, "VACUOUS": 1, "UNVERIFIED": 1,
-                                                  "ERROR": 5}
+    assert doc["header"]["summary"]["counts"] == {"PROVEN": 1, "FAILED": 3, "VACUOUS": 1, "UNVERIFIED": 1, "ERROR": 5}
 
 
 def test_every_non_proven_card_gets_a_why_line(mixed_run):
@@ -170,7 +176,9 @@ def test_liars_do_not_run_when_the_honest_run_fails(mixed_run):
     # FX-WEAK ran both liars; the failing cards have none, and FX-ADD's liar was caught
     weak = _card(mixed_run[1], "FX-WEAK")
     assert [(entry["name"], entry["status"]) for entry in weak["liars"]] == [
-        ("arith.off_by_one", "caught"), ("arith.float_add", "survived")]
+        ("arith.off_by_one", "caught"),
+        ("arith.float_add", "survived"),
+    ]
 
 
 # ---------------------------------------------------------------- usage, validation, scaffolding
@@ -197,14 +205,17 @@ def test_run_refuses_invalid_cards_with_exit_2(project):
     assert "cannot run: 4 problem(s) in the cards" in proc.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["FX-ADDD"], "card id 'FX-ADDD' matches no card (did you mean `FX-ADD`?)"),
-    (["--tag", "acx"], "--tag 'acx' is on no card (did you mean `acc`?)"),
-    (["--profile", "fast"], "invalid choice: 'fast'"),
-    (["--cards", "nowhere"], "--cards='nowhere' is not a folder"),
-    (["show", "FX-AD"], "no card with id='FX-AD' (did you mean `FX-ADD`?)"),
-    (["--oracle-dir", "nowhere"], "--oracle-dir='nowhere' is not a folder"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["FX-ADDD"], "card id 'FX-ADDD' matches no card (did you mean `FX-ADD`?)"),
+        (["--tag", "acx"], "--tag 'acx' is on no card (did you mean `acc`?)"),
+        (["--profile", "fast"], "invalid choice: 'fast'"),
+        (["--cards", "nowhere"], "--cards='nowhere' is not a folder"),
+        (["show", "FX-AD"], "no card with id='FX-AD' (did you mean `FX-ADD`?)"),
+        (["--oracle-dir", "nowhere"], "--oracle-dir='nowhere' is not a folder"),
+    ],
+)
 def test_bad_usage_exits_2_without_traceback(project, args, message):
     proc = kvproof(project, *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -251,8 +262,9 @@ def test_no_liars_makes_cards_with_liars_unverified(project):
 def test_seed_replays_the_same_release_example(project):
     docs = []
     for name in ("r1.json", "r2.json"):
-        kvproof(project, "FX-FALSIFIED", "--cards", "cards-mixed", "--profile", "release", "--seed", "1234",
-                "--json", name)
+        kvproof(
+            project, "FX-FALSIFIED", "--cards", "cards-mixed", "--profile", "release", "--seed", "1234", "--json", name
+        )
         docs.append(json.loads((project / name).read_text()))
     examples = [d["cards"][0]["witnesses"][0]["hypothesis"] for d in docs]
     assert examples[0]["seed"] == 1234 and examples[0]["profile"].startswith("release")
@@ -270,9 +282,23 @@ def test_unknown_liar_and_broken_liar_target_are_errors_without_running(project,
 
 def test_plain_pytest_runs_witnesses_without_the_harness(project):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "witnesses/test_arith.py::test_add_exact", "witnesses/test_arith.py::test_add_commutes"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "witnesses/test_arith.py::test_add_exact",
+            "witnesses/test_arith.py::test_add_commutes",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout
 
@@ -282,8 +308,9 @@ def test_oracle_subcommand_is_dispatched():
         import harness.oracle.cli  # noqa: F401
     except ImportError:
         pytest.skip("harness.oracle.cli is not written yet")
-    proc = subprocess.run([sys.executable, str(ENTRY), "oracle", "--help"], capture_output=True, text=True,
-                          timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), "oracle", "--help"], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert proc.returncode == 0 and "export" in proc.stdout
 
 
@@ -299,6 +326,7 @@ def test_a_liar_that_cannot_be_applied_is_an_error(project, tmp_path):
 
 def test_cards_dir_comes_from_the_environment(project):
     env = {**os.environ, "KVPROOF_ROOT": str(project), "KVPROOF_CARDS_DIR": str(project / "cards-invalid")}
-    proc = subprocess.run([sys.executable, str(ENTRY), "validate"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), "validate"], cwd=project, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "cards-invalid/b-syntax.yaml:3" in proc.stdout

@@ -6,6 +6,7 @@ per run); the multi-node tests build a cluster of simulated nodes on this machin
 and join it with ``--ray-address``. Ray comes with the cluster extra (``make cluster``; ``make test``
 installs it), so these tests run in CI.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,21 +33,35 @@ ENTRY = REPO / "run_obligations.py"
 
 def _env(root: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200", **extra}
-    for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR", "RAY_ADDRESS", "OPENBLAS_NUM_THREADS",
-                 "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in (
+        "KVPROOF_CARDS_DIR",
+        "KVPROOF_REPORTS_DIR",
+        "RAY_ADDRESS",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    ):
         env.pop(name, None)
     return env
 
 
 def kvproof(root: Path, *args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=_env(root, **env), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args],
+        cwd=root,
+        env=_env(root, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _verdicts(doc: dict) -> list[tuple]:
     """What must not depend on the executor: each card's verdict, reason, and each liar's outcome."""
-    return [(c["id"], c["verdict"], c["reason"], [(lv["name"], lv["status"], tuple(lv["caught_by"]))
-                                                  for lv in c["liars"]]) for c in doc["cards"]]
+    return [
+        (c["id"], c["verdict"], c["reason"], [(lv["name"], lv["status"], tuple(lv["caught_by"])) for lv in c["liars"]])
+        for c in doc["cards"]
+    ]
 
 
 @pytest.fixture()
@@ -59,8 +74,19 @@ def project(tmp_path) -> Path:
 def test_local_cluster_gives_the_verdicts_of_j2_and_names_each_jobs_node(project, tmp_path):
     local = kvproof(project, "run", "--cards", "cards-mixed", "-j", "2", "--json", "local.json")
     assert local.returncode == 1 and "Traceback" not in local.stderr, local.stdout + local.stderr
-    on_ray = kvproof(project, "run", "--cards", "cards-mixed", "--executor", "ray", "-j", "2", "--json", "ray.json",
-                     KVPROOF_NODE_CACHE=str(tmp_path / "node-cache"))
+    on_ray = kvproof(
+        project,
+        "run",
+        "--cards",
+        "cards-mixed",
+        "--executor",
+        "ray",
+        "-j",
+        "2",
+        "--json",
+        "ray.json",
+        KVPROOF_NODE_CACHE=str(tmp_path / "node-cache"),
+    )
     assert on_ray.returncode == 1 and "Traceback" not in on_ray.stderr, on_ray.stdout + on_ray.stderr
     a, b = (json.loads((project / f).read_text()) for f in ("local.json", "ray.json"))
     assert _verdicts(a) == _verdicts(b)
@@ -83,8 +109,9 @@ def test_real_cards_on_a_local_cluster_match_j2(tmp_path):
     reports = tmp_path / "reports"
     local = kvproof(REPO, "run", "-j", "2", "--reports", str(reports), "--json", str(tmp_path / "local.json"))
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
-    on_ray = kvproof(REPO, "run", "--executor", "ray", "-j", "2", "--reports", str(reports),
-                     "--json", str(tmp_path / "ray.json"))
+    on_ray = kvproof(
+        REPO, "run", "--executor", "ray", "-j", "2", "--reports", str(reports), "--json", str(tmp_path / "ray.json")
+    )
     assert on_ray.returncode == 0, on_ray.stdout[-3000:] + on_ray.stderr[-3000:]
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("local.json", "ray.json"))
     assert _verdicts(a) == _verdicts(b)
@@ -162,7 +189,8 @@ def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost(project, tmp_pat
     (cards / "fx-once.yaml").write_text(
         "id: FX-ONCE\ntitle: a job whose worker dies once\nmodule: fakeimpl.text\nregime: C\ntheorem: t\n"
         "proof: p\nrefs: [fakeimpl/text.py::shout]\nwitnesses:\n  - id: once\n"
-        "    test: witnesses/test_slow_once.py::test_slow_once\n    timeout: 150\nversion: 1\n")
+        "    test: witnesses/test_slow_once.py::test_slow_once\n    timeout: 150\nversion: 1\n"
+    )
     killed: list[int] = []
 
     def killer() -> None:
@@ -178,8 +206,19 @@ def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost(project, tmp_pat
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    proc = kvproof(project, "run", "--cards", str(cards), "--executor", "ray", "--ray-address", address,
-                   "--json", "ray.json", KVPROOF_NODE_CACHE=str(tmp_path / "node-cache"))
+    proc = kvproof(
+        project,
+        "run",
+        "--cards",
+        str(cards),
+        "--executor",
+        "ray",
+        "--ray-address",
+        address,
+        "--json",
+        "ray.json",
+        KVPROOF_NODE_CACHE=str(tmp_path / "node-cache"),
+    )
     thread.join(5)
     assert killed, "the witness never started, so no worker was killed: " + proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
@@ -208,14 +247,26 @@ def test_a_node_with_other_weights_makes_its_jobs_unverified_never_judged(projec
         # the node's own settings (its raylet's environment): its weights, and where it keeps what it is sent
         cluster.add_node(num_cpus=1, env_vars={"KVPROOF_GGUF": str(other), "KVPROOF_NODE_CACHE": str(tmp_path / "nc")})
         cluster.wait_for_nodes()
-        never = kvproof(project, "run", "FX-ADD", "--executor", "ray", "--ray-address", cluster.address,
-                        "--ray-ship", "never", "--json", "never.json")
+        never = kvproof(
+            project,
+            "run",
+            "FX-ADD",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--ray-ship",
+            "never",
+            "--json",
+            "never.json",
+        )
         assert never.returncode == 1 and "Traceback" not in never.stderr, never.stdout + never.stderr
         card = json.loads((project / "never.json").read_text())["cards"][0]
         assert card["verdict"] == "UNVERIFIED"
         assert "has no weights as the driver has them" in card["reason"] and str(other) in card["reason"]
-        auto = kvproof(project, "run", "FX-ADD", "--executor", "ray", "--ray-address", cluster.address,
-                       "--json", "auto.json")
+        auto = kvproof(
+            project, "run", "FX-ADD", "--executor", "ray", "--ray-address", cluster.address, "--json", "auto.json"
+        )
         assert auto.returncode == 0, auto.stdout + auto.stderr
         assert json.loads((project / "auto.json").read_text())["cards"][0]["verdict"] == "PROVEN"
         shipped = list((tmp_path / "nc" / WEIGHTS).glob("*/*.gguf"))
@@ -272,10 +323,14 @@ def test_ctrl_c_cancels_the_clusters_tasks_and_leaves_no_process(tmp_path):
 
     run = Run(tmp_path)
     pids_file = tmp_path / "pids"
-    proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", "cards-slow", "FX-SLOW", "--executor",
-                             "ray", "-j", "1"], cwd=run.root, env={**run.env(pids_file), "RAY_TMPDIR": "/tmp/ray"},
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ENTRY), "run", "--cards", "cards-slow", "FX-SLOW", "--executor", "ray", "-j", "1"],
+        cwd=run.root,
+        env={**run.env(pids_file), "RAY_TMPDIR": "/tmp/ray"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = _wait_for_pids(pids_file, proc)
         proc.send_signal(signal.SIGINT)
@@ -297,8 +352,18 @@ def test_mutate_on_a_local_cluster_scores_as_locally(project):
         proc = kvproof(project, "mutate", "--cards", "cards-mutation", *extra, "--json", f"{name}.json")
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
         docs.append(json.loads((project / f"{name}.json").read_text()))
-    scores = [[(c["id"], c["verdict"], c["mutation"]["score"],
-                sorted((m["key"], m["status"]) for m in c["mutation"]["mutants"])) for c in d["cards"]] for d in docs]
+    scores = [
+        [
+            (
+                c["id"],
+                c["verdict"],
+                c["mutation"]["score"],
+                sorted((m["key"], m["status"]) for m in c["mutation"]["mutants"]),
+            )
+            for c in d["cards"]
+        ]
+        for d in docs
+    ]
     assert scores[0] == scores[1] and scores[0][0][2] is not None
 
 
@@ -340,12 +405,11 @@ def test_a_job_whose_worker_dies_twice_is_error_naming_both_nodes_and_a_bug_is_n
 
 
 def test_a_lost_job_makes_the_card_error_and_a_lost_liar_is_never_caught(tmp_path):
-    from harness.cards import Card
+    from harness.cards import Card, load_cards
+    from harness.liars import scan
     from harness.outcomes import after_honest, assemble, liar_run
     from harness.run import JobResult, RunConfig
-    from harness.cards import load_cards
     from harness.verdict import evaluate, judge_liar
-    from harness.liars import scan
 
     sites, _ = scan(FIXTURE)
     card: Card = next(c for c in load_cards(FIXTURE / "obligations", FIXTURE, sites).cards if c.id == "FX-ADD")

@@ -1,4 +1,5 @@
 """compare: per-card changes between two runs, and each regression rule (harness.compare)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,9 @@ def _set_actual(card: CardResult, witness: str, key: str, value, *, controls: bo
     new = []
     for w in group:
         if w.id == witness:
-            w = dataclasses.replace(w, bounds=tuple(dataclasses.replace(b, actual=value) if b.key == key else b
-                                                    for b in w.bounds))
+            w = dataclasses.replace(
+                w, bounds=tuple(dataclasses.replace(b, actual=value) if b.key == key else b for b in w.bounds)
+            )
         new.append(w)
     return dataclasses.replace(card, **{"controls" if controls else "witnesses": tuple(new)})
 
@@ -109,8 +111,9 @@ def test_a_move_toward_a_loose_bound_is_shown_not_judged_without_a_threshold(bas
 
 def test_changed_bound_files_name_why_a_card_moved(base):
     add = _card(base, "FX-ADD")
-    files = tuple(dataclasses.replace(f, sha256="0" * 64) if f.path.endswith("test_arith.py") else f
-                  for f in add.bound_files)
+    files = tuple(
+        dataclasses.replace(f, sha256="0" * 64) if f.path.endswith("test_arith.py") else f for f in add.bound_files
+    )
     after = _with_card(base, dataclasses.replace(add, bound_files=files, version=add.version + 1))
     change = next(c for c in compare(base, after).cards if c.id == "FX-ADD")
     assert change.status == "changed" and change.version_before + 1 == change.version_after
@@ -144,7 +147,8 @@ def test_card_regression_thresholds_are_read_from_the_witnesses(tmp_path):
     card.write_text(
         "id: T-1\ntitle: t\nmodule: m\nregime: A\ntheorem: t\nproof: p\nrefs: []\nversion: 1\n"
         "witnesses:\n  - id: w\n    test: witnesses/test_x.py::test_x\n"
-        "    bounds: {max_abs_delta: {le: 1.0e-4}}\n    reason: r\n    regression: {max_abs_delta: 0.5}\n")
+        "    bounds: {max_abs_delta: {le: 1.0e-4}}\n    reason: r\n    regression: {max_abs_delta: 0.5}\n"
+    )
     res = load_cards(tmp_path, root=tmp_path)
     assert thresholds_from_cards(res.cards) == {("T-1", "w", "max_abs_delta"): 0.5}
 
@@ -155,7 +159,8 @@ def test_a_threshold_on_a_key_the_witness_does_not_bound_is_refused(tmp_path):
     (tmp_path / "T-2.yaml").write_text(
         "id: T-2\ntitle: t\nmodule: m\nregime: A\ntheorem: t\nproof: p\nrefs: []\nversion: 1\n"
         "witnesses:\n  - id: w\n    test: witnesses/test_x.py::test_x\n"
-        "    bounds: {max_abs_delta: {le: 0}}\n    regression: {max_rel_delta: 0.5}\n")
+        "    bounds: {max_abs_delta: {le: 0}}\n    regression: {max_rel_delta: 0.5}\n"
+    )
     res = load_cards(tmp_path, root=tmp_path)
     (p,) = [p for p in res.problems if "regression" in p.field]
     assert p.field == "witnesses[0].regression.max_rel_delta" and "max_abs_delta" in p.message and p.line == 13
@@ -178,14 +183,25 @@ def _write(doc: RunDocument, path: Path) -> Path:
 def test_compare_command_exit_codes_json_and_markdown(base, tmp_path, capsys):
     a = _write(base, tmp_path / "a.json")
     add = _card(base, "FX-ADD")
-    broke = _write(_with_card(base, dataclasses.replace(add, verdict=Verdict.FAILED, reason="bound broken")),
-                   tmp_path / "b.json")
+    broke = _write(
+        _with_card(base, dataclasses.replace(add, verdict=Verdict.FAILED, reason="bound broken")), tmp_path / "b.json"
+    )
     assert _cli(str(a), str(a), "--fail-on-regression") == 0
     assert _cli(str(a), str(broke)) == 0  # without --fail-on-regression it only reports
     out = capsys.readouterr().out
     assert "PROVEN → FAILED" in out and "1 regression(s)" in out
-    assert _cli(str(a), str(broke), "--fail-on-regression", "--json", str(tmp_path / "c.json"),
-                "--markdown", str(tmp_path / "c.md")) == 1
+    assert (
+        _cli(
+            str(a),
+            str(broke),
+            "--fail-on-regression",
+            "--json",
+            str(tmp_path / "c.json"),
+            "--markdown",
+            str(tmp_path / "c.md"),
+        )
+        == 1
+    )
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["schema"] == "kvproof.compare" and data["summary"]["regressions"] == 1
     assert [r["card"] for r in data["regressions"]] == ["FX-ADD"]
@@ -219,8 +235,9 @@ def test_compare_a_report_folder_and_a_missing_reference(base, tmp_path, capsys)
 def test_compare_shows_a_cards_own_changes_from_the_report_folders(base, tmp_path, capsys):
     add = _card(base, "FX-ADD")
     runs = []
-    for i, (text, fp) in enumerate((("id: FX-ADD\ntheorem: a + b\n", "a" * 64), ("id: FX-ADD\ntheorem: a + b, exactly\n",
-                                                                                  "b" * 64))):
+    for i, (text, fp) in enumerate(
+        (("id: FX-ADD\ntheorem: a + b\n", "a" * 64), ("id: FX-ADD\ntheorem: a + b, exactly\n", "b" * 64))
+    ):
         folder = tmp_path / f"run{i}"
         (folder / "cards").mkdir(parents=True)
         (folder / "cards" / "FX-ADD.yaml").write_text(text)

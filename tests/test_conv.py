@@ -1,4 +1,5 @@
 """impl.conv: shapes, errors, seeding a tail from history."""
+
 import numpy as np
 import pytest
 
@@ -37,8 +38,10 @@ def test_seed_shorter_than_the_reach_pads_with_zeros():
     assert t.tail[:, 0].tolist() == [0.0, 0.0, 5.0]
 
 
-@pytest.mark.parametrize("taps,dilation,match", [(np.ones(3), 1, "taps.shape"), (np.ones((0, 2)), 1, "taps.shape"),
-                                                 (np.ones((2, 2)), 0, "dilation=0")])
+@pytest.mark.parametrize(
+    "taps,dilation,match",
+    [(np.ones(3), 1, "taps.shape"), (np.ones((0, 2)), 1, "taps.shape"), (np.ones((2, 2)), 0, "dilation=0")],
+)
 def test_bad_arguments_are_rejected(taps, dilation, match):
     with pytest.raises(ConvError, match=match):
         ConvTail(taps, dilation)

@@ -1,6 +1,7 @@
 """docs/adding-a-theorem.md runs: its card, witness module and liar, extracted from the Markdown by their
 ``<!-- walkthrough: NAME -->`` markers, reach PROVEN in a scratch copy of the project; the variants the page
 describes (a weaker witness: VACUOUS; a wrong truncate: FAILED with the shrunk example) do what it says."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ def scratch_project(dest: Path, blocks: dict[str, tuple[str, str]]) -> Path:
     """What the walk-through needs of the project, plus the doc's files, under ``dest``."""
     shutil.copytree(REPO / "impl", dest / "impl", ignore=shutil.ignore_patterns("__pycache__"))
     (dest / "witnesses" / "liars").mkdir(parents=True)
-    for rel in ("witnesses/conftest.py", "witnesses/synthetic.py", "witnesses/liars/__init__.py",
-                "obligations/card.schema.json", "run_obligations.py"):
+    for rel in (
+        "witnesses/conftest.py",
+        "witnesses/synthetic.py",
+        "witnesses/liars/__init__.py",
+        "obligations/card.schema.json",
+        "run_obligations.py",
+    ):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, dest / rel)
     (dest / "obligations" / "KV-T9.yaml").write_text(blocks["card"][1])
@@ -40,12 +46,22 @@ def scratch_project(dest: Path, blocks: dict[str, tuple[str, str]]) -> Path:
 
 
 def kvproof(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "KVPROOF_ROOT": str(root),
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
         env.pop(name, None)
-    proc = subprocess.run([sys.executable, str(root / "run_obligations.py"), *args, "--json", "v.json", "-j", "1"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(root / "run_obligations.py"), *args, "--json", "v.json", "-j", "1"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     path = root / "v.json"
     assert path.exists(), proc.stdout + proc.stderr
     return proc, json.loads(path.read_text())
@@ -58,7 +74,11 @@ def blocks() -> dict[str, tuple[str, str]]:
 
 def test_the_page_marks_a_card_a_witness_a_liar_and_a_weak_witness(blocks):
     assert {k: lang for k, (lang, _) in blocks.items()} == {
-        "card": "yaml", "witness": "python", "liar": "python", "weak-witness": "python"}
+        "card": "yaml",
+        "witness": "python",
+        "liar": "python",
+        "weak-witness": "python",
+    }
     card = yaml.safe_load(blocks["card"][1])
     assert card["id"] == "KV-T9" and card["liars"] == ["kv.truncate_keeps_tail"]
     assert "obligations/KV-T9.yaml" in DOC.read_text()  # the file `new KV-T9` writes
@@ -71,7 +91,8 @@ def test_the_walkthrough_card_is_proven_with_its_liar_caught(blocks, tmp_path):
     (card,) = doc["cards"]
     assert (proc.returncode, card["verdict"]) == (0, "PROVEN"), card["reason"] + proc.stdout + proc.stderr
     assert [(entry["name"], entry["caught_by"]) for entry in card["liars"]] == [
-        ("kv.truncate_keeps_tail", ["rewind-equals-never-saw"])]
+        ("kv.truncate_keeps_tail", ["rewind-equals-never-saw"])
+    ]
     evidence = card["witnesses"][0]["evidence"]
     assert evidence["max_abs_delta"]["max"] == 0.0 and evidence["examples"] == evidence["max_abs_delta"]["observed"]
 
@@ -94,7 +115,7 @@ def test_a_truncate_that_keeps_a_rewound_row_is_failed_with_the_shrunk_example(b
     root = scratch_project(tmp_path / "project", blocks)
     kv = root / "impl" / "kv.py"
     text = kv.read_text()
-    body = text[text.index("    def truncate(self, n: int)"):]
+    body = text[text.index("    def truncate(self, n: int)") :]
     assert body.count(TRUNCATE) >= 1, "impl.kv.KVCache.truncate changed: update TRUNCATE"
     wrong = re.search(r"def truncate\(self, n\):\n(.*)", blocks["liar"][1], re.S).group(1)  # the liar's body
     kv.write_text(text.replace(body, body.replace(TRUNCATE, "    " + wrong.strip("\n") + "\n", 1)))

@@ -1,4 +1,5 @@
 """The run document: one typed form, one JSON form, and the schema that describes it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +9,16 @@ from pathlib import Path
 import jsonschema
 
 from harness.binding import BoundFile, digest
-from harness.document import (SCHEMA_VERSION, CardResult, Claim, MutantResult, MutationResult, RunDocument, RunHeader,
-                               WitnessResult)
+from harness.document import (
+    SCHEMA_VERSION,
+    CardResult,
+    Claim,
+    MutantResult,
+    MutationResult,
+    RunDocument,
+    RunHeader,
+    WitnessResult,
+)
 
 HERE = Path(__file__).parent
 V1_DOC = HERE / "fixtures" / "report-data" / "mixed-verdicts.json"  # written by kvproof before version 2
@@ -59,9 +68,13 @@ def test_a_current_document_validates_against_the_schema():
 
 def test_the_schema_describes_every_field_of_the_types():
     defs = SCHEMA["$defs"]
-    for cls, props in ((RunHeader, SCHEMA["properties"]["header"]["properties"]),
-                       (CardResult, defs["card"]["properties"]), (WitnessResult, defs["witness"]["properties"]),
-                       (MutationResult, defs["mutation"]["properties"]), (MutantResult, defs["mutant"]["properties"]),
-                       (Claim, defs["claim"]["properties"])):
+    for cls, props in (
+        (RunHeader, SCHEMA["properties"]["header"]["properties"]),
+        (CardResult, defs["card"]["properties"]),
+        (WitnessResult, defs["witness"]["properties"]),
+        (MutationResult, defs["mutation"]["properties"]),
+        (MutantResult, defs["mutant"]["properties"]),
+        (Claim, defs["claim"]["properties"]),
+    ):
         names = {f.name for f in dataclasses.fields(cls)}
         assert names == set(props), (cls.__name__, names ^ set(props))

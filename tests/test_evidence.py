@@ -1,4 +1,5 @@
 """The ``evidence`` fixture's verbs: record once, observe the worst, count a tally; no silent overwrite."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,17 @@ def test_count_refuses_bools_floats_and_negative_tallies(n, error):
         Evidence().count("k", n)
 
 
-@pytest.mark.parametrize("first,second", [("record", "observe"), ("record", "count"), ("observe", "record"),
-                                          ("observe", "count"), ("count", "record"), ("count", "observe")])
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ("record", "observe"),
+        ("record", "count"),
+        ("observe", "record"),
+        ("observe", "count"),
+        ("count", "record"),
+        ("count", "observe"),
+    ],
+)
 def test_one_key_takes_one_verb(first, second):
     ev = Evidence()
     getattr(ev, first)("k", 1)
@@ -115,12 +125,28 @@ def evidence_run(tmp_path_factory) -> dict:
         (cards / f"{card_id}.yaml").write_text(
             f"id: {card_id}\ntitle: evidence fixture\nmodule: fakeimpl.arith\nregime: N\ntheorem: add adds.\n"
             f"proof: See add.\nrefs: [fakeimpl/arith.py::add]\nwitnesses:\n  - id: {wid}\n"
-            f"    test: witnesses/test_evidence.py::{test}\n    bounds: {bounds}{reason}\nversion: 1\n")
+            f"    test: witnesses/test_evidence.py::{test}\n    bounds: {bounds}{reason}\nversion: 1\n"
+        )
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200"}
     env.pop("KVPROOF_CARDS_DIR", None)
-    proc = subprocess.run([sys.executable, str(REPO / "run_obligations.py"), "run", "--cards", "cards-evidence",
-                           "--json", "v.json", "-j", "1"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run_obligations.py"),
+            "run",
+            "--cards",
+            "cards-evidence",
+            "--json",
+            "v.json",
+            "-j",
+            "1",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     doc = json.loads((root / "v.json").read_text())
     return {"proc": proc, "cards": {c["id"]: c for c in doc["cards"]}}
 

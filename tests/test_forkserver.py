@@ -4,6 +4,7 @@ Unit tests drive :func:`harness.run.execute` with a :class:`harness.forkserver.L
 on a copy of tests/fixtures/project (plus a few probe witnesses written into
 the copy); end-to-end tests run ``run_obligations.py`` with each launcher.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,10 @@ from harness.run import Job, RunConfig, execute, open_launcher, pycache_dir
 from harness.schedule import Expected, expected_from_entry, liar_order, run_cards
 from harness.statuses import Outcome
 
-pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and forkserver.available()),
-                                reason="the fork server is for Linux (fork, /proc)")
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and forkserver.available()),
+    reason="the fork server is for Linux (fork, /proc)",
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -97,15 +100,21 @@ def project(tmp_path) -> Path:
         (cards / f"{name}.yaml").write_text(
             f"id: {card_id}\ntitle: probe {name}\nmodule: fakeimpl.text\nregime: C\ntheorem: t\nproof: p\n"
             f"refs: [fakeimpl/text.py::shout]\nwitnesses:\n  - id: probe\n    test: witnesses/test_probes.py::test_{name}\n"
-            "    timeout: 100\nversion: 1\n")
+            "    timeout: 100\nversion: 1\n"
+        )
     return root
 
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
     """The witness processes' environment as these tests want it: marks, no inherited BLAS pins."""
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", forkserver.LAUNCHER_ENV,
-                 procs.WATCHDOG_ENV):
+    for name in (
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        forkserver.LAUNCHER_ENV,
+        procs.WATCHDOG_ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("FX_ORPHAN_MARK", str(tmp_path))
     monkeypatch.setenv("FX_ORPHAN_PIDS", str(tmp_path / "pids.txt"))
@@ -155,7 +164,7 @@ def _alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
+    return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 def _wait_gone(pids) -> list[int]:
@@ -165,8 +174,9 @@ def _wait_gone(pids) -> list[int]:
     return [p for p in pids if _alive(p)]
 
 
-def _wait_for(path: Path, timeout: float = 60, runner: subprocess.Popen | None = None,
-              log: Path | None = None) -> list[int]:
+def _wait_for(
+    path: Path, timeout: float = 60, runner: subprocess.Popen | None = None, log: Path | None = None
+) -> list[int]:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert runner is None or runner.poll() is None, log.read_text() if log else runner.returncode
@@ -208,8 +218,14 @@ def test_a_bogus_launcher_is_a_usage_error_naming_the_choices(monkeypatch, tmp_p
 
 def test_the_cli_refuses_a_bogus_launcher_in_one_paragraph(project):
     env = {**os.environ, "KVPROOF_ROOT": str(project), forkserver.LAUNCHER_ENV: "bogus"}
-    proc = subprocess.run([sys.executable, str(ENTRY), "run", "--cards", "cards-probe", "FX-NAPS"], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), "run", "--cards", "cards-probe", "FX-NAPS"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "KVPROOF_LAUNCHER='bogus' is not a launcher" in proc.stderr and "subprocess" in proc.stderr
     assert not (project / "reports").exists() or not list((project / "reports").glob("20*"))
@@ -222,8 +238,9 @@ def test_the_zygote_holds_libraries_but_nothing_of_the_project(fs):
     fs.execute(fs.job("FX-NAPS", timeout=30))  # the zygote starts with the first job
     names = fs.launcher.server.modules()
     assert {"pytest", "_pytest.python", "hypothesis", "numpy", "_hypothesis_pytestplugin"} <= set(names)
-    judged = [n for n in names if n.split(".")[0] in ("impl", "witnesses", "fakeimpl", "conftest")
-              or n.startswith("test_")]
+    judged = [
+        n for n in names if n.split(".")[0] in ("impl", "witnesses", "fakeimpl", "conftest") or n.startswith("test_")
+    ]
     assert judged == []
     # of the harness: the runner's machinery and the judge (harness.plugin and what it imports), nothing else
     import harness.plugin  # noqa: F401  (the judge's closure, as this process sees it)
@@ -266,7 +283,7 @@ def test_env_cwd_argv_and_hash_seed_reach_the_child_as_in_a_subprocess(project, 
     fork, sub = seen["forkserver"], seen["subprocess"]
     assert fork["hash"] == sub["hash"]  # PYTHONHASHSEED=0 in both
     plan = fork["argv"].index("--kvproof-plan")
-    assert fork["argv"][:plan] + fork["argv"][plan + 2:] == sub["argv"][:plan] + sub["argv"][plan + 2:]
+    assert fork["argv"][:plan] + fork["argv"][plan + 2 :] == sub["argv"][:plan] + sub["argv"][plan + 2 :]
 
 
 def test_the_zygote_reads_installed_libraries_bytecode_where_pip_put_it(project, clean_env):
@@ -296,10 +313,17 @@ def test_a_job_gives_the_same_node_results_and_exit_code_through_either_launcher
     for launcher in ("forkserver", "subprocess"):
         h = Harness(project, clean_env / launcher, launcher)
         try:
-            results[launcher] = [(_outcomes(r), r.exit_code, r.liar_error, r.stopped) for r in (
-                h.execute(h.job("FX-ADD")), h.execute(h.job("FX-ADD", liar="arith.off_by_one")),
-                h.execute(h.job("FX-FALSIFIED")), h.execute(h.job("FX-CRASH")), h.execute(h.job("FX-RAISES")),
-                h.execute(h.job("FX-HANG")))]
+            results[launcher] = [
+                (_outcomes(r), r.exit_code, r.liar_error, r.stopped)
+                for r in (
+                    h.execute(h.job("FX-ADD")),
+                    h.execute(h.job("FX-ADD", liar="arith.off_by_one")),
+                    h.execute(h.job("FX-FALSIFIED")),
+                    h.execute(h.job("FX-CRASH")),
+                    h.execute(h.job("FX-RAISES")),
+                    h.execute(h.job("FX-HANG")),
+                )
+            ]
         finally:
             h.close()
     assert results["forkserver"] == results["subprocess"]
@@ -363,7 +387,7 @@ def test_runner_death_kills_the_zygote_and_its_children(project, clean_env):
         from harness.run import Job, RunConfig, execute, open_launcher
         cfg = RunConfig(root=Path({str(project)!r}), launcher="forkserver")
         card = [c for c in load_cards(cfg.root / "cards-probe", cfg.root, scan(cfg.root)[0]).cards if c.id == "FX-SLEEPS"][0]
-        scratch = Path({str(clean_env / 'runner')!r})
+        scratch = Path({str(clean_env / "runner")!r})
         scratch.mkdir()
         launcher = open_launcher(cfg, scratch)
         execute(Job(card, card.witnesses), cfg, scratch / "job", None, launcher)
@@ -435,11 +459,29 @@ def test_expected_caught_by_comes_from_the_last_entry():
     from harness.document import CardResult
 
     doc = json.loads((REPO / "tests" / "fixtures" / "report-data" / "mixed-verdicts.json").read_text())
-    entry = {**doc["cards"][0], "liars": [
-        {"name": "a", "caught": True, "caught_by": ["w2"], "status": "caught", "why": "", "duration_s": 3.0,
-         "witnesses": []},
-        {"name": "b", "caught": False, "caught_by": [], "status": "survived", "why": "", "duration_s": 1.0,
-         "witnesses": []}]}
+    entry = {
+        **doc["cards"][0],
+        "liars": [
+            {
+                "name": "a",
+                "caught": True,
+                "caught_by": ["w2"],
+                "status": "caught",
+                "why": "",
+                "duration_s": 3.0,
+                "witnesses": [],
+            },
+            {
+                "name": "b",
+                "caught": False,
+                "caught_by": [],
+                "status": "survived",
+                "why": "",
+                "duration_s": 1.0,
+                "witnesses": [],
+            },
+        ],
+    }
     exp = expected_from_entry(CardResult.from_json(entry))
     assert exp.caught_by == {"a": ("w2",)} and Expected().caught_by == {}
 
@@ -451,7 +493,7 @@ def test_run_cards_orders_liar_witnesses_and_keeps_the_verdict(project, clean_en
     (plain,) = run_cards([card], cfg)
     (ordered,) = run_cards([card], cfg, expected={card.id: Expected(caught_by={n: (last,) for n in card.liars})})
     assert [r.name for r in plain.outcomes.liars] == [r.name for r in ordered.outcomes.liars]
-    for a, b in zip(plain.outcomes.liars, ordered.outcomes.liars):
+    for a, b in zip(plain.outcomes.liars, ordered.outcomes.liars, strict=True):
         caught = [any(o.status in (Outcome.FAILED, Outcome.ERROR) for o in x.witnesses) for x in (a, b)]
         assert caught[0] == caught[1]
 
@@ -464,18 +506,34 @@ def test_the_run_document_names_the_launcher_and_verdicts_do_not_depend_on_it(pr
     for launcher in ("forkserver", "subprocess"):
         env = {**os.environ, "KVPROOF_ROOT": str(project), "COLUMNS": "200", forkserver.LAUNCHER_ENV: launcher}
         out = clean_env / f"{launcher}.json"
-        proc = subprocess.run([sys.executable, str(ENTRY), "run", "--cards", "cards-mixed", "-j", "2", "--json",
-                               str(out)], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(ENTRY), "run", "--cards", "cards-mixed", "-j", "2", "--json", str(out)],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
         assert "fork server" not in proc.stderr  # no fallback
         docs[launcher] = json.loads(out.read_text())
-    assert {k: d["header"]["launcher"] for k, d in docs.items()} == {"forkserver": "forkserver",
-                                                                     "subprocess": "subprocess"}
+    assert {k: d["header"]["launcher"] for k, d in docs.items()} == {
+        "forkserver": "forkserver",
+        "subprocess": "subprocess",
+    }
 
     def verdicts(doc):
-        return [(c["id"], c["verdict"], c["reason"], c["detail"],
-                 [(w["id"], w["status"]) for w in c["witnesses"] + c["controls"]],
-                 [(x["name"], x["status"]) for x in c["liars"]]) for c in doc["cards"]]
+        return [
+            (
+                c["id"],
+                c["verdict"],
+                c["reason"],
+                c["detail"],
+                [(w["id"], w["status"]) for w in c["witnesses"] + c["controls"]],
+                [(x["name"], x["status"]) for x in c["liars"]],
+            )
+            for c in doc["cards"]
+        ]
 
     assert verdicts(docs["forkserver"]) == verdicts(docs["subprocess"])
     report = sorted((project / "reports").glob("20*/verdicts.md"))[-1].read_text()

@@ -33,8 +33,12 @@ def test_session_from_prefix_equals_full_recompute(smollm2):
 
 
 def test_cli_streams_prompt_and_continuation():
-    r = subprocess.run([sys.executable, "-m", "impl", "generate", "The capital of France is", "-n", "4"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "impl", "generate", "The capital of France is", "-n", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("The capital of France is Paris")
 
@@ -42,16 +46,24 @@ def test_cli_streams_prompt_and_continuation():
 def test_cli_runs_on_every_cache_design_with_the_same_greedy_text():
     outs = []
     for args in ([], ["--cache", "paged"], ["--cache", "ring"]):
-        r = subprocess.run([sys.executable, "-m", "impl", "generate", "1, 2, 3, 4,", "-n", "6", *args],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-m", "impl", "generate", "1, 2, 3, 4,", "-n", "6", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert outs[0] == outs[1] == outs[2]
 
 
 def test_cli_refuses_precision_without_a_ring():
-    r = subprocess.run([sys.executable, "-m", "impl", "generate", "hi", "--precision", "int8"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "impl", "generate", "hi", "--precision", "int8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "--precision applies to --cache ring only" in r.stderr
 
 

@@ -4,6 +4,7 @@ The reference is what the card trusts instead of the ``gguf`` package, so it
 is pinned here on blocks built by hand, whose values are worked out in the
 comments, and on a small GGUF file written byte by byte.
 """
+
 from __future__ import annotations
 
 import struct
@@ -159,7 +160,7 @@ def test_the_hand_written_file_is_one_the_gguf_package_reads_alike(tmp_path):
     reader = GGUFReader(path)
     idx = ref.index(path.read_bytes())
     assert [t.name for t in reader.tensors] == [t.name for t in idx.tensors]
-    for rt, t in zip(reader.tensors, idx.tensors):
+    for rt, t in zip(reader.tensors, idx.tensors, strict=True):
         assert rt.tensor_type.value == t.ggml_type and tuple(int(n) for n in rt.shape) == t.ne
         assert int(rt.data_offset) == t.offset
 

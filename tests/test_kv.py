@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from impl.attention import attend_one
 from impl.cache import KVGeometry, KVStore, make_cache
@@ -14,7 +15,7 @@ def assert_same_cache(a, b):
     assert len(a) == len(b)
     assert np.array_equal(a.pos, b.pos)
     for name in ("k", "k_raw", "v"):
-        for la, lb in zip(getattr(a, name), getattr(b, name)):
+        for la, lb in zip(getattr(a, name), getattr(b, name), strict=True):
             assert np.array_equal(la, lb), name
 
 
@@ -87,7 +88,7 @@ def test_clone_shares_no_memory_with_its_source(tiny):
     s.prefill(prompt(7))
     c = s.cache.clone()
     for name in ("k", "k_raw", "v"):
-        for la, lb in zip(getattr(s.cache, name), getattr(c, name)):
+        for la, lb in zip(getattr(s.cache, name), getattr(c, name), strict=True):
             assert not np.shares_memory(la, lb)
     assert not np.shares_memory(s.cache.pos, c.pos)
     c.k[0][0, 0] += 1.0
@@ -242,7 +243,12 @@ def test_make_cache_always_returns_a_cache_and_names_an_unknown_design(tiny):
 def test_geometry_comes_from_the_model_config_in_its_words(tiny):
     c = tiny.config
     g = c.kv_geometry
-    assert (g.n_layers, g.n_kv_heads, g.head_dim, g.v_head_dim, g.kv_dim) == \
-        (c.n_layers, c.n_kv_heads, c.head_dim, c.head_dim, c.kv_dim)
+    assert (g.n_layers, g.n_kv_heads, g.head_dim, g.v_head_dim, g.kv_dim) == (
+        c.n_layers,
+        c.n_kv_heads,
+        c.head_dim,
+        c.head_dim,
+        c.kv_dim,
+    )
     with pytest.raises(CacheError, match="v_head_dim=4 differs"):
         KVCache(KVGeometry(2, 2, 8, v_head_dim=4), tiny.ropes)

@@ -1,4 +1,5 @@
 """The SQLite ledger: one transaction per run, the replay query, schema versions, stale detection."""
+
 from __future__ import annotations
 
 import copy
@@ -80,9 +81,13 @@ def test_last_proven_with_the_same_bound_files_is_one_query(tmp_path):
         assert ledger.last_matching("FX-ADD", bound_digest(add1["bound_files"])).run_id == ids[0]
         assert ledger.last_matching("FX-ADD", bound_digest(add2["bound_files"])).run_id == ids[1]
         assert ledger.last_matching("FX-ADD", "0" * 64) is None
-        plan = " ".join(r[-1] for r in ledger.conn.execute(
-            "EXPLAIN QUERY PLAN SELECT * FROM verdicts WHERE card_id=? AND bound_digest=? AND verdict=?",
-            ("FX-ADD", "x", "PROVEN")))
+        plan = " ".join(
+            r[-1]
+            for r in ledger.conn.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM verdicts WHERE card_id=? AND bound_digest=? AND verdict=?",
+                ("FX-ADD", "x", "PROVEN"),
+            )
+        )
         assert "verdicts_by_digest" in plan
 
 
@@ -138,9 +143,11 @@ def test_a_failed_migration_changes_nothing(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- stale detection
 
-RECORDED = [{"path": "obligations/kv.yaml", "role": "card", "sha256": "1"},
-            {"path": "impl/kv.py", "role": "covers", "sha256": "2"},
-            {"path": "impl/rope.py", "role": "covers", "sha256": "3"}]
+RECORDED = [
+    {"path": "obligations/kv.yaml", "role": "card", "sha256": "1"},
+    {"path": "impl/kv.py", "role": "covers", "sha256": "2"},
+    {"path": "impl/rope.py", "role": "covers", "sha256": "3"},
+]
 
 
 def test_changed_files_names_changed_missing_new_and_dropped_files():

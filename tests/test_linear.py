@@ -1,4 +1,5 @@
 """impl.linear: a row's bits never depend on how many rows share the call (the KV-T4 basis)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The mutant generator (harness/mutants.py): each operator, keys that rebuild their mutant, seeded sampling,
 and swapping a compiled mutant into a process like a liar."""
+
 from __future__ import annotations
 
 import ast
@@ -61,10 +62,19 @@ def _by_op(ms):
 
 def test_every_operator_makes_its_change(project):
     ops = _by_op(mutants.generate(project, "mut_pkg/ops.py"))
-    assert {"a + b * 2 -> a - b * 2", "b * 2 -> b / 2", "c -= 3 -> c += 3", "c // 4 -> c / 4",
-            "c // 4 % 5 -> c // 4 / 5"} <= set(ops["arith"])
-    assert set(ops["compare"]) == {"x < 0 -> x <= 0", "v == x -> v != x", "v is None -> v is not None",
-                                   "x in xs -> x not in xs"}
+    assert {
+        "a + b * 2 -> a - b * 2",
+        "b * 2 -> b / 2",
+        "c -= 3 -> c += 3",
+        "c // 4 -> c / 4",
+        "c // 4 % 5 -> c // 4 / 5",
+    } <= set(ops["arith"])
+    assert set(ops["compare"]) == {
+        "x < 0 -> x <= 0",
+        "v == x -> v != x",
+        "v is None -> v is not None",
+        "x in xs -> x not in xs",
+    }
     assert ops["boolop"] == ["x < 0 or not xs -> x < 0 and (not xs)"]
     assert set(ops["unary"]) == {"not xs -> xs", "-x -> x"}
     assert ops["bool"] == ["True -> False"]
@@ -92,7 +102,7 @@ def test_each_mutant_parses_and_differs_from_the_original_in_one_place(project):
         assert mutated != text
         ast.parse(mutated)
         assert isinstance(fn, ast.FunctionDef) and fn.name == m.qualname.split(".")[-1]
-        changed = [i for i, (a, b) in enumerate(zip(text.splitlines(), mutated.splitlines())) if a != b]
+        changed = [i for i, (a, b) in enumerate(zip(text.splitlines(), mutated.splitlines(), strict=True)) if a != b]
         assert changed and changed[0] + 1 == m.line
 
 
@@ -100,7 +110,9 @@ def test_keys_are_unique_even_where_nodes_start_at_one_place(project):
     ms = mutants.generate(project, "mut_pkg/ops.py")
     keys = [m.key for m in ms]
     assert len(keys) == len(set(keys))
-    nested = [m for m in ms if m.line == 6 and m.col == 8 and m.operator == "arith"]  # `a + b * 2` starts where `a` does
+    nested = [
+        m for m in ms if m.line == 6 and m.col == 8 and m.operator == "arith"
+    ]  # `a + b * 2` starts where `a` does
     assert [m.key.rsplit(":", 1)[1] for m in nested] == ["arith"]
     real = mutants.generate(Path(__file__).resolve().parents[1], "impl/kv.py", ["KVCache.nbytes"])
     assert len({m.key for m in real}) == len(real)
@@ -164,12 +176,15 @@ def test_apply_swaps_a_function_and_undo_restores_it(fixture_on_path):
     assert mod.scale is original and mod.scale(3) == 6
 
 
-@pytest.mark.parametrize("qualname, change, check", [
-    ("Box.doubled", "self.__v * 2 -> self.__v / 2", lambda Box: Box(4).doubled == 2),  # property, private name
-    ("Box.half", "x / 2 -> x * 2", lambda Box: Box.half(3) == 6 and Box(1).half(3) == 6),  # staticmethod
-    ("Box.of", "v + 0 -> v - 0", lambda Box: isinstance(Box.of(2), Box)),  # classmethod keeps cls
-    ("Box.__init__", "self.__v = v -> pass", lambda Box: not hasattr(Box(1), "_Box__v")),
-])
+@pytest.mark.parametrize(
+    "qualname, change, check",
+    [
+        ("Box.doubled", "self.__v * 2 -> self.__v / 2", lambda Box: Box(4).doubled == 2),  # property, private name
+        ("Box.half", "x / 2 -> x * 2", lambda Box: Box.half(3) == 6 and Box(1).half(3) == 6),  # staticmethod
+        ("Box.of", "v + 0 -> v - 0", lambda Box: isinstance(Box.of(2), Box)),  # classmethod keeps cls
+        ("Box.__init__", "self.__v = v -> pass", lambda Box: not hasattr(Box(1), "_Box__v")),
+    ],
+)
 def test_apply_keeps_the_kind_of_method(fixture_on_path, qualname, change, check):
     import fakeimpl.scale as mod
 
@@ -186,7 +201,8 @@ def test_zero_argument_super_works_in_a_mutated_method(tmp_path):
     pkg = tmp_path / "sup_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "m.py").write_text(textwrap.dedent('''\
+    (pkg / "m.py").write_text(
+        textwrap.dedent("""\
         class Base:
             def size(self):
                 return 10
@@ -195,10 +211,12 @@ def test_zero_argument_super_works_in_a_mutated_method(tmp_path):
         class Child(Base):
             def size(self):
                 return super().size() + 1
-        '''))
+        """)
+    )
     sys.path.insert(0, str(tmp_path))
     try:
         import sup_pkg.m as m
+
         key = next(x.key for x in mutants.generate(tmp_path, "sup_pkg/m.py", ["Child.size"]) if x.operator == "arith")
         applied = mutants.apply(key, tmp_path)
         assert m.Child().size() == 9

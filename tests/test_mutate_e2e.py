@@ -6,6 +6,7 @@ VACUOUS; FX-LOOP's ``count_up`` has mutants that loop forever (timeouts). One
 full mutate run (every mutant: ``--max-mutants 0``) is shared; the later
 tests replay it (--changed), read it back (run, status) and make it stale.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import sqlite3
 
 import jsonschema
 import pytest
-
 from test_cli_e2e import REPO, _copy_project, _no_traceback, kvproof
 
 SCHEMA = json.loads((REPO / "obligations" / "verdicts.schema.json").read_text())
@@ -26,8 +26,9 @@ def project(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mutated(project):
-    proc = kvproof(project, "mutate", "--cards", "cards-mutation", "--max-mutants", "0", "-j", "2",
-                   "--json", "m.json", timeout=300)
+    proc = kvproof(
+        project, "mutate", "--cards", "cards-mutation", "--max-mutants", "0", "-j", "2", "--json", "m.json", timeout=300
+    )
     return proc, json.loads((project / "m.json").read_text())
 
 
@@ -71,14 +72,18 @@ def test_the_report_and_ledger_keep_the_score(mutated, project):
     assert "fakeimpl/scale.py:7:8:drop" in html and "Box.half" in html
     md = (project / "reports" / "latest" / "verdicts.md").read_text()
     assert "fakeimpl/scale.py:7:8:drop" in md
-    rows = sqlite3.connect(project / "reports" / "ledger.sqlite").execute(
-        "SELECT card_id, score, survived FROM mutation ORDER BY card_id").fetchall()
+    rows = (
+        sqlite3.connect(project / "reports" / "ledger.sqlite")
+        .execute("SELECT card_id, score, survived FROM mutation ORDER BY card_id")
+        .fetchall()
+    )
     assert rows == [("FX-LOOP", _card(doc, "FX-LOOP")["mutation"]["score"], 2), ("FX-SCALE", round(2 / 7, 4), 5)]
 
 
 def test_changed_reuses_every_mutant_while_the_bytes_are_the_same(mutated, project):
-    proc = kvproof(project, "mutate", "--cards", "cards-mutation", "--max-mutants", "0", "--changed",
-                   "--json", "again.json")
+    proc = kvproof(
+        project, "mutate", "--cards", "cards-mutation", "--max-mutants", "0", "--changed", "--json", "again.json"
+    )
     _no_traceback(proc)
     doc = json.loads((project / "again.json").read_text())
     before = json.loads((project / "m.json").read_text())
@@ -129,8 +134,19 @@ def test_a_broken_marks_file_stops_mutate_before_anything_runs(project, tmp_path
 def test_a_fixed_sample_of_real_mutants_runs_against_a_real_card(tmp_path):
     """Three mutants of impl's rolling conv tail (RING-T5), seed 0: each applied in a real witness process and
     classified (none may fail to apply); the sample is the same on every run of the same code."""
-    args = ("mutate", "RING-T5", "--no-liars", "--max-mutants", "3", "--seed", "0", "-j", "2",
-            "--reports", str(tmp_path / "reports"))
+    args = (
+        "mutate",
+        "RING-T5",
+        "--no-liars",
+        "--max-mutants",
+        "3",
+        "--seed",
+        "0",
+        "-j",
+        "2",
+        "--reports",
+        str(tmp_path / "reports"),
+    )
     env_root = REPO
     proc = kvproof(env_root, *args, "--json", str(tmp_path / "a.json"), timeout=600)
     _no_traceback(proc)

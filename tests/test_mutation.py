@@ -1,5 +1,6 @@
 """Mutation analysis (harness/mutation.py): what a card claims, how a mutant's run is classified, the score,
 the equivalence marks and the verdict rule. The end-to-end run on the fixture project is tests/test_mutate_e2e.py."""
+
 from __future__ import annotations
 
 import shutil
@@ -38,28 +39,45 @@ NODE = "witnesses/test_scale.py::test_scale_small"
 def _res(outcome=Outcome.PASSED, evidence=None, message="", **kw) -> JobResult:
     res = JobResult(duration=1.25, **kw)
     if outcome is not None:
-        res.results[NODE] = NodeResult(NODE, outcome, 0.1, evidence if evidence is not None else {"max_abs_delta": 0},
-                                       message)
+        res.results[NODE] = NodeResult(
+            NODE, outcome, 0.1, evidence if evidence is not None else {"max_abs_delta": 0}, message
+        )
     return res
 
 
 # ---------------------------------------------------------------- classification
 
 
-@pytest.mark.parametrize("res, status, killer, detail", [
-    (_res(Outcome.FAILED, message="AssertionError: 1.5 != 6"), MutantStatus.KILLED, "small", "AssertionError"),
-    (_res(evidence={"max_abs_delta": 4.5}), MutantStatus.KILLED, "small", "max_abs_delta = 4.5"),  # a bound alone
-    (_res(Outcome.ERROR, message="timeout: still running after 3 s"), MutantStatus.TIMEOUT, "small", "timeout"),
-    (_res(Outcome.ERROR, message="ZeroDivisionError: division by zero"), MutantStatus.KILLED, "small", "ZeroDivision"),
-    (_res(None, collect_errors=[CollectError("witnesses/test_scale.py", "E   ImportError: boom")]),
-     MutantStatus.KILLED, "small", "collection error"),
-    (_res(None, stopped="the interpreter died in something"), MutantStatus.KILLED, "crash", "not run"),
-    (_res(None, stopped="pytest was silent for 60 s outside any test (collection or fixture teardown hung)"),
-     MutantStatus.TIMEOUT, "collection", "silent"),
-    (_res(None, liar_error="mutant='x': no such mutant now"), MutantStatus.ERROR, "", "could not be applied"),
-    (_res(), MutantStatus.SURVIVED, "", "every witness passed"),
-    (_res(Outcome.SKIPPED, message="no oracle"), MutantStatus.SURVIVED, "", "small skipped: checked nothing"),
-])
+@pytest.mark.parametrize(
+    "res, status, killer, detail",
+    [
+        (_res(Outcome.FAILED, message="AssertionError: 1.5 != 6"), MutantStatus.KILLED, "small", "AssertionError"),
+        (_res(evidence={"max_abs_delta": 4.5}), MutantStatus.KILLED, "small", "max_abs_delta = 4.5"),  # a bound alone
+        (_res(Outcome.ERROR, message="timeout: still running after 3 s"), MutantStatus.TIMEOUT, "small", "timeout"),
+        (
+            _res(Outcome.ERROR, message="ZeroDivisionError: division by zero"),
+            MutantStatus.KILLED,
+            "small",
+            "ZeroDivision",
+        ),
+        (
+            _res(None, collect_errors=[CollectError("witnesses/test_scale.py", "E   ImportError: boom")]),
+            MutantStatus.KILLED,
+            "small",
+            "collection error",
+        ),
+        (_res(None, stopped="the interpreter died in something"), MutantStatus.KILLED, "crash", "not run"),
+        (
+            _res(None, stopped="pytest was silent for 60 s outside any test (collection or fixture teardown hung)"),
+            MutantStatus.TIMEOUT,
+            "collection",
+            "silent",
+        ),
+        (_res(None, liar_error="mutant='x': no such mutant now"), MutantStatus.ERROR, "", "could not be applied"),
+        (_res(), MutantStatus.SURVIVED, "", "every witness passed"),
+        (_res(Outcome.SKIPPED, message="no oracle"), MutantStatus.SURVIVED, "", "small skipped: checked nothing"),
+    ],
+)
 def test_classification(scale_card, a_mutant, res, status, killer, detail):
     got = mutation.classify(scale_card, a_mutant, res, None, FIXTURE)
     assert (got.status, got.killer) == (status, killer)
@@ -84,16 +102,27 @@ def _result(status: MutantStatus, i: int = 0) -> MutantResult:
 
 
 def test_score_counts_timeouts_as_detected_and_leaves_equivalent_and_error_out():
-    rs = [_result(MutantStatus.KILLED, 1), _result(MutantStatus.TIMEOUT, 2), _result(MutantStatus.SURVIVED, 3),
-          _result(MutantStatus.EQUIVALENT, 4), _result(MutantStatus.ERROR, 5)]
+    rs = [
+        _result(MutantStatus.KILLED, 1),
+        _result(MutantStatus.TIMEOUT, 2),
+        _result(MutantStatus.SURVIVED, 3),
+        _result(MutantStatus.EQUIVALENT, 4),
+        _result(MutantStatus.ERROR, 5),
+    ]
     assert mutation.score_of(rs) == round(2 / 3, 4)
     assert mutation.score_of([_result(MutantStatus.EQUIVALENT)]) is None
 
 
 def _summary(card, statuses):
     cm = mutation.CardMutants(card, ("fakeimpl/scale.py::scale",), 8, ())
-    return mutation.summarize(cm, [_result(s, i) for i, s in enumerate(statuses)], seed=0, max_mutants=40,
-                              bound_digest="d" * 64, measured_at="2026-11-30T00:00:00Z")
+    return mutation.summarize(
+        cm,
+        [_result(s, i) for i, s in enumerate(statuses)],
+        seed=0,
+        max_mutants=40,
+        bound_digest="d" * 64,
+        measured_at="2026-11-30T00:00:00Z",
+    )
 
 
 def _proven_outcomes():
@@ -106,8 +135,10 @@ def test_a_score_below_min_score_makes_a_proven_card_vacuous_with_its_own_reason
     assert (low.score, low.min_score, low.holds) == (0.5, 0.9, False)
     v = evaluate(scale_card, _proven_outcomes(), low)
     assert v.verdict == Verdict.VACUOUS
-    assert v.reason.startswith("mutation score 0.50 < min_score 0.90: 1 of 2 mutants of the code it claims pass "
-                               "every witness; e.g. f.py:1 f: a -> b")
+    assert v.reason.startswith(
+        "mutation score 0.50 < min_score 0.90: 1 of 2 mutants of the code it claims pass "
+        "every witness; e.g. f.py:1 f: a -> b"
+    )
     high = _summary(scale_card, [MutantStatus.KILLED] * 9 + [MutantStatus.SURVIVED])
     assert high.holds is True and evaluate(scale_card, _proven_outcomes(), high).verdict == Verdict.PROVEN
     assert evaluate(scale_card, _proven_outcomes(), None).verdict == Verdict.PROVEN  # never measured: no effect
@@ -124,8 +155,9 @@ def test_a_stale_score_does_not_judge_and_a_recalled_one_is_judged_against_the_c
 def test_a_failed_card_stays_failed_whatever_its_score(scale_card):
     node = NodeResult(NODE, Outcome.FAILED, 0.1, {}, "AssertionError")
     low = _summary(scale_card, [MutantStatus.SURVIVED])
-    assert evaluate(scale_card, CardOutcomes(witnesses=(WitnessOutcome("small", (node,)),)), low).verdict \
-        == Verdict.FAILED
+    assert (
+        evaluate(scale_card, CardOutcomes(witnesses=(WitnessOutcome("small", (node,)),)), low).verdict == Verdict.FAILED
+    )
 
 
 # ---------------------------------------------------------------- what a card claims
@@ -133,8 +165,12 @@ def test_a_failed_card_stays_failed_whatever_its_score(scale_card):
 
 def test_a_card_claims_its_refs_functions_and_every_function_of_explicit_covers(scale_card):
     assert mutation.claimed(scale_card, FIXTURE) == {"fakeimpl/scale.py": frozenset({"scale"})}
-    wide = replace(scale_card, explicit_covers=True, covers=("fakeimpl/text.py", "witnesses/test_scale.py"),
-                   refs=("fakeimpl/scale.py::Box",))
+    wide = replace(
+        scale_card,
+        explicit_covers=True,
+        covers=("fakeimpl/text.py", "witnesses/test_scale.py"),
+        refs=("fakeimpl/scale.py::Box",),
+    )
     got = mutation.claimed(wide, FIXTURE)
     assert got == {"fakeimpl/scale.py": frozenset({"Box"}), "fakeimpl/text.py": None}  # never its own witnesses
     cm = mutation.card_mutants(wide, mutation.Generated(FIXTURE), None, 0)
@@ -173,17 +209,30 @@ def test_the_fixture_marks_load(cards_copy):
     assert not marks["fakeimpl/scale.py:34:19:arith"].applies("FX-LOOP")
 
 
-@pytest.mark.parametrize("text, field, message", [
-    ("equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n", "equivalent[0].reason", "missing required field"),
-    ("equivalent:\n  - mutant: scale.py\n    reason: because it is the same\n", "equivalent[0].mutant", ""),
-    ("equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n"
-     "    cards: [FX-NOPE]\n", "equivalent[0].cards[0]", "no card has this id"),
-    ("equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n"
-     "  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n", "equivalent[1].mutant",
-     "marked twice"),
-    ("equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n    why: x\n",
-     "equivalent[0].why", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "text, field, message",
+    [
+        ("equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n", "equivalent[0].reason", "missing required field"),
+        ("equivalent:\n  - mutant: scale.py\n    reason: because it is the same\n", "equivalent[0].mutant", ""),
+        (
+            "equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n"
+            "    cards: [FX-NOPE]\n",
+            "equivalent[0].cards[0]",
+            "no card has this id",
+        ),
+        (
+            "equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n"
+            "  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n",
+            "equivalent[1].mutant",
+            "marked twice",
+        ),
+        (
+            "equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n    why: x\n",
+            "equivalent[0].why",
+            "unknown field",
+        ),
+    ],
+)
 def test_a_broken_marks_file_is_refused_with_file_line_and_field(cards_copy, text, field, message):
     (cards_copy / "cards-mutation" / "equivalent-mutants.yaml").write_text(text)
     marks, problems = mutation.load_marks(cards_copy / "cards-mutation", cards_copy, ["FX-SCALE", "FX-LOOP"])
@@ -209,9 +258,18 @@ def test_the_marks_file_is_not_a_card():
 def test_claims_name_functions_no_card_claims(scale_card):
     g = mutation.Generated(FIXTURE)
     cm = mutation.card_mutants(scale_card, g, None, 0)
-    rows = mutation.claims(FIXTURE, ["fakeimpl/scale.py"], {"FX-SCALE": cm},
-                           {"FX-SCALE": [replace(_result(MutantStatus.SURVIVED), path="fakeimpl/scale.py",
-                                                 qualname="scale"), _result(MutantStatus.KILLED)]}, g)
+    rows = mutation.claims(
+        FIXTURE,
+        ["fakeimpl/scale.py"],
+        {"FX-SCALE": cm},
+        {
+            "FX-SCALE": [
+                replace(_result(MutantStatus.SURVIVED), path="fakeimpl/scale.py", qualname="scale"),
+                _result(MutantStatus.KILLED),
+            ]
+        },
+        g,
+    )
     by = {r.qualname: r for r in rows}
     assert by["scale"].cards == ("FX-SCALE",) and (by["scale"].mutants, by["scale"].survived) == (1, 1)
     assert by["count_up"].cards == () and by["count_up"].mutants == 0

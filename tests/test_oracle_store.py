@@ -3,6 +3,7 @@
 Every export here is a small synthetic one written in tmp_path through the
 same ExportWriter the real export uses; no torch needed.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from harness.oracle import cli
 from harness.oracle.fixtures import oracle_or_skip
 from harness.oracle.prompts import EVICTION_SEGMENTS, GREEDY_NEW_TOKENS, REFERENCE_PROMPTS
 from harness.oracle.store import (
-    EXPORT_COMMAND,
     EVICTION_FIELDS,
+    EXPORT_COMMAND,
     MANIFEST,
     PROMPT_FIELDS,
     ExportWriter,
@@ -91,7 +92,9 @@ def flip_byte(path: Path, offset: int) -> None:
 
 
 def data_files() -> list[str]:
-    return [prompt_path(n, f) for n in REFERENCE_PROMPTS for f in PROMPT_FIELDS] + [eviction_path(f) for f in EVICTION_FIELDS]
+    return [prompt_path(n, f) for n in REFERENCE_PROMPTS for f in PROMPT_FIELDS] + [
+        eviction_path(f) for f in EVICTION_FIELDS
+    ]
 
 
 # ---------------------------------------------------------------- loading
@@ -159,7 +162,9 @@ def test_verify_command_exits_2_when_the_export_is_missing(tmp_path: Path, capsy
 
 def test_a_deleted_data_file_is_named_as_missing(export: Path) -> None:
     (export / eviction_path("never_greedy")).unlink()
-    assert [str(p) for p in check_files(export, read_manifest(export))] == [f"{eviction_path('never_greedy')} (missing)"]
+    assert [str(p) for p in check_files(export, read_manifest(export))] == [
+        f"{eviction_path('never_greedy')} (missing)"
+    ]
 
 
 def test_a_broken_manifest_is_corrupt_not_missing(export: Path) -> None:
@@ -183,7 +188,11 @@ def test_default_location_skip_names_the_plain_export_command(tmp_path: Path, mo
     monkeypatch.setenv("KVPROOF_ORACLE_DIR", str(tmp_path / "absent"))
     with pytest.raises(pytest.skip.Exception) as info:
         oracle_or_skip()
-    assert str(info.value).rstrip().endswith(f"Create it with: {EXPORT_COMMAND}  (about a minute; needs the oracle extra: torch, transformers)")
+    assert (
+        str(info.value)
+        .rstrip()
+        .endswith(f"Create it with: {EXPORT_COMMAND}  (about a minute; needs the oracle extra: torch, transformers)")
+    )
 
 
 def test_hash_mismatch_skips_with_a_reason_that_says_so(export: Path, fake_weights: str) -> None:
@@ -192,7 +201,9 @@ def test_hash_mismatch_skips_with_a_reason_that_says_so(export: Path, fake_weigh
     with pytest.raises(pytest.skip.Exception) as info:
         oracle_or_skip(export)
     msg = str(info.value)
-    assert "OracleCorrupt" in msg and "hash mismatch" in msg and f"{rel} (sha256 differs)" in msg and EXPORT_COMMAND in msg
+    assert (
+        "OracleCorrupt" in msg and "hash mismatch" in msg and f"{rel} (sha256 differs)" in msg and EXPORT_COMMAND in msg
+    )
 
 
 def test_export_for_other_weights_skips_as_stale(export: Path, fake_weights: str) -> None:
@@ -302,7 +313,9 @@ def test_killed_export_leaves_nothing_that_looks_complete(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- cli
 
 
-def test_status_of_a_missing_export_says_so_with_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_of_a_missing_export_says_so_with_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["status", "--oracle-dir", str(tmp_path / "absent")]) == 2
     out = capsys.readouterr().out
     assert "missing" in out and EXPORT_COMMAND in out

@@ -7,6 +7,7 @@ its parent). Every process a run starts carries the test's temp path on its
 command line (the plan path under ``TMPDIR``, or ``FX_ORPHAN_MARK``), so
 ``/proc`` shows whether any survived.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,13 @@ class Run:
         self.tmp.mkdir()
 
     def env(self, pids: Path | None) -> dict[str, str]:
-        env = {**os.environ, "KVPROOF_ROOT": str(self.root), "COLUMNS": "200", "TMPDIR": str(self.tmp),
-               "FX_ORPHAN_MARK": str(self.base)}
+        env = {
+            **os.environ,
+            "KVPROOF_ROOT": str(self.root),
+            "COLUMNS": "200",
+            "TMPDIR": str(self.tmp),
+            "FX_ORPHAN_MARK": str(self.base),
+        }
         for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR", "FX_ORPHAN_PIDS", procs.WATCHDOG_ENV):
             env.pop(name, None)
         if pids is not None:
@@ -54,13 +60,23 @@ class Run:
         return env
 
     def start(self, card: str, pids: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", "cards-slow", card, "-j", "1"],
-                                cwd=self.root, env=self.env(pids), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, str(ENTRY), "run", "--cards", "cards-slow", card, "-j", "1"],
+            cwd=self.root,
+            env=self.env(pids),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def run(self, card: str, pids: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ENTRY), "run", "--cards", "cards-slow", card, "-j", "1"],
-                              cwd=self.root, env=self.env(pids), capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, str(ENTRY), "run", "--cards", "cards-slow", card, "-j", "1"],
+            cwd=self.root,
+            env=self.env(pids),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def folders(self, pid: int | None = None) -> list[Path]:
         return sorted(self.tmp.glob(procs.RUN_PREFIX + (f"{pid}-*" if pid is not None else "*")))
@@ -85,7 +101,7 @@ def _zombie(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # gone
-    return stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X")
+    return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
 
 
 def _alive(pid: int) -> bool:
@@ -183,13 +199,16 @@ def test_a_run_sweeps_dead_runs_folders_but_not_a_live_runs(fx):
 def _script(tmp_path: Path, body: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop(procs.WATCHDOG_ENV, None)
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(body), str(tmp_path)], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(body), str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+    )
 
 
 def test_a_child_started_from_a_thread_that_ended_lives_while_its_runner_does(tmp_path):
     # NOTE: PR_SET_PDEATHSIG would kill this child when the thread that started it ends; the pipe must not
-    runner = _script(tmp_path, """
+    runner = _script(
+        tmp_path,
+        """
         import os, subprocess, sys, threading, time
         from harness import procs
         def start():
@@ -202,7 +221,8 @@ def test_a_child_started_from_a_thread_that_ended_lives_while_its_runner_does(tm
         t.start()
         t.join()
         time.sleep(60)
-    """)
+    """,
+    )
     try:
         child = int(runner.stdout.readline())
         time.sleep(1.0)
@@ -218,7 +238,9 @@ def test_a_child_started_from_a_thread_that_ended_lives_while_its_runner_does(tm
 
 
 def test_a_process_forked_from_the_runner_does_not_keep_the_pipe_open(tmp_path):
-    proc = _script(tmp_path, """
+    proc = _script(
+        tmp_path,
+        """
         import os
         from harness import procs
         fd = procs.watchdog_fd()
@@ -233,18 +255,20 @@ def test_a_process_forked_from_the_runner_does_not_keep_the_pipe_open(tmp_path):
             os._exit(0 if procs.watchdog_fd() != fd or procs._pipe[2] != write else 2)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
-    """)
+    """,
+    )
     out, _ = proc.communicate(timeout=30)
     assert out.strip() == "0"
 
 
 def test_kill_tree_reaches_children_in_other_sessions(tmp_path):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    code = ("import subprocess, sys, time; "
-            f"a = subprocess.Popen({sleeper!r}); b = subprocess.Popen({sleeper!r}, start_new_session=True); "
-            "print(a.pid, b.pid, flush=True); time.sleep(60)")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    code = (
+        "import subprocess, sys, time; "
+        f"a = subprocess.Popen({sleeper!r}); b = subprocess.Popen({sleeper!r}, start_new_session=True); "
+        "print(a.pid, b.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         kids = [int(p) for p in parent.stdout.readline().split()]
         assert set(kids) <= set(procs.descendants(parent.pid))
@@ -263,8 +287,14 @@ def test_kill_tree_reaches_children_in_other_sessions(tmp_path):
 
 def test_sweep_removes_only_folders_of_dead_pids(tmp_path):
     dead, live = _dead_pid(), os.getppid()
-    names = [f"kvproof-run-{dead}-abc", f"kvproof-run-{live}-abc", f"kvproof-run-{os.getpid()}-abc",
-             "kvproof-run-abcdefgh", "kvproof-other-1-abc", f"kvproof-run-{dead}x-abc"]
+    names = [
+        f"kvproof-run-{dead}-abc",
+        f"kvproof-run-{live}-abc",
+        f"kvproof-run-{os.getpid()}-abc",
+        "kvproof-run-abcdefgh",
+        "kvproof-other-1-abc",
+        f"kvproof-run-{dead}x-abc",
+    ]
     for name in names:
         (tmp_path / name).mkdir()
     (tmp_path / f"kvproof-run-{dead}-file").write_text("not a folder")

@@ -1,4 +1,5 @@
 """impl.paged behaviour no card names: growth, session wiring, a failed forward's truncate, errors, the gather paths."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_growing_pool_doubles_and_keeps_block_contents():
     before = [a.copy() for a in s.k]
     s.reserve(10)  # needs 5 blocks in all
     assert pool.num_blocks == 8 and pool.num_used == 5
-    assert all(np.array_equal(a[:5], b) for a, b in zip(s.k, before))
+    assert all(np.array_equal(a[:5], b) for a, b in zip(s.k, before, strict=True))
 
 
 def test_fixed_pool_never_grows():

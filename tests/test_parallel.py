@@ -3,6 +3,7 @@
 Runs on copies of tests/fixtures/project (KVPROOF_ROOT), plus direct calls of
 :func:`harness.schedule.run_cards` on its cards.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def kvproof(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=_env(root), capture_output=True,
-                          text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=_env(root), capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +51,11 @@ def project(tmp_path_factory) -> Path:
 
 
 def _card_yaml(card_id: str, test: str, timeout: int = 60) -> str:
-    return (f"id: {card_id}\ntitle: probe {card_id}\nmodule: fakeimpl.text\nregime: C\ntheorem: t\nproof: p\n"
-            f"refs: [fakeimpl/text.py::shout]\nwitnesses:\n  - id: probe\n    test: {test}\n"
-            f"    timeout: {timeout}\nversion: 1\n")
+    return (
+        f"id: {card_id}\ntitle: probe {card_id}\nmodule: fakeimpl.text\nregime: C\ntheorem: t\nproof: p\n"
+        f"refs: [fakeimpl/text.py::shout]\nwitnesses:\n  - id: probe\n    test: {test}\n"
+        f"    timeout: {timeout}\nversion: 1\n"
+    )
 
 
 def test_parallel_run_gives_the_serial_verdicts_in_card_order(project):
@@ -111,8 +115,13 @@ def test_longest_expected_chain_starts_first_with_several_jobs(project):
     cards = load_cards(project / "obligations", project, sites).cards
     last = cards[-1].id
     started: list[str] = []
-    run_cards(cards, RunConfig(root=project), jobs=2, expected={last: Expected(honest_s=50.0)},
-              on_start=lambda job, running: started.append(job.label))
+    run_cards(
+        cards,
+        RunConfig(root=project),
+        jobs=2,
+        expected={last: Expected(honest_s=50.0)},
+        on_start=lambda job, running: started.append(job.label),
+    )
     assert started[0] == last
 
 
@@ -122,11 +131,31 @@ def test_expected_durations_come_from_the_cards_last_entry():
     from harness.document import CardResult
 
     doc = json.loads((REPO / "tests" / "fixtures" / "report-data" / "mixed-verdicts.json").read_text())
-    entry = {**doc["cards"][0], "duration_s": 10.0, "honest_s": 7.0,
-             "liars": [{"name": "a", "caught": True, "caught_by": ["w"], "status": "caught", "why": "",
-                        "duration_s": 3.0, "witnesses": []},
-                       {"name": "b", "caught": False, "caught_by": [], "status": "not_run", "why": "",
-                        "duration_s": 0.0, "witnesses": []}]}
+    entry = {
+        **doc["cards"][0],
+        "duration_s": 10.0,
+        "honest_s": 7.0,
+        "liars": [
+            {
+                "name": "a",
+                "caught": True,
+                "caught_by": ["w"],
+                "status": "caught",
+                "why": "",
+                "duration_s": 3.0,
+                "witnesses": [],
+            },
+            {
+                "name": "b",
+                "caught": False,
+                "caught_by": [],
+                "status": "not_run",
+                "why": "",
+                "duration_s": 0.0,
+                "witnesses": [],
+            },
+        ],
+    }
     exp = expected_from_entry(CardResult.from_json(entry))
     assert exp.honest_s == pytest.approx(7.0) and exp.liar("a") == 3.0 and exp.liar("b") == 1.0
     assert expected_from_entry(None) == Expected()
@@ -147,9 +176,15 @@ def test_ctrl_c_kills_every_witness_process_and_records_nothing(tmp_path):
         (cards / f"s{i}.yaml").write_text(_card_yaml(f"FX-SLEEP{i}", "witnesses/test_text.py::test_sleeps"))
     # NOTE: a shell that starts CI in the background hands SIGINT down as ignored, and
     # Python then installs no KeyboardInterrupt handler; restore the default for the child.
-    proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", str(cards), "-j", "2"], cwd=root,
-                            env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, str(ENTRY), "run", "--cards", str(cards), "-j", "2"],
+        cwd=root,
+        env=_env(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 30
         while len(_children_of(root)) < 2 and time.monotonic() < deadline:
@@ -166,8 +201,10 @@ def test_ctrl_c_kills_every_witness_process_and_records_nothing(tmp_path):
     assert _children_of(root) == []
     reports = root / "reports"
     # the ledger is opened (so created) before any witness runs; it must hold no run
-    assert not reports.exists() or [p.name for p in reports.iterdir()
-                                    if not p.name.startswith(".") and p.name != FILENAME] == []
+    assert (
+        not reports.exists()
+        or [p.name for p in reports.iterdir() if not p.name.startswith(".") and p.name != FILENAME] == []
+    )
     if (reports / FILENAME).exists():
         with Ledger(reports / FILENAME, create=False) as ledger:
             assert ledger.run_count() == 0

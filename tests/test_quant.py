@@ -1,4 +1,5 @@
 """impl.quant: the int8 arithmetic the ring cache stores."""
+
 import numpy as np
 import pytest
 

@@ -5,6 +5,7 @@ float32 weights the loader made from those blocks (gguf.quants' dequantization, 
 the panel packing): KV-T4 compares a decoded row with a prefilled one bit for bit, and every
 real-weights witness compares bits across paths.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,8 +33,14 @@ def probe_inputs(n_in: int, seed: int) -> dict[str, np.ndarray]:
     outlier = normal.copy()
     outlier[rng.integers(0, n_in, 3)] = [7e3, -5e3, 2e3]  # like SmolLM2's residual channels
     signed_zeros = np.where(rng.random(n_in) < 0.5, np.float32(-0.0), normal).astype(np.float32)
-    return {"normal": normal, "tiny": normal * np.float32(1e-30), "huge": normal * np.float32(1e30),
-            "spread": spread, "outlier": outlier, "signed-zeros": signed_zeros}
+    return {
+        "normal": normal,
+        "tiny": normal * np.float32(1e-30),
+        "huge": normal * np.float32(1e30),
+        "spread": spread,
+        "outlier": outlier,
+        "signed-zeros": signed_zeros,
+    }
 
 
 def linears(llama) -> list[tuple[str, Linear]]:
@@ -51,6 +58,7 @@ def f32_product(lin: Linear, x: np.ndarray) -> np.ndarray:
 
 # ---- the kernel on synthetic blocks ------------------------------------------------------------
 
+
 def random_blocks(qtype: str, n_out: int, n_in: int, seed: int) -> np.ndarray:
     """(n_out, n_in/32 * block bytes) uint8: random quants and random finite f16 scales (normal,
     subnormal, up to 65504, either sign), every nibble and byte value."""
@@ -66,8 +74,9 @@ def random_blocks(qtype: str, n_out: int, n_in: int, seed: int) -> np.ndarray:
 
 @needs_kernel
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
-@pytest.mark.parametrize("n_out,n_in", [(1, 32), (7, 96), (16, 64), (17, 160), (33, 576), (100, 1536)],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "n_out,n_in", [(1, 32), (7, 96), (16, 64), (17, 160), (33, 576), (100, 1536)], ids=lambda v: str(v)
+)
 def test_kernel_on_random_blocks_equals_the_float32_kernel_on_their_dequantization(qtype, n_out, n_in):
     """Any shape (rows not a multiple of the 16-row groups, inputs ending in a half k-block), any block
     bytes: linear_q equals Kernel.linear on gguf.quants.dequantize of the same bytes, bit for bit, on
@@ -94,6 +103,7 @@ def test_kernel_on_random_blocks_equals_the_float32_kernel_on_their_dequantizati
 
 
 # ---- the real GGUF ------------------------------------------------------------------------------
+
 
 @needs_kernel
 def test_every_weight_product_of_the_real_gguf_reads_its_blocks_and_gives_the_float32_bits(smollm2):
@@ -144,6 +154,7 @@ def test_decode_reads_about_a_sixth_of_the_float32_bytes(smollm2):
 
 # ---- settings -----------------------------------------------------------------------------------
 
+
 def test_an_unknown_decode_setting_is_refused_naming_the_choices(monkeypatch):
     monkeypatch.setenv(ENV_DECODE, "fast")
     with pytest.raises(SettingError) as e:
@@ -179,8 +190,14 @@ TOKENS = [chr(c) for c in range(63, 127)] + ["AB"]  # printable ASCII maps to it
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 4, 2, 16, 96  # FFN = 96: w_down's k ends in a half k-block
 
 
-def write_gguf(path: Path, matrix_type: str, embd_type: str, overrides: dict[str, str] | None = None,
-               tied: bool = True, seed: int = 0) -> Path:
+def write_gguf(
+    path: Path,
+    matrix_type: str,
+    embd_type: str,
+    overrides: dict[str, str] | None = None,
+    tied: bool = True,
+    seed: int = 0,
+) -> Path:
     """A 2-layer llama GGUF with random weights, matrices stored as ``matrix_type``, token_embd as ``embd_type``."""
     import gguf
     from gguf.quants import quantize
@@ -278,7 +295,7 @@ def decode_both_ways(model, prompt: list[int] | None = None, n: int = 6) -> None
     for step in range(n + 1):
         assert np.array_equal(bits(quant[step]), bits(f32[step])), f"step {step}"
     full = model.session().prefill(prompt + toks[:-1])  # the decoded positions, prefilled in one call
-    assert np.array_equal(bits(full[len(prompt) - 1:]), bits(quant[:n]))
+    assert np.array_equal(bits(full[len(prompt) - 1 :]), bits(quant[:n]))
 
 
 @needs_kernel
@@ -320,8 +337,9 @@ def test_the_q_and_k_rows_follow_unpermute_rope_rows(tmp_path, fresh_load, monke
 
 
 @pytest.mark.parametrize("matrix_type,embd_type", [("F32", "F32"), ("F16", "F16"), ("Q8_0", "F32")])
-def test_a_file_without_quantized_matrices_decodes_from_float32(tmp_path, fresh_load, matrix_type, embd_type,
-                                                                monkeypatch):
+def test_a_file_without_quantized_matrices_decodes_from_float32(
+    tmp_path, fresh_load, matrix_type, embd_type, monkeypatch
+):
     """F32/F16 tensors: nothing attached where the types are not Q4_1/Q8_0, decode as before; ``quantized``
     then refuses the file naming a product and its types."""
     path = write_gguf(tmp_path / "plain.gguf", matrix_type, embd_type)

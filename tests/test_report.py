@@ -6,6 +6,7 @@ verdict, a title holding ``<script>``) and a ledger seeded with earlier runs.
 Gold files have dates and durations blanked; regenerate them with
 ``KVPROOF_REGOLD=1 pytest tests/test_report.py``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,8 +55,10 @@ def seeded_view(tmp_path) -> dict:
     FX-LOOSE was PROVEN before and is FAILED now; FX-WEAK's card file changed since."""
     doc = load_doc()
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        ledger.record(RunDocument.from_json(at(doc, "2026-01-01T10:00:00Z", FX_ADD="FAILED", FX_LOOSE="PROVEN")),
-                      "2026-01-01T10-00-00Z")
+        ledger.record(
+            RunDocument.from_json(at(doc, "2026-01-01T10:00:00Z", FX_ADD="FAILED", FX_LOOSE="PROVEN")),
+            "2026-01-01T10-00-00Z",
+        )
         second = at(doc, "2026-01-02T10:00:00Z", FX_LOOSE="PROVEN", FX_WEAK="PROVEN")
         next(c for c in second["cards"] if c["id"] == "FX-WEAK")["bound_files"][0]["sha256"] = "f" * 64
         ledger.record(RunDocument.from_json(second), "2026-01-02T10-00-00Z")
@@ -73,8 +76,9 @@ def blank(text: str) -> str:
     return DURATION.sub("<T>", DATE.sub("<DATE>", text))
 
 
-@pytest.mark.parametrize("name,render", [("verdicts.md", markdown.render), ("junit.xml", junit.render),
-                                         ("index.html", html.render)])
+@pytest.mark.parametrize(
+    "name,render", [("verdicts.md", markdown.render), ("junit.xml", junit.render), ("index.html", html.render)]
+)
 def test_rendered_report_matches_gold_with_dates_and_durations_blanked(seeded_view, name, render):
     got = blank(render(seeded_view))
     path = GOLD / name
@@ -115,10 +119,13 @@ def test_card_that_changed_verdict_this_run_is_called_out(seeded_view):
 def test_history_is_capped_to_the_newest_marks():
     from harness.ledger import PastVerdict
 
-    past = [PastVerdict(i, f"2026-01-01T00:00:{i:02d}Z", "X", "PROVEN", "", None, "d", None, None, "ci", 0, None)
-            for i in range(40)]
-    marks = history_marks(past, {"started": "2026-01-02T00:00:00Z", "verdict": "FAILED", "digest": "d",
-                                 "report_dir": None}, limit=30)
+    past = [
+        PastVerdict(i, f"2026-01-01T00:00:{i:02d}Z", "X", "PROVEN", "", None, "d", None, None, "ci", 0, None)
+        for i in range(40)
+    ]
+    marks = history_marks(
+        past, {"started": "2026-01-02T00:00:00Z", "verdict": "FAILED", "digest": "d", "report_dir": None}, limit=30
+    )
     assert len(marks) == 30 and marks[-1]["current"] and marks[-1]["change"]["kind"] == "newly FAILED"
 
 
@@ -176,7 +183,12 @@ def test_markdown_escapes_pipes_and_lists_every_non_proven_reason(seeded_view):
 def test_junit_keeps_failures_and_errors_apart_with_environment_properties(seeded_view):
     root = ET.fromstring(junit.render(seeded_view))
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("11", "5", "5", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "11",
+        "5",
+        "5",
+        "0",
+    )
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["git.commit"].startswith("0123456789ab") and props["hypothesis.seed"] == "0"
     assert props["version.numpy"] and props["kvproof.gate"] == "FAIL"
@@ -194,17 +206,33 @@ def _w(wid, *bounds, kind="witness") -> WitnessResult:
     from harness.document import CheckResult
 
     checks = tuple(CheckResult(k, op, lim, act, holds, node) for k, op, lim, act, holds, node in bounds)
-    return WitnessResult(id=wid, kind=kind, test=f"witnesses/test_x.py::test_{wid}", status="passed", why="",
-                         duration_s=0.0, timeout_s=None, evidence={}, bounds=checks, reason="", message="",
-                         location="", failure="", hypothesis=None, nodes=())
+    return WitnessResult(
+        id=wid,
+        kind=kind,
+        test=f"witnesses/test_x.py::test_{wid}",
+        status="passed",
+        why="",
+        duration_s=0.0,
+        timeout_s=None,
+        evidence={},
+        bounds=checks,
+        reason="",
+        message="",
+        location="",
+        failure="",
+        hypothesis=None,
+        nodes=(),
+    )
 
 
 def test_headline_is_the_first_bounded_delta_not_the_largest_recorded_value():
     # ORACLE-PARITY: token-ids (mismatches eq 0), logits (max_abs_delta le 1.5e-4); hidden states record a
     # large absolute delta without a bound and must not become the headline
-    witnesses = [_w("token-ids", ("mismatches", "eq", 0, 0, True, "")),
-                 _w("logits", ("max_abs_delta", "le", 1.5e-4, 7.5e-5, True, "")),
-                 _w("hidden", ("max_rel_delta", "le", 2e-5, 6.7e-6, True, ""))]
+    witnesses = [
+        _w("token-ids", ("mismatches", "eq", 0, 0, True, "")),
+        _w("logits", ("max_abs_delta", "le", 1.5e-4, 7.5e-5, True, "")),
+        _w("hidden", ("max_rel_delta", "le", 2e-5, 6.7e-6, True, "")),
+    ]
     head = data.headline(witnesses)
     assert head.witness == "logits" and head.text == "max|Δ| = 7.500e-05 (≤ 1.5e-04)"
 

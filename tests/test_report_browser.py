@@ -8,6 +8,7 @@ are saved to ``KVPROOF_ARTIFACTS`` (default: the test's tmp folder) and their
 paths printed. Skipped when no Chromium is installed (Debian: ``chromium``),
 except under CI, where that is a failure.
 """
+
 from __future__ import annotations
 
 import base64
@@ -19,15 +20,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_report import seeded_view  # noqa: F401  (a fixture; tests/ is on sys.path, no package)
 
 from harness.report import html
 
-from test_report import seeded_view  # noqa: F401  (a fixture; tests/ is on sys.path, no package)
-
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 # CI must run this test, not skip it: `make test` installs Chromium when missing.
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
-                                reason="no chromium on PATH (make browser, or apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="no chromium on PATH (make browser, or apt-get install chromium)",
+)
 
 
 class DevTools:
@@ -43,9 +45,22 @@ class DevTools:
             os.dup2(high_w, 4)
 
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}", "about:blank"],
-            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--no-first-run",
+                "--disable-extensions",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            preexec_fn=wire,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if quiet else None,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buf = b""
@@ -97,10 +112,17 @@ class DevTools:
         return result["result"].get("value")
 
     def screenshot(self, path: Path, width: int) -> Path:
-        self.page("Emulation.setDeviceMetricsOverride", width=width, height=800, deviceScaleFactor=1, mobile=width < 600)
+        self.page(
+            "Emulation.setDeviceMetricsOverride", width=width, height=800, deviceScaleFactor=1, mobile=width < 600
+        )
         height = self.js("document.documentElement.scrollHeight")
-        self.page("Emulation.setDeviceMetricsOverride", width=width, height=min(height, 12000), deviceScaleFactor=1,
-                  mobile=width < 600)
+        self.page(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=min(height, 12000),
+            deviceScaleFactor=1,
+            mobile=width < 600,
+        )
         data = self.page("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
         return path
@@ -134,14 +156,18 @@ def test_report_opens_in_chromium_with_working_counts_and_filter(browser, seeded
     browser.page("Page.navigate", url=page.as_uri())
     browser.wait_for("Page.loadEventFired")
 
-    counts = browser.js("Object.fromEntries([...document.querySelectorAll('[data-count]')]"
-                        ".map(e => [e.dataset.count, +e.querySelector('b').textContent]))")
+    counts = browser.js(
+        "Object.fromEntries([...document.querySelectorAll('[data-count]')]"
+        ".map(e => [e.dataset.count, +e.querySelector('b').textContent]))"
+    )
     assert counts == {"PROVEN": 1, "FAILED": 3, "VACUOUS": 1, "UNVERIFIED": 1, "ERROR": 5}
     assert browser.js("document.querySelector('h2').textContent") == "1 of 11 card(s) PROVEN"
     assert "<script>alert(1)</script>" in browser.js("document.getElementById('card-FX-RAISES').textContent")
 
-    shown = "[...document.querySelectorAll('main section.card')].filter(e => getComputedStyle(e).display != 'none')" \
-            ".map(e => e.dataset.verdict)"
+    shown = (
+        "[...document.querySelectorAll('main section.card')].filter(e => getComputedStyle(e).display != 'none')"
+        ".map(e => e.dataset.verdict)"
+    )
     assert len(browser.js(shown)) == 11
     art = Path(os.environ.get("KVPROOF_ARTIFACTS", tmp_path))
     art.mkdir(parents=True, exist_ok=True)
@@ -155,12 +181,17 @@ def test_report_opens_in_chromium_with_working_counts_and_filter(browser, seeded
     filtered = browser.screenshot(art / "report-filtered.png", 1200)
     print(f"screenshots: {desktop} {phone} {filtered}")
 
-    errors = [e for e in browser.events
-              if e.get("method") == "Runtime.exceptionThrown"
-              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
-              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    errors = [
+        e
+        for e in browser.events
+        if e.get("method") == "Runtime.exceptionThrown"
+        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
     assert errors == []
-    requested = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    requested = [
+        e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"
+    ]
     assert all(u.startswith("file://") for u in requested), requested
 
 
@@ -171,11 +202,12 @@ def trend_view(tmp_path):
     regression in the 'vs baseline' column)."""
     import copy
 
+    from test_report import PROJECT, at, load_doc
+
     from harness.compare import compare
     from harness.document import RunDocument
     from harness.ledger import Ledger
     from harness.report.view import build_view
-    from test_report import PROJECT, at, load_doc
 
     doc = load_doc()
     runs = []
@@ -211,8 +243,10 @@ def test_trends_and_the_baseline_column_are_drawn_and_fit_desktop_and_phone(brow
     shots = []
     for width, name in ((1300, "report-trends-desktop.png"), (400, "report-trends-phone.png")):
         shots.append(browser.screenshot(art / name, width))
-        boxes = browser.js("[...document.querySelectorAll('svg.trend')].map(s => { const r = s.getBoundingClientRect();"
-                           " return [r.left, r.right, r.width, r.height, s.querySelectorAll('circle').length]; })")
+        boxes = browser.js(
+            "[...document.querySelectorAll('svg.trend')].map(s => { const r = s.getBoundingClientRect();"
+            " return [r.left, r.right, r.width, r.height, s.querySelectorAll('circle').length]; })"
+        )
         assert len(boxes) >= 11, boxes  # a time trend for every card, the measure trend where one is headlined
         for left, right, w, h, dots in boxes:
             assert w > 50 and h > 10 and dots >= 2  # drawn, not collapsed
@@ -220,14 +254,17 @@ def test_trends_and_the_baseline_column_are_drawn_and_fit_desktop_and_phone(brow
         # the HTML report keeps every table inside the page (the witness table used to push 'time' off at 1300 px)
         assert browser.js("document.documentElement.scrollWidth") <= width
         if width == 1300:
-            clipped = browser.js("[...document.querySelectorAll('main table')].filter(t => t.offsetParent !== null)"
-                                 ".filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)"
-                                 ".length")
+            clipped = browser.js(
+                "[...document.querySelectorAll('main table')].filter(t => t.offsetParent !== null)"
+                ".filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)"
+                ".length"
+            )
             assert clipped == 0
     heads = browser.js("[...document.querySelectorAll('table.index th')].map(t => t.textContent)")
     assert "vs baseline" in heads
-    row = browser.js("[...document.querySelectorAll('table.index tr')].find(r => r.textContent.includes('FX-ADD'))"
-                     ".textContent")
+    row = browser.js(
+        "[...document.querySelectorAll('table.index tr')].find(r => r.textContent.includes('FX-ADD')).textContent"
+    )
     assert "⚠" in row
     section = browser.js("document.getElementById('baseline').textContent")
     assert "vs baseline: run 3" in section and "arith.off_by_one is no longer caught" in section

@@ -1,5 +1,6 @@
 """The dated report folder: written whole or not at all, the ledger in step, `latest`, and the
 `status` / `history` / `show` commands on a real run of the fixture project."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.document import RunDocument
-
 import pytest
 
 from harness.document import RunDocument
-
 from harness.ledger import Ledger
 from harness.report import folder
 
@@ -112,7 +110,7 @@ def test_latest_falls_back_to_a_redirect_page_where_links_fail(tmp_path, monkeyp
     monkeypatch.setattr(folder.os, "symlink", no_links)
     assert folder.point_latest(tmp_path, "2026-01-01T10-00-00Z") == "latest.html"
     page = (tmp_path / "latest.html").read_text()
-    assert 'url=2026-01-01T10-00-00Z/index.html' in page
+    assert "url=2026-01-01T10-00-00Z/index.html" in page
 
 
 # ---------------------------------------------------------------- the CLI on the fixture project
@@ -122,8 +120,9 @@ def kvproof(root: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "250"}
     env.pop("KVPROOF_CARDS_DIR", None)
     env.pop("KVPROOF_REPORTS_DIR", None)
-    return subprocess.run([sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True, timeout=120, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -201,9 +200,15 @@ def test_ctrl_c_during_a_run_leaves_no_report_and_the_ledger_unchanged(ran):
     env = {**os.environ, "KVPROOF_ROOT": str(ran), "COLUMNS": "200"}
     # NOTE: a shell that starts CI in the background hands SIGINT down as ignored, and
     # Python then installs no KeyboardInterrupt handler; restore the default for the child.
-    proc = subprocess.Popen([sys.executable, str(ENTRY), "run", "--cards", "cards-mixed", "FX-HANG"], cwd=ran,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, str(ENTRY), "run", "--cards", "cards-mixed", "FX-HANG"],
+        cwd=ran,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdout.readline().startswith("kvproof:")  # the run has started (its header is out)
     time.sleep(0.3)  # FX-HANG's witness waits for its 1 s timeout: the run cannot have finished
     proc.send_signal(signal.SIGINT)

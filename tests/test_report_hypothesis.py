@@ -1,5 +1,6 @@
 """A Hypothesis property nested in a witness's body (the pattern every shipped witness uses) keeps its
 falsifying example, its @reproduce_failure line and the command that replays it, in every report format."""
+
 from __future__ import annotations
 
 import html
@@ -38,11 +39,21 @@ def nested_run(tmp_path_factory) -> dict:
     env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200"}
     env.pop("KVPROOF_CARDS_DIR", None)
     env.pop("KVPROOF_REPORTS_DIR", None)
-    proc = subprocess.run([sys.executable, str(REPO / "run_obligations.py"), "run", "--cards", "cards-nested",
-                           "--json", "v.json"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run_obligations.py"), "run", "--cards", "cards-nested", "--json", "v.json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     latest = root / "reports" / "latest"
-    return {"proc": proc, "doc": json.loads((root / "v.json").read_text()),
-            "html": html.unescape((latest / "index.html").read_text()), "md": (latest / "verdicts.md").read_text()}
+    return {
+        "proc": proc,
+        "doc": json.loads((root / "v.json").read_text()),
+        "html": html.unescape((latest / "index.html").read_text()),
+        "md": (latest / "verdicts.md").read_text(),
+    }
 
 
 def test_json_keeps_the_nested_property_example_reproduce_line_and_replay(nested_run):
@@ -78,16 +89,32 @@ def _noted(exc: BaseException, *notes: str) -> BaseException:
 REPRODUCE = "@reproduce_failure('6.170.17', b'AEED')"
 
 
-@pytest.mark.parametrize("exc,example,reproduce", [
-    (_noted(AssertionError("x"), "Failing test case: prop(\n    n=3,\n)",
-            f"\nYou can reproduce this test case by temporarily adding {REPRODUCE} as a decorator on your test"),
-     "Failing test case: prop(\n    n=3,\n)", REPRODUCE),
-    (_noted(KeyError(3), "Falsifying example: prop(n=3)"), "Falsifying example: prop(n=3)", ""),  # older wording
-    (ExceptionGroup("Hypothesis found 2 distinct failures", [
-        _noted(KeyError(3), "Falsifying example: prop(n=3)", f"adding {REPRODUCE} as"),
-        _noted(AssertionError(), "Falsifying example: prop(n=1)")]),
-     "Falsifying example: prop(n=3)\n\nFalsifying example: prop(n=1)", REPRODUCE),
-])
+@pytest.mark.parametrize(
+    "exc,example,reproduce",
+    [
+        (
+            _noted(
+                AssertionError("x"),
+                "Failing test case: prop(\n    n=3,\n)",
+                f"\nYou can reproduce this test case by temporarily adding {REPRODUCE} as a decorator on your test",
+            ),
+            "Failing test case: prop(\n    n=3,\n)",
+            REPRODUCE,
+        ),
+        (_noted(KeyError(3), "Falsifying example: prop(n=3)"), "Falsifying example: prop(n=3)", ""),  # older wording
+        (
+            ExceptionGroup(
+                "Hypothesis found 2 distinct failures",
+                [
+                    _noted(KeyError(3), "Falsifying example: prop(n=3)", f"adding {REPRODUCE} as"),
+                    _noted(AssertionError(), "Falsifying example: prop(n=1)"),
+                ],
+            ),
+            "Falsifying example: prop(n=3)\n\nFalsifying example: prop(n=1)",
+            REPRODUCE,
+        ),
+    ],
+)
 def test_hypothesis_failure_is_read_from_the_notes_on_the_exception_or_its_group(exc, example, reproduce):
     from harness.plugin import _hypothesis_failure
 

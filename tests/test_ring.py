@@ -1,4 +1,5 @@
 """impl.ring behaviours no card names: errors, truncate, clone, staging, the Model.session wiring."""
+
 import numpy as np
 import pytest
 
@@ -15,8 +16,9 @@ def cfg(**kw):
     return RingConfig(**base)
 
 
-@pytest.mark.parametrize("field,value", [("max_seq_len", True), ("window", 0), ("global_layers", (5,)),
-                                         ("geometry", (2, 1, 2))])
+@pytest.mark.parametrize(
+    "field,value", [("max_seq_len", True), ("window", 0), ("global_layers", (5,)), ("geometry", (2, 1, 2))]
+)
 def test_config_rejects_bad_fields_naming_them(field, value):
     with pytest.raises(CacheError, match=field):
         cfg(**{field: value})
@@ -80,8 +82,7 @@ def test_a_ring_refuses_two_different_windows(tiny):
 
 
 def test_make_cache_builds_a_ring_store_with_options(tiny):
-    store = make_cache("ring", tiny.config.kv_geometry, tiny.ropes, [4, None], hint=2, precision="int8",
-                       max_seq_len=32)
+    store = make_cache("ring", tiny.config.kv_geometry, tiny.ropes, [4, None], hint=2, precision="int8", max_seq_len=32)
     assert isinstance(store, RingKVStore)
     assert store.ring.precision == "int8" and store.ring.config.global_layers == (1,)
     assert store.ring.config.max_seq_len == 32 and store.ring.slots(0) == 2

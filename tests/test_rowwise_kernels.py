@@ -1,5 +1,6 @@
 """The kernel's row-wise steps (silu, rmsnorm, rope): close to the exact functions (rope: numpy's bits),
 and a row's bits its own, whatever the shape, offset or threads."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,15 +28,20 @@ def exact_silu(x: np.ndarray) -> np.ndarray:
 
 def test_close_to_the_exact_function_over_the_float32_range(kernel):
     rng = np.random.default_rng(1)
-    x = np.concatenate([rng.standard_normal(20000) * 4, rng.uniform(-120, 120, 5000),
-                        [0.0, -0.0, 1e-30, -1e-30, 87.0, 88.0, 89.0, -87.0, -88.0, -104.0, 3e38, -3e38]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(20000) * 4,
+            rng.uniform(-120, 120, 5000),
+            [0.0, -0.0, 1e-30, -1e-30, 87.0, 88.0, 89.0, -87.0, -88.0, -104.0, 3e38, -3e38],
+        ]
+    ).astype(np.float32)
     got = kernel.silu(x).astype(np.float64)
     want = exact_silu(x)
     # a few float32 ulps of the result (exp about 1 ulp, then a divide and a multiply), and tiny absolute
     # error where silu underflows (x < -87: exp(-|x|) is flushed to 0 and silu to -0)
     tol = 4 * np.finfo(np.float32).eps * np.abs(want) + 1e-35
     bad = np.abs(got - want) > tol
-    assert not bad.any(), list(zip(x[bad][:5], got[bad][:5], want[bad][:5]))
+    assert not bad.any(), list(zip(x[bad][:5], got[bad][:5], want[bad][:5], strict=True))
     assert np.signbit(kernel.silu(np.array([-0.0], np.float32)))[0]
 
 

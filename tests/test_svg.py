@@ -1,4 +1,5 @@
 """The inline SVG pictures of the reports (harness.report.svg): well-formed, self-contained, and honest."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -36,8 +37,14 @@ def test_a_constant_measure_on_its_bound_still_draws_and_nothing_measured_draws_
 
 
 def test_measure_bars_scale_to_the_bound_and_mark_regressions():
-    root = _parse(measure_bars([Bar("ORACLE/logits: max_abs_delta", 6e-5, 1.2e-4, 1.5e-4, regression=True),
-                                Bar("KV-T3/ctl: max_abs_delta", 12.5, 12.4, 0)]))
+    root = _parse(
+        measure_bars(
+            [
+                Bar("ORACLE/logits: max_abs_delta", 6e-5, 1.2e-4, 1.5e-4, regression=True),
+                Bar("KV-T3/ctl: max_abs_delta", 12.5, 12.4, 0),
+            ]
+        )
+    )
     rects = root.findall(f"{NS}rect")
     assert len(rects) == 4
     before, after = float(rects[0].get("width")), float(rects[1].get("width"))

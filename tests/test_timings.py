@@ -4,6 +4,7 @@ Runs on copies of tests/fixtures/project (KVPROOF_ROOT): plan() on a request
 whose reports folder has no ledger, the scheduler (harness.schedule.run_cards)
 fed with what plan() chose, and run_obligations.py run / validate / timings.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,21 +12,26 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from test_baseline_e2e import kvproof  # tests/ is on sys.path, no package
+from test_cli_e2e import _copy_project as _copy
+from test_cli_e2e import _no_traceback
 
 from harness import pipeline, timings
 from harness.ledger import FILENAME, Ledger
 from harness.run import RunConfig
 from harness.schedule import run_cards
-from test_baseline_e2e import kvproof  # tests/ is on sys.path, no package
-from test_cli_e2e import _copy_project as _copy
-from test_cli_e2e import _no_traceback
 
 HINTS = Path("obligations") / "timings.json"
 
 
 def _doc(cards: dict) -> dict:
-    return {"format": "kvproof-timings", "version": 1, "recorded": "2026-01-01T00:00:00Z", "source": "a test",
-            "cards": cards}
+    return {
+        "format": "kvproof-timings",
+        "version": 1,
+        "recorded": "2026-01-01T00:00:00Z",
+        "source": "a test",
+        "cards": cards,
+    }
 
 
 def _write_hints(root: Path, content: dict | str) -> Path:
@@ -35,8 +41,9 @@ def _write_hints(root: Path, content: dict | str) -> Path:
 
 
 def _plan(root: Path, reports: Path) -> tuple[pipeline.Plan, list]:
-    req = pipeline.RunRequest(root=root, cards_dir=root / "obligations", reports_dir=reports,
-                              reports_source="--reports")
+    req = pipeline.RunRequest(
+        root=root, cards_dir=root / "obligations", reports_dir=reports, reports_source="--reports"
+    )
     loaded = pipeline.load(root, req.cards_dir, "obligations/")
     cards = pipeline.runnable(loaded, (), (), None)
     return pipeline.plan(req, loaded, cards, None), cards
@@ -53,11 +60,14 @@ def hinted(tmp_path_factory):
     last = cards[-1]
     assert last.id != cards[0].id and last.liars and len(last.witnesses) >= 2
     catcher = last.witnesses[-1].id
-    _write_hints(root, _doc({last.id: {"honest_s": 50.0, "liars": {last.liars[0]: {"s": 2.0, "caught_by": [catcher]}}}}))
+    _write_hints(
+        root, _doc({last.id: {"honest_s": 50.0, "liars": {last.liars[0]: {"s": 2.0, "caught_by": [catcher]}}}})
+    )
     the_plan, cards = _plan(root, root / "no-reports")
     jobs: list = []
-    run_cards(cards, RunConfig(root=root), jobs=2, expected=the_plan.expected,
-              on_start=lambda job, running: jobs.append(job))
+    run_cards(
+        cards, RunConfig(root=root), jobs=2, expected=the_plan.expected, on_start=lambda job, running: jobs.append(job)
+    )
     return the_plan, cards, jobs, catcher
 
 
@@ -98,8 +108,15 @@ def test_entries_for_cards_and_liars_that_no_longer_exist_are_ignored(tmp_path):
     root = _copy(tmp_path / "project")
     _, cards = _plan(root, tmp_path / "reports")
     card = cards[0]
-    _write_hints(root, _doc({"FX-GONE": {"honest_s": 99.0, "liars": {}},
-                             card.id: {"honest_s": 3.0, "liars": {"no.such_liar": {"s": 5.0, "caught_by": ["x"]}}}}))
+    _write_hints(
+        root,
+        _doc(
+            {
+                "FX-GONE": {"honest_s": 99.0, "liars": {}},
+                card.id: {"honest_s": 3.0, "liars": {"no.such_liar": {"s": 5.0, "caught_by": ["x"]}}},
+            }
+        ),
+    )
     the_plan, _ = _plan(root, tmp_path / "reports")
     assert "FX-GONE" not in the_plan.expected and "FX-GONE" not in the_plan.schedule_from
     assert the_plan.schedule_from[card.id] == "timings.json" and the_plan.expected[card.id].honest_s == 3.0
@@ -121,15 +138,28 @@ MALFORMED = [  # (file text, the JSON path named, the value named)
     (json.dumps(_doc({"FX-ADD": {"honest_s": "2.5", "liars": {}}})), '$.cards["FX-ADD"].honest_s', '"2.5"'),
     (json.dumps(_doc({"FX-ADD": {"honest_s": True, "liars": {}}})), '$.cards["FX-ADD"].honest_s', "true"),
     (json.dumps(_doc({"FX-ADD": {"honest_s": float("nan"), "liars": {}}})), '$.cards["FX-ADD"].honest_s', "NaN"),
-    (json.dumps(_doc({"FX-ADD": {"honest_s": 1.0, "liars": {"arith.off_by_one": {"s": -2.0, "caught_by": []}}}})),
-     '$.cards["FX-ADD"].liars["arith.off_by_one"].s', "-2.0"),
-    (json.dumps(_doc({"FX-ADD": {"honest_s": 1.0, "liars": {"arith.off_by_one": {"s": 1.0, "caught_by": "exact"}}}})),
-     '$.cards["FX-ADD"].liars["arith.off_by_one"].caught_by', '"exact"'),
+    (
+        json.dumps(_doc({"FX-ADD": {"honest_s": 1.0, "liars": {"arith.off_by_one": {"s": -2.0, "caught_by": []}}}})),
+        '$.cards["FX-ADD"].liars["arith.off_by_one"].s',
+        "-2.0",
+    ),
+    (
+        json.dumps(
+            _doc({"FX-ADD": {"honest_s": 1.0, "liars": {"arith.off_by_one": {"s": 1.0, "caught_by": "exact"}}}})
+        ),
+        '$.cards["FX-ADD"].liars["arith.off_by_one"].caught_by',
+        '"exact"',
+    ),
     (json.dumps(_doc({"FX-ADD": {"honest_s": 1.0}})), '$.cards["FX-ADD"].liars', ""),
     (json.dumps(_doc({"FX-ADD": {"honest_s": 1.0, "liars": {}, "honest": 2}})), '$.cards["FX-ADD"].honest', "2"),
     (json.dumps(_doc([])), "$.cards", "[]"),
-    (json.dumps(_doc({})).replace('"cards": {}', '"cards": {"FX-ADD": {"honest_s": 1, "liars": {}}, '
-                                                 '"FX-ADD": {"honest_s": 2, "liars": {}}}'), '$.cards["FX-ADD"]', ""),
+    (
+        json.dumps(_doc({})).replace(
+            '"cards": {}', '"cards": {"FX-ADD": {"honest_s": 1, "liars": {}}, "FX-ADD": {"honest_s": 2, "liars": {}}}'
+        ),
+        '$.cards["FX-ADD"]',
+        "",
+    ),
     ("[]", "$", "[]"),
 ]
 
@@ -139,11 +169,29 @@ def bare(tmp_path_factory) -> Path:
     return _copy(tmp_path_factory.mktemp("malformed") / "project")
 
 
-@pytest.mark.parametrize("text, where, value", MALFORMED,
-                         ids=["bad-json", "format", "version", "negative", "text", "bool", "nan", "liar-negative",
-                              "caught-by-type", "missing", "unknown-field", "cards-type", "duplicate", "not-object"])
-def test_a_malformed_timings_json_is_one_paragraph_naming_file_field_and_value_exit_2(bare, tmp_path, text, where,
-                                                                                       value):
+@pytest.mark.parametrize(
+    "text, where, value",
+    MALFORMED,
+    ids=[
+        "bad-json",
+        "format",
+        "version",
+        "negative",
+        "text",
+        "bool",
+        "nan",
+        "liar-negative",
+        "caught-by-type",
+        "missing",
+        "unknown-field",
+        "cards-type",
+        "duplicate",
+        "not-object",
+    ],
+)
+def test_a_malformed_timings_json_is_one_paragraph_naming_file_field_and_value_exit_2(
+    bare, tmp_path, text, where, value
+):
     _write_hints(bare, text)
     reports = tmp_path / "reports"
     proc = kvproof(bare, "run", "--reports", str(reports))
@@ -184,8 +232,10 @@ def test_timings_write_round_trips_the_ledgers_latest_entries(tmp_path):
     jsonschema.validate(written, timings.load_schema())
     with Ledger(reports / FILENAME, create=False) as ledger:
         runs = ledger.runs()
-        assert written["source"].startswith(f"ledger run {runs[0]['run_id']} (") and runs[0]["report_dir"] in \
-            written["source"]
+        assert (
+            written["source"].startswith(f"ledger run {runs[0]['run_id']} (")
+            and runs[0]["report_dir"] in written["source"]
+        )
         loaded = timings.load(root / "obligations", root)
         _, cards = _plan(root, reports)
         assert sorted(loaded) == sorted(c.id for c in cards)

@@ -1,4 +1,5 @@
 """The verdict table: outcomes -> PROVEN / FAILED / VACUOUS / UNVERIFIED / ERROR."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,19 +10,42 @@ from harness.cards import Bound, Card, Witness
 from harness.statuses import Verdict
 from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, check_bound, evaluate
 
-ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS = (Verdict.ERROR, Verdict.FAILED, Verdict.PROVEN, Verdict.UNVERIFIED,
-                                              Verdict.VACUOUS)
+ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS = (
+    Verdict.ERROR,
+    Verdict.FAILED,
+    Verdict.PROVEN,
+    Verdict.UNVERIFIED,
+    Verdict.VACUOUS,
+)
 
 
 def _card(witnesses=(("w1", ()),), controls=(), liars=()) -> Card:
     def mk(specs, kind):
-        return tuple(Witness(wid, f"witnesses/test_x.py::test_{wid}", kind, tuple(Bound(*b) for b in bounds))
-                     for wid, bounds in specs)
+        return tuple(
+            Witness(wid, f"witnesses/test_x.py::test_{wid}", kind, tuple(Bound(*b) for b in bounds))
+            for wid, bounds in specs
+        )
 
-    return Card(id="T", title="t", module="impl.x", regime="N", theorem="t", proof="p", refs=(), covers=(),
-                requires=(), witnesses=mk(witnesses, "witness"), controls=mk(controls, "control"),
-                liars=tuple(liars), notes="", tags=(), version=1, source=Path("/x.yaml"), display_path="x.yaml",
-                fingerprint="0" * 64)
+    return Card(
+        id="T",
+        title="t",
+        module="impl.x",
+        regime="N",
+        theorem="t",
+        proof="p",
+        refs=(),
+        covers=(),
+        requires=(),
+        witnesses=mk(witnesses, "witness"),
+        controls=mk(controls, "control"),
+        liars=tuple(liars),
+        notes="",
+        tags=(),
+        version=1,
+        source=Path("/x.yaml"),
+        display_path="x.yaml",
+        fingerprint="0" * 64,
+    )
 
 
 def node(outcome="passed", message="", **evidence) -> NodeResult:
@@ -43,57 +67,174 @@ LIARS = _card(liars=("m.a", "m.b"))
 TABLE = [
     ("all-pass", ONE, CardOutcomes((wo("w1", node()),)), PROVEN, "1 witness(es) passed"),
     ("bound-holds", BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=0.0)),)), PROVEN, "passed"),
-    ("assertion-fails", ONE, CardOutcomes((wo("w1", node("failed", "AssertionError: 1 != 2")),)), FAILED,
-     "witness w1 failed: AssertionError: 1 != 2"),
-    ("bound-violated", BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=1e-6)),)), FAILED,
-     "max_abs_delta = 1.000e-06 (bound le 0)"),
+    (
+        "assertion-fails",
+        ONE,
+        CardOutcomes((wo("w1", node("failed", "AssertionError: 1 != 2")),)),
+        FAILED,
+        "witness w1 failed: AssertionError: 1 != 2",
+    ),
+    (
+        "bound-violated",
+        BOUNDED,
+        CardOutcomes((wo("w1", node(max_abs_delta=1e-6)),)),
+        FAILED,
+        "max_abs_delta = 1.000e-06 (bound le 0)",
+    ),
     ("nan-violates", BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=float("nan"))),)), FAILED, "nan"),
-    ("control-no-difference", CONTROLLED, CardOutcomes((wo("w1", node()),), (wo("c1", node(max_abs_delta=0.0)),)),
-     FAILED, "control c1 showed no difference: max_abs_delta = 0.000e+00 (bound gt 0)"),
-    ("control-assertion", CONTROLLED, CardOutcomes((wo("w1", node()),), (wo("c1", node("failed", "no diff")),)),
-     FAILED, "control c1 showed no difference: no diff"),
-    ("control-shows-difference", CONTROLLED,
-     CardOutcomes((wo("w1", node()),), (wo("c1", node(max_abs_delta=3.0)),)), PROVEN, "1 control(s)"),
-    ("exception-is-error", ONE, CardOutcomes((wo("w1", node("error", "TypeError: x")),)), ERROR,
-     "witness w1: TypeError: x"),
-    ("timeout-is-error", ONE, CardOutcomes((wo("w1", node("error", "timeout: still running after 1 s")),)), ERROR,
-     "timeout"),
+    (
+        "control-no-difference",
+        CONTROLLED,
+        CardOutcomes((wo("w1", node()),), (wo("c1", node(max_abs_delta=0.0)),)),
+        FAILED,
+        "control c1 showed no difference: max_abs_delta = 0.000e+00 (bound gt 0)",
+    ),
+    (
+        "control-assertion",
+        CONTROLLED,
+        CardOutcomes((wo("w1", node()),), (wo("c1", node("failed", "no diff")),)),
+        FAILED,
+        "control c1 showed no difference: no diff",
+    ),
+    (
+        "control-shows-difference",
+        CONTROLLED,
+        CardOutcomes((wo("w1", node()),), (wo("c1", node(max_abs_delta=3.0)),)),
+        PROVEN,
+        "1 control(s)",
+    ),
+    (
+        "exception-is-error",
+        ONE,
+        CardOutcomes((wo("w1", node("error", "TypeError: x")),)),
+        ERROR,
+        "witness w1: TypeError: x",
+    ),
+    (
+        "timeout-is-error",
+        ONE,
+        CardOutcomes((wo("w1", node("error", "timeout: still running after 1 s")),)),
+        ERROR,
+        "timeout",
+    ),
     ("missing-outcome-is-error", ONE, CardOutcomes(()), ERROR, "did not run"),
-    ("not-run-after-crash", ONE, CardOutcomes((wo("w1", not_run="not run: the interpreter died in x"),)), ERROR,
-     "interpreter died"),
-    ("missing-evidence-is-error", BOUNDED, CardOutcomes((wo("w1", node()),)), ERROR,
-     "`max_abs_delta` was not recorded"),
-    ("non-number-evidence-is-error", BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta="zero")),)), ERROR,
-     "is not a number"),
-    ("failure-outranks-error", _card(witnesses=(("w1", ()), ("w2", ()))),
-     CardOutcomes((wo("w1", node("error", "boom")), wo("w2", node("failed", "refuted")))), FAILED, "refuted"),
-    ("skip-is-unverified", ONE, CardOutcomes((wo("w1", node("skipped", "oracle export missing")),)), UNVERIFIED,
-     "skipped: oracle export missing"),
-    ("error-outranks-skip", _card(witnesses=(("w1", ()), ("w2", ()))),
-     CardOutcomes((wo("w1", node("skipped", "s")), wo("w2", node("error", "e")))), ERROR, "w2: e"),
-    ("link-problem-is-error", ONE, CardOutcomes(link_problems=("refs[0] does not resolve",)), ERROR,
-     "not run: refs[0] does not resolve"),
-    ("liars-caught", LIARS, CardOutcomes((wo("w1", node()),), liars=(
-        LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node("error", "y")),)))),
-     PROVEN, "2/2 liar(s) caught"),
-    ("liar-survives", LIARS, CardOutcomes((wo("w1", node()),), liars=(
-        LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node()),)))),
-     VACUOUS, "liar m.b survived"),
-    ("liar-caught-by-bound", _card(witnesses=(("w1", DELTA0),), liars=("m.a",)),
-     CardOutcomes((wo("w1", node(max_abs_delta=0)),), liars=(LiarRun("m.a", (wo("w1", node(max_abs_delta=1)),)),)),
-     PROVEN, "1/1 liar(s) caught"),
-    ("liars-not-run", LIARS, CardOutcomes((wo("w1", node()),), liars_skipped="--no-liars"), UNVERIFIED,
-     "liars were not run (--no-liars)"),
-    ("liar-not-applied", LIARS, CardOutcomes((wo("w1", node()),), liars=(
-        LiarRun("m.a", apply_error="target gone"), LiarRun("m.b", (wo("w1", node("failed")),)))), ERROR,
-     "liar m.a could not be applied: target gone"),
-    ("liar-inconclusive", LIARS, CardOutcomes((wo("w1", node()),), liars=(
-        LiarRun("m.a", (wo("w1", node("skipped", "s")),)), LiarRun("m.b", (wo("w1", node("failed")),)))),
-     UNVERIFIED, "liar m.a: witnesses skipped"),
-    ("honest-failure-outranks-liars", LIARS,
-     CardOutcomes((wo("w1", node("failed", "no")),), liars_skipped="the honest run did not hold"), FAILED, "no"),
-    ("parametrized-one-node-fails", BOUNDED, CardOutcomes((wo("w1", node(max_abs_delta=0), node(max_abs_delta=2)),)),
-     FAILED, "max_abs_delta = 2"),
+    (
+        "not-run-after-crash",
+        ONE,
+        CardOutcomes((wo("w1", not_run="not run: the interpreter died in x"),)),
+        ERROR,
+        "interpreter died",
+    ),
+    (
+        "missing-evidence-is-error",
+        BOUNDED,
+        CardOutcomes((wo("w1", node()),)),
+        ERROR,
+        "`max_abs_delta` was not recorded",
+    ),
+    (
+        "non-number-evidence-is-error",
+        BOUNDED,
+        CardOutcomes((wo("w1", node(max_abs_delta="zero")),)),
+        ERROR,
+        "is not a number",
+    ),
+    (
+        "failure-outranks-error",
+        _card(witnesses=(("w1", ()), ("w2", ()))),
+        CardOutcomes((wo("w1", node("error", "boom")), wo("w2", node("failed", "refuted")))),
+        FAILED,
+        "refuted",
+    ),
+    (
+        "skip-is-unverified",
+        ONE,
+        CardOutcomes((wo("w1", node("skipped", "oracle export missing")),)),
+        UNVERIFIED,
+        "skipped: oracle export missing",
+    ),
+    (
+        "error-outranks-skip",
+        _card(witnesses=(("w1", ()), ("w2", ()))),
+        CardOutcomes((wo("w1", node("skipped", "s")), wo("w2", node("error", "e")))),
+        ERROR,
+        "w2: e",
+    ),
+    (
+        "link-problem-is-error",
+        ONE,
+        CardOutcomes(link_problems=("refs[0] does not resolve",)),
+        ERROR,
+        "not run: refs[0] does not resolve",
+    ),
+    (
+        "liars-caught",
+        LIARS,
+        CardOutcomes(
+            (wo("w1", node()),),
+            liars=(LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node("error", "y")),))),
+        ),
+        PROVEN,
+        "2/2 liar(s) caught",
+    ),
+    (
+        "liar-survives",
+        LIARS,
+        CardOutcomes(
+            (wo("w1", node()),),
+            liars=(LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node()),))),
+        ),
+        VACUOUS,
+        "liar m.b survived",
+    ),
+    (
+        "liar-caught-by-bound",
+        _card(witnesses=(("w1", DELTA0),), liars=("m.a",)),
+        CardOutcomes((wo("w1", node(max_abs_delta=0)),), liars=(LiarRun("m.a", (wo("w1", node(max_abs_delta=1)),)),)),
+        PROVEN,
+        "1/1 liar(s) caught",
+    ),
+    (
+        "liars-not-run",
+        LIARS,
+        CardOutcomes((wo("w1", node()),), liars_skipped="--no-liars"),
+        UNVERIFIED,
+        "liars were not run (--no-liars)",
+    ),
+    (
+        "liar-not-applied",
+        LIARS,
+        CardOutcomes(
+            (wo("w1", node()),),
+            liars=(LiarRun("m.a", apply_error="target gone"), LiarRun("m.b", (wo("w1", node("failed")),))),
+        ),
+        ERROR,
+        "liar m.a could not be applied: target gone",
+    ),
+    (
+        "liar-inconclusive",
+        LIARS,
+        CardOutcomes(
+            (wo("w1", node()),),
+            liars=(LiarRun("m.a", (wo("w1", node("skipped", "s")),)), LiarRun("m.b", (wo("w1", node("failed")),))),
+        ),
+        UNVERIFIED,
+        "liar m.a: witnesses skipped",
+    ),
+    (
+        "honest-failure-outranks-liars",
+        LIARS,
+        CardOutcomes((wo("w1", node("failed", "no")),), liars_skipped="the honest run did not hold"),
+        FAILED,
+        "no",
+    ),
+    (
+        "parametrized-one-node-fails",
+        BOUNDED,
+        CardOutcomes((wo("w1", node(max_abs_delta=0), node(max_abs_delta=2)),)),
+        FAILED,
+        "max_abs_delta = 2",
+    ),
 ]
 
 
@@ -105,8 +246,10 @@ def test_verdict_table(name, card, outcomes, expected, fragment):
 
 def test_liar_verdict_names_the_witnesses_that_caught_it():
     card = _card(witnesses=(("w1", ()), ("w2", ()), ("w3", ())), liars=("m.a",))
-    outcomes = CardOutcomes(tuple(wo(w, node()) for w in ("w1", "w2", "w3")), liars=(
-        LiarRun("m.a", (wo("w1", node()), wo("w2", node("failed")), wo("w3", node("error")))),))
+    outcomes = CardOutcomes(
+        tuple(wo(w, node()) for w in ("w1", "w2", "w3")),
+        liars=(LiarRun("m.a", (wo("w1", node()), wo("w2", node("failed")), wo("w3", node("error")))),),
+    )
     (liar,) = evaluate(card, outcomes).liars
     assert liar.caught and liar.caught_by == ("w2", "w3")
 
@@ -116,11 +259,20 @@ def test_verdict_is_deterministic_and_pure():
     assert evaluate(ONE, outcomes) == evaluate(ONE, outcomes)
 
 
-@pytest.mark.parametrize("op,limit,actual,holds", [
-    ("le", 0, 0.0, True), ("le", 0, 1e-9, False), ("lt", 1, 1, False), ("ge", 2, 2, True),
-    ("gt", 0, 0, False), ("eq", True, True, True), ("ne", "a", "b", True), ("eq", 3, 3.0, True),
-    ("le", 0, True, None),  # a bool is not a measurement
-])
+@pytest.mark.parametrize(
+    "op,limit,actual,holds",
+    [
+        ("le", 0, 0.0, True),
+        ("le", 0, 1e-9, False),
+        ("lt", 1, 1, False),
+        ("ge", 2, 2, True),
+        ("gt", 0, 0, False),
+        ("eq", True, True, True),
+        ("ne", "a", "b", True),
+        ("eq", 3, 3.0, True),
+        ("le", 0, True, None),  # a bool is not a measurement
+    ],
+)
 def test_check_bound(op, limit, actual, holds):
     assert check_bound(Bound("k", op, limit), {"k": actual}).holds is holds
 
@@ -132,23 +284,26 @@ def observed(lo, hi, n=50, nan=0) -> dict:
     return {"observed": n, "min": lo, "max": hi, "nan": nan}
 
 
-@pytest.mark.parametrize("op,limit,summary,actual,holds", [
-    ("le", 0, observed(0.0, 0.0), 0.0, True),
-    ("le", 0, observed(0.0, 1e-6), 1e-6, False),  # the max is judged
-    ("lt", 1, observed(-5, 1), 1, False),
-    ("ge", 4, observed(4.5, 9.0), 4.5, True),  # the min is judged
-    ("gt", 0, observed(0, 7), 0, False),
-    ("le", 1, observed(0.0, 0.5, nan=1), "nan", False),  # any NaN fails an ordering bound
-    ("ge", 0, observed(None, None, n=3, nan=3), "nan", False),
-    ("eq", 0, observed(0, 0), 0, True),
-    ("eq", 0, observed(0, 2), 2, False),  # the max differs
-    ("eq", 0, observed(-1, 0), -1, False),  # the min differs
-    ("eq", 0, observed(0, 0, nan=2), "nan", False),
-    ("ne", 0, observed(1, 5), 1, True),  # the limit is outside [min, max]
-    ("ne", 9, observed(1, 5), 5, True),
-    ("ne", 3, observed(3, 3), 3, False),  # every value equals the limit
-    ("ne", 3, observed(None, None, n=2, nan=2), "nan", True),  # NaN differs from every number
-])
+@pytest.mark.parametrize(
+    "op,limit,summary,actual,holds",
+    [
+        ("le", 0, observed(0.0, 0.0), 0.0, True),
+        ("le", 0, observed(0.0, 1e-6), 1e-6, False),  # the max is judged
+        ("lt", 1, observed(-5, 1), 1, False),
+        ("ge", 4, observed(4.5, 9.0), 4.5, True),  # the min is judged
+        ("gt", 0, observed(0, 7), 0, False),
+        ("le", 1, observed(0.0, 0.5, nan=1), "nan", False),  # any NaN fails an ordering bound
+        ("ge", 0, observed(None, None, n=3, nan=3), "nan", False),
+        ("eq", 0, observed(0, 0), 0, True),
+        ("eq", 0, observed(0, 2), 2, False),  # the max differs
+        ("eq", 0, observed(-1, 0), -1, False),  # the min differs
+        ("eq", 0, observed(0, 0, nan=2), "nan", False),
+        ("ne", 0, observed(1, 5), 1, True),  # the limit is outside [min, max]
+        ("ne", 9, observed(1, 5), 5, True),
+        ("ne", 3, observed(3, 3), 3, False),  # every value equals the limit
+        ("ne", 3, observed(None, None, n=2, nan=2), "nan", True),  # NaN differs from every number
+    ],
+)
 def test_observed_evidence_is_judged_on_its_worst_value(op, limit, summary, actual, holds):
     check = check_bound(Bound("k", op, limit), {"k": summary})
     got = "nan" if isinstance(check.actual, float) and check.actual != check.actual else check.actual

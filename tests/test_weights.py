@@ -45,13 +45,17 @@ def test_the_installed_default_file_verifies():
 
 
 def test_generate_cli_reports_bad_weights_in_one_line_without_traceback(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "impl", "generate", "hi", "--weights", str(tmp_path / "x.gguf")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "impl", "generate", "hi", "--weights", str(tmp_path / "x.gguf")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "x.gguf" in r.stderr and r.stderr.startswith("error:")
 
 
 # ---- the loader's fast paths read what gguf reads ------------------------------------------------
+
 
 def _reader_tensor(data, qtype, shape):
     """What dequantize_tensor reads of a gguf ReaderTensor: .data (as GGUFReader shapes it), .tensor_type
@@ -97,9 +101,14 @@ def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
         assert got.fields[key].contents() == f.contents(), key
         assert got.fields[key].types == f.types and got.fields[key].offset == f.offset, key
     assert len(got.tensors) == len(want.tensors) == 3
-    for a, b in zip(got.tensors, want.tensors):
-        assert (a.name, a.tensor_type, a.n_elements, a.n_bytes, a.data_offset) == \
-               (b.name, b.tensor_type, b.n_elements, b.n_bytes, b.data_offset)
+    for a, b in zip(got.tensors, want.tensors, strict=True):
+        assert (a.name, a.tensor_type, a.n_elements, a.n_bytes, a.data_offset) == (
+            b.name,
+            b.tensor_type,
+            b.n_elements,
+            b.n_bytes,
+            b.data_offset,
+        )
         assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
     assert not got.tensors[0].data.flags.writeable  # a view of the read-only map, as before
 
@@ -111,7 +120,7 @@ def _same_fields(got, want) -> None:
         g = got.fields[key]
         assert (g.offset, g.name, g.types, g.data) == (f.offset, f.name, f.types, f.data), key
         assert len(g.parts) == len(f.parts), key
-        for a, b in zip(g.parts, f.parts):
+        for a, b in zip(g.parts, f.parts, strict=True):
             assert (a.dtype, a.shape, a.tobytes()) == (b.dtype, b.shape, b.tobytes()), key
         assert g.contents() == f.contents(), key
 
@@ -128,12 +137,19 @@ def test_the_fast_array_walk_builds_the_parts_gguf_reader_builds(tmp_path):
     w = gguf.GGUFWriter(path, "llama")
     w.add_array("t.strings", ["a", "", "bc", "\u00e9t\u00e9 \u2603", "x" * 300])
     w.add_array("t.nested", [[1, 2], [3]])
-    for vt, vals in [(GGUFValueType.UINT8, [0, 255]), (GGUFValueType.INT8, [-128, 5]),
-                     (GGUFValueType.UINT16, [7, 65535]), (GGUFValueType.INT16, [-3, 3]),
-                     (GGUFValueType.UINT32, [1, 2, 3]), (GGUFValueType.INT32, [-1, 0, 1]),
-                     (GGUFValueType.UINT64, [2**40]), (GGUFValueType.INT64, [-(2**40)]),
-                     (GGUFValueType.FLOAT32, [0.5, -1.25]), (GGUFValueType.FLOAT64, [1e-300]),
-                     (GGUFValueType.BOOL, [True, False, True])]:
+    for vt, vals in [
+        (GGUFValueType.UINT8, [0, 255]),
+        (GGUFValueType.INT8, [-128, 5]),
+        (GGUFValueType.UINT16, [7, 65535]),
+        (GGUFValueType.INT16, [-3, 3]),
+        (GGUFValueType.UINT32, [1, 2, 3]),
+        (GGUFValueType.INT32, [-1, 0, 1]),
+        (GGUFValueType.UINT64, [2**40]),
+        (GGUFValueType.INT64, [-(2**40)]),
+        (GGUFValueType.FLOAT32, [0.5, -1.25]),
+        (GGUFValueType.FLOAT64, [1e-300]),
+        (GGUFValueType.BOOL, [True, False, True]),
+    ]:
         w.add_key_value(f"t.{vt.name.lower()}", vals, GGUFValueType.ARRAY, sub_type=vt)
     w.add_uint32("t.scalar", 9)
     w.add_string("t.string", "plain")
@@ -149,8 +165,10 @@ def test_the_fast_array_walk_builds_the_parts_gguf_reader_builds(tmp_path):
     # empty arrays (gguf's writer refuses them; the format does not): written by hand
     from tests.test_gguf_reference import _gguf_string
 
-    kv = [_gguf_string("t.no_strings") + struct.pack("<IIQ", 9, 8, 0),
-          _gguf_string("t.no_ints") + struct.pack("<IIQ", 9, 4, 0)]
+    kv = [
+        _gguf_string("t.no_strings") + struct.pack("<IIQ", 9, 8, 0),
+        _gguf_string("t.no_ints") + struct.pack("<IIQ", 9, 4, 0),
+    ]
     empty = tmp_path / "empty.gguf"
     head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv)
     empty.write_bytes(head + b"\0" * ((-len(head)) % 32))
@@ -169,8 +187,9 @@ def test_the_fast_array_walk_reads_the_default_file_as_gguf_reader_does():
     want, got = GGUFReader(path), _plain_view_reader()(path)
     _same_fields(got, want)
     assert len(got.fields["tokenizer.ggml.tokens"].data) == 49152
-    assert [(t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in got.tensors] == \
-           [(t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in want.tensors]
+    assert [(t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in got.tensors] == [
+        (t.name, t.tensor_type, t.data_offset, t.n_bytes) for t in want.tensors
+    ]
 
 
 def test_verified_sha256_hashes_again_after_any_write_and_never_stamps_a_young_file(tmp_path):

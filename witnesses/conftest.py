@@ -1,4 +1,5 @@
 """What every witness module shares: the harness plugins and the real SmolLM2 weights."""
+
 import pytest
 
 pytest_plugins = ["harness.plugin", "harness.oracle.fixtures"]

@@ -37,6 +37,7 @@ for its interleaved RoPE; impl uses half-split RoPE like Hugging Face) is
 written here as an explicit row index, not as impl's reshape (see
 :func:`hf_row_order`).
 """
+
 from __future__ import annotations
 
 import struct
@@ -52,8 +53,7 @@ BLOCK = 32  # values per Q4_1 / Q8_0 block (QK4_1, QK8_0)
 BLOCK_BYTES = {Q4_1: 2 + 2 + 16, Q8_0: 2 + 32}
 
 # GGUF metadata value types: fixed sizes in bytes; 8 = string, 9 = array
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-           10: "<Q", 11: "<q", 12: "<d"}
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
 
@@ -180,8 +180,9 @@ def decode(buf: bytes | memoryview, t: TensorInfo) -> np.ndarray:
         raw = np.frombuffer(buf, dtype=np.uint8, count=n // BLOCK * BLOCK_BYTES[t.ggml_type], offset=t.offset)
         flat = decode_q4_1(raw) if t.ggml_type == Q4_1 else decode_q8_0(raw)
     else:
-        raise NotImplementedError(f"{t.name}: ggml type {t.ggml_type} has no reference decoder here "
-                                  f"(known: {sorted(TYPE_NAMES.values())})")
+        raise NotImplementedError(
+            f"{t.name}: ggml type {t.ggml_type} has no reference decoder here (known: {sorted(TYPE_NAMES.values())})"
+        )
     return flat.reshape(t.shape)
 
 

@@ -4,6 +4,7 @@
 float32 weights, so a property checked here is checked on the code paths
 SmolLM2 uses, at sizes where Hypothesis can try many geometries.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,21 +19,38 @@ VOCAB = 61
 
 
 @functools.lru_cache(maxsize=64)
-def tiny_llama(n_layers: int = 2, n_kv_heads: int = 2, group: int = 2, head_dim: int = 8,
-               theta: float | tuple[float, ...] = 10000.0, seed: int = 0) -> Llama:
+def tiny_llama(
+    n_layers: int = 2,
+    n_kv_heads: int = 2,
+    group: int = 2,
+    head_dim: int = 8,
+    theta: float | tuple[float, ...] = 10000.0,
+    seed: int = 0,
+) -> Llama:
     """A random llama of the given geometry (cached: building one costs ~1 ms)."""
     n_heads = n_kv_heads * group
-    cfg = ModelConfig(n_layers=n_layers, hidden=n_heads * head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads,
-                      head_dim=head_dim, ffn=2 * n_heads * head_dim, vocab=VOCAB, rope_theta=theta, max_pos=256)
+    cfg = ModelConfig(
+        n_layers=n_layers,
+        hidden=n_heads * head_dim,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        ffn=2 * n_heads * head_dim,
+        vocab=VOCAB,
+        rope_theta=theta,
+        max_pos=256,
+    )
     return Llama.random(cfg, seed=seed)
 
 
-geometries = st.fixed_dictionaries({
-    "n_layers": st.integers(1, 3),
-    "n_kv_heads": st.integers(1, 3),
-    "group": st.integers(1, 3),
-    "head_dim": st.sampled_from([2, 4, 8, 16]),
-})
+geometries = st.fixed_dictionaries(
+    {
+        "n_layers": st.integers(1, 3),
+        "n_kv_heads": st.integers(1, 3),
+        "group": st.integers(1, 3),
+        "head_dim": st.sampled_from([2, 4, 8, 16]),
+    }
+)
 
 thetas = st.one_of(
     st.sampled_from([10000.0, 100000.0, 500.0]),
@@ -50,7 +68,7 @@ def cache_delta(a, b) -> float:
         return float("inf")
     worst = 0.0
     for name in ("k", "k_raw", "v"):
-        for la, lb in zip(getattr(a, name), getattr(b, name)):
+        for la, lb in zip(getattr(a, name), getattr(b, name), strict=True):
             if la.shape != lb.shape:
                 return float("inf")
             if la.size:

@@ -1,19 +1,23 @@
 """RING-T5: a rolling conv tail's step form equals the whole-sequence causal convolution."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.conv import ConvTail, causal_conv
 
-convs = st.fixed_dictionaries({
-    "taps": st.integers(1, 5),
-    "dilation": st.integers(1, 4),
-    "channels": st.integers(1, 8),
-    "t": st.integers(1, 40),
-    "chunks": st.lists(st.integers(1, 9), min_size=1, max_size=10),
-    "seed": st.integers(0, 9999),
-})
+convs = st.fixed_dictionaries(
+    {
+        "taps": st.integers(1, 5),
+        "dilation": st.integers(1, 4),
+        "channels": st.integers(1, 8),
+        "t": st.integers(1, 40),
+        "chunks": st.lists(st.integers(1, 9), min_size=1, max_size=10),
+        "seed": st.integers(0, 9999),
+    }
+)
 
 
 def _case(p):
@@ -25,6 +29,7 @@ def _case(p):
 
 def test_step_form_equals_the_sequence_convolution_bit_for_bit(evidence):
     """One position at a time, and in random chunks, against causal_conv over the whole sequence."""
+
     @given(p=convs)
     def prop(p):
         taps, x = _case(p)
@@ -38,8 +43,10 @@ def test_step_form_equals_the_sequence_convolution_bit_for_bit(evidence):
             parts.append(chunker.feed(x[i : i + c]))
             i += c
         chunks = np.concatenate(parts)
-        delta = max(float(np.max(np.abs(steps.astype(np.float64) - want))),
-                    float(np.max(np.abs(chunks.astype(np.float64) - want))))
+        delta = max(
+            float(np.max(np.abs(steps.astype(np.float64) - want))),
+            float(np.max(np.abs(chunks.astype(np.float64) - want))),
+        )
         evidence.observe("max_abs_delta", delta)
         evidence.count("examples")
         assert np.array_equal(steps, want) and np.array_equal(chunks, want), f"max|delta|={delta}"
@@ -49,6 +56,7 @@ def test_step_form_equals_the_sequence_convolution_bit_for_bit(evidence):
 
 def test_sequence_convolution_matches_the_definition(evidence):
     """causal_conv against y[t] = sum_j taps[j] * x[t - j*dilation] computed in float64."""
+
     @given(p=convs)
     def prop(p):
         taps, x = _case(p)
@@ -78,8 +86,12 @@ def test_the_tail_holds_exactly_the_last_reach_inputs(evidence):
         for t in range(17):
             tail.step(x[t])
             seen = x[: t + 1]
-            want = np.concatenate([np.zeros((max(0, reach - t - 1), 3), np.float32), seen[max(0, t + 1 - reach):]])
-            assert tail.tail.shape == (reach, 3) and np.array_equal(tail.tail, want[len(want) - reach:]), (taps_n, dil, t)
+            want = np.concatenate([np.zeros((max(0, reach - t - 1), 3), np.float32), seen[max(0, t + 1 - reach) :]])
+            assert tail.tail.shape == (reach, 3) and np.array_equal(tail.tail, want[len(want) - reach :]), (
+                taps_n,
+                dil,
+                t,
+            )
             checked += 1
     evidence.record("tails_checked", checked)
 
@@ -145,8 +157,14 @@ def test_seeded_tail_float64_inputs_memory_and_bad_arguments(evidence):
             else:
                 raise AssertionError(f"step(x of shape {bad.shape}) accepted with {c} channels")
         assert np.array_equal(tail.tail, before), "a refused input changed the tail"
-        for bad_taps, bad_d in ((np.ones((0, c), np.float32), 1), (np.ones(c, np.float32), 1), (taps, 0),
-                                (taps, -1), (taps, 1.0), (taps, True)):
+        for bad_taps, bad_d in (
+            (np.ones((0, c), np.float32), 1),
+            (np.ones(c, np.float32), 1),
+            (taps, 0),
+            (taps, -1),
+            (taps, 1.0),
+            (taps, True),
+        ):
             for make in (lambda: ConvTail(bad_taps, bad_d), lambda: causal_conv(x, bad_taps, bad_d)):
                 try:
                     make()

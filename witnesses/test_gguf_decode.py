@@ -7,6 +7,7 @@ is), sharing no code with impl or the ``gguf`` package that impl and the
 transformers oracle both use. Comparison is on the float32 bit patterns
 (uint32 views), so even -0.0 against +0.0 would count as a difference.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ def _differs(got: np.ndarray, want: np.ndarray) -> str | None:
     if not bad.any():
         return None
     first = np.unravel_index(int(np.argmax(bad)), bad.shape)
-    return (f"{int(bad.sum())} of {bad.size} values differ, first at {tuple(int(i) for i in first)}: "
-            f"got {got[first]!r}, want {want[first]!r}")
+    return (
+        f"{int(bad.sum())} of {bad.size} values differ, first at {tuple(int(i) for i in first)}: "
+        f"got {got[first]!r}, want {want[first]!r}"
+    )
 
 
 def _check(pairs, evidence, key: str, first_only: bool = False) -> list[str]:
@@ -106,8 +109,14 @@ def test_dequantize_tensor_decodes_one_stored_tensor_of_each_type_as_the_format_
         if reference.permuted_heads(name) is None:
             first.setdefault(info.type_name, name)
     evidence.record("types_checked", len(first))
-    failures = _check(((f"{n} ({t})", dequantize_tensor(_StoredTensor(reference, n)), reference.tensor(n))
-                       for t, n in sorted(first.items())), evidence, "per_type")
+    failures = _check(
+        (
+            (f"{n} ({t})", dequantize_tensor(_StoredTensor(reference, n)), reference.tensor(n))
+            for t, n in sorted(first.items())
+        ),
+        evidence,
+        "per_type",
+    )
     assert not failures, "dequantize_tensor differs from the format's definition:\n  " + "\n  ".join(failures)
 
 
@@ -152,6 +161,7 @@ def _forward_pairs(llama, reference, used: set[str]):
 
     Generated lazily: one layer's arrays (reference and Linear.weight() copies) alive at a time.
     """
+
     def w(*names: str) -> np.ndarray:
         """The reference tensor(s), concatenated along the output rows as Llama fuses them."""
         used.update(names)
@@ -185,7 +195,9 @@ def test_the_forward_reads_every_tensor_as_the_format_defines_it(reference, evid
 
     evidence.record("f32_cache", "off" if f32cache.cache_root() is None else "on")
     failures = _check_forward_arrays(load_model().llama, reference, evidence)
-    assert not failures, f"{len(failures)} forward arrays differ from the format's definition:\n  " + "\n  ".join(failures[:8])
+    assert not failures, f"{len(failures)} forward arrays differ from the format's definition:\n  " + "\n  ".join(
+        failures[:8]
+    )
 
 
 def test_a_llama_built_from_the_file_and_rebuilt_from_its_state_reads_the_format_bits(gguf_read, reference, evidence):
@@ -211,7 +223,9 @@ def test_a_llama_built_from_the_file_and_rebuilt_from_its_state_reads_the_format
         failures.append(f"from_state did not use {len(not_shared)} state arrays as they are: {not_shared[:5]}")
     linears = [("head", again.head, fresh.head)] + [
         (f"layers[{i}].{name}", getattr(La, name), getattr(Lf, name))
-        for i, (La, Lf) in enumerate(zip(again.layers, fresh.layers)) for name in Llama.LINEARS]
+        for i, (La, Lf) in enumerate(zip(again.layers, fresh.layers, strict=True))
+        for name in Llama.LINEARS
+    ]
     if len(again.layers) != len(fresh.layers):
         failures.append(f"from_state: {len(again.layers)} layers, the fresh build {len(fresh.layers)}")
     for label, got, want in linears:  # the same blocks, read back as the same (out, in) weight
@@ -242,8 +256,9 @@ def test_stored_q_and_k_rows_are_not_in_hugging_face_order(reference, evidence):
     differing = 0
     for name in reference.infos:
         if reference.permuted_heads(name) is not None:
-            differing += int(not np.array_equal(reference.stored(name).view(np.uint32),
-                                                reference.tensor(name).view(np.uint32)))
+            differing += int(
+                not np.array_equal(reference.stored(name).view(np.uint32), reference.tensor(name).view(np.uint32))
+            )
     evidence.record("qk_tensors_differing_as_stored", differing)
 
 
@@ -281,8 +296,11 @@ def test_the_float32_cache_serves_what_was_stored_and_refuses_any_other_entry(tm
             problems.append(f"config {config} != stored {model.config}")
         if tok_back != tok:
             problems.append("tokenizer JSON changed")
-        if sorted(got) != sorted(st) or any(not np.array_equal(got[k].view(np.uint32), np.asarray(st[k], dtype=np.float32).view(np.uint32))
-                                            or got[k].shape != st[k].shape for k in st):
+        if sorted(got) != sorted(st) or any(
+            not np.array_equal(got[k].view(np.uint32), np.asarray(st[k], dtype=np.float32).view(np.uint32))
+            or got[k].shape != st[k].shape
+            for k in st
+        ):
             problems.append("arrays differ from those stored")
         else:
             ids = token_ids(6, 1)
@@ -306,6 +324,7 @@ def test_the_float32_cache_serves_what_was_stored_and_refuses_any_other_entry(tm
             man = json.loads((e / "manifest.json").read_text())
             man.update(changes)
             (e / "manifest.json").write_text(json.dumps(man))
+
         return edit
 
     cases = {

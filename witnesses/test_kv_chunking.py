@@ -1,8 +1,12 @@
 """KV-T4: a position's K, V and logits are the same bits however its tokens were fed."""
+
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.model.session import Session
 from witnesses.synthetic import cache_delta, geometries, tiny_llama, token_ids
@@ -14,7 +18,7 @@ def chunkings(draw, max_len: int = 32):
     n = draw(st.integers(1, max_len))
     cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1))) if n > 1 else []
     bounds = [0, *cuts, n]
-    return n, list(zip(bounds, bounds[1:]))
+    return n, list(itertools.pairwise(bounds))
 
 
 def feed(s: Session, ids: list[int], chunks) -> np.ndarray:
@@ -44,8 +48,10 @@ def test_any_chunking_is_bit_identical_on_random_geometries(evidence):
     prop()
 
 
-PROMPT_40 = ("A long time ago, in a small village by the sea, there lived an old fisherman who told stories "
-             "to the children every evening. The stories were about storms, lost ships, and the strange lights")
+PROMPT_40 = (
+    "A long time ago, in a small village by the sea, there lived an old fisherman who told stories "
+    "to the children every evening. The stories were about storms, lost ships, and the strange lights"
+)
 
 CHUNKINGS_40 = {
     "one-prefill": [(0, 40)],
@@ -114,17 +120,24 @@ def test_linear_on_either_path_keeps_w_computes_x_wt_and_row_bits_ignore_the_row
                 tag = f"{pname} {n_out}x{n_in} block_bytes={block_bytes}"
                 if pname == "kernel":
                     p = -(-n_out // 16)
-                    ok = (len(lin.blocks) == 1 and lin.blocks[0].shape == (p, n_in, 16)
-                          and not lin.blocks[0].transpose(0, 2, 1).reshape(-1, n_in)[n_out:].any())
+                    ok = (
+                        len(lin.blocks) == 1
+                        and lin.blocks[0].shape == (p, n_in, 16)
+                        and not lin.blocks[0].transpose(0, 2, 1).reshape(-1, n_in)[n_out:].any()
+                    )
                 else:
-                    ok = [b.shape for b in lin.blocks] == [(n_in, c) for c in _fallback_widths(n_out, n_in, block_bytes)]
+                    ok = [b.shape for b in lin.blocks] == [
+                        (n_in, c) for c in _fallback_widths(n_out, n_in, block_bytes)
+                    ]
                 if not ok:
                     layout_errors.append(f"{tag}: blocks {[b.shape for b in lin.blocks]}")
                 weight_mismatches += not np.array_equal(lin.weight().view(np.uint32), w.view(np.uint32))
                 # rebuilt on the same path: the same arrays (the float32 cache memory-maps them), same weight
                 nb = n_out if n_out % 16 or pname == "fallback" else None
                 same = Linear.from_blocks(lin.blocks, n_out=nb)
-                if not all(a is b for a, b in zip(same.blocks, lin.blocks)) or len(same.blocks) != len(lin.blocks):
+                if not all(a is b for a, b in zip(same.blocks, lin.blocks, strict=True)) or len(same.blocks) != len(
+                    lin.blocks
+                ):
                     rebuild_errors.append(f"{tag}: from_blocks copied or re-laid the blocks")
                 if not np.array_equal(same.weight(), w) or same.n_out != n_out:
                     rebuild_errors.append(f"{tag}: from_blocks on the same path changed the weight")

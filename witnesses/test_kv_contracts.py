@@ -6,10 +6,12 @@ state them; no impl function computes an expected value. The caches are
 synthetic (random rows written through ``reserve``/``write``, as the forward
 pass does), so the checks run in milliseconds on many geometries.
 """
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.cache import KVGeometry
 from impl.errors import CacheError
@@ -17,8 +19,9 @@ from impl.kv import KVCache
 from impl.paged import BlockPool, PagedSequence, SequenceReleased
 from impl.rope import RopeTable
 
-small_geometries = st.builds(KVGeometry, n_layers=st.integers(1, 3), n_kv_heads=st.integers(1, 3),
-                             head_dim=st.sampled_from([2, 4, 8]))
+small_geometries = st.builds(
+    KVGeometry, n_layers=st.integers(1, 3), n_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([2, 4, 8])
+)
 
 # Values that are not an int (the caches' own word: bools and floats are not ints here).
 NOT_INTS = (1.0, 0.0, 1.5, -0.5, True, False, None, "1", np.float64(1.0), np.float32(0.0), [1], (0,))
@@ -29,32 +32,36 @@ class Ref:
 
     def __init__(self, g: KVGeometry) -> None:
         self.g = g
-        self.rows = {name: [np.zeros((0, g.kv_dim), np.float32) for _ in range(g.n_layers)]
-                     for name in ("k_raw", "k", "v")}
+        self.rows = {
+            name: [np.zeros((0, g.kv_dim), np.float32) for _ in range(g.n_layers)] for name in ("k_raw", "k", "v")
+        }
 
     def __len__(self) -> int:
         return self.rows["k"][0].shape[0]
 
     def append(self, new: dict[str, list[np.ndarray]]) -> None:
         for name, per_layer in new.items():
-            self.rows[name] = [np.concatenate([a, b]) for a, b in zip(self.rows[name], per_layer)]
+            self.rows[name] = [np.concatenate([a, b]) for a, b in zip(self.rows[name], per_layer, strict=True)]
 
     def truncate(self, n: int) -> None:
         self.rows = {name: [a[:n] for a in arrs] for name, arrs in self.rows.items()}
 
     def evict(self, start: int, n: int) -> None:
-        self.rows = {name: [np.concatenate([a[:start], a[start + n :]]) for a in arrs]
-                     for name, arrs in self.rows.items()}
+        self.rows = {
+            name: [np.concatenate([a[:start], a[start + n :]]) for a in arrs] for name, arrs in self.rows.items()
+        }
 
-    def copy(self) -> "Ref":
+    def copy(self) -> Ref:
         r = Ref(self.g)
         r.rows = {name: [a.copy() for a in arrs] for name, arrs in self.rows.items()}
         return r
 
 
 def random_rows(g: KVGeometry, t: int, rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
-    return {name: [rng.standard_normal((t, g.kv_dim)).astype(np.float32) for _ in range(g.n_layers)]
-            for name in ("k_raw", "k", "v")}
+    return {
+        name: [rng.standard_normal((t, g.kv_dim)).astype(np.float32) for _ in range(g.n_layers)]
+        for name in ("k_raw", "k", "v")
+    }
 
 
 def append(store, ref: Ref, t: int, rng: np.random.Generator) -> np.ndarray:
@@ -80,7 +87,7 @@ def rows_differing(store, ref: Ref, names=("k_raw", "k", "v")) -> int:
     """Rows (over every layer and array) whose bits differ from the reference; all of them if lengths differ."""
     bad = 0
     for name in names:
-        for got, want in zip(getattr(store, name), ref.rows[name]):
+        for got, want in zip(getattr(store, name), ref.rows[name], strict=True):
             if got.shape != want.shape:
                 bad += max(got.shape[0], want.shape[0])
             else:
@@ -111,13 +118,18 @@ def snapshot(c: KVCache) -> tuple:
 
 # ---- contiguous truncate -----------------------------------------------------------------------
 
+
 def test_truncate_keeps_exactly_the_prefix_and_later_writes_continue_at_n(evidence):
     """Random interleavings of appends and truncates (capacity as small as 1, so storage doubles under them):
     after every step the cache holds exactly the reference rows, bit for bit, pos is 0..len-1, and an
     append after truncate(n) is given positions n, n+1, ..."""
-    @given(g=small_geometries, capacity=st.integers(1, 6), seed=st.integers(0, 2**16),
-           steps=st.lists(st.tuples(st.sampled_from(["append", "truncate"]), st.integers(0, 99)),
-                          min_size=1, max_size=10))
+
+    @given(
+        g=small_geometries,
+        capacity=st.integers(1, 6),
+        seed=st.integers(0, 2**16),
+        steps=st.lists(st.tuples(st.sampled_from(["append", "truncate"]), st.integers(0, 99)), min_size=1, max_size=10),
+    )
     def prop(g, capacity, seed, steps):
         rng = np.random.default_rng(seed)
         c, ref = contiguous(g, capacity), Ref(g)
@@ -148,6 +160,7 @@ def test_truncate_keeps_exactly_the_prefix_and_later_writes_continue_at_n(eviden
 def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
     """For every n in 0..len (int and numpy int) truncate is accepted and keeps exactly rows [0, n); for
     n < 0, n > len and every non-int (floats, bools, None, str) it raises CacheError and changes nothing."""
+
     @given(g=small_geometries, length=st.integers(0, 9), capacity=st.integers(1, 12), seed=st.integers(0, 999))
     def prop(g, length, capacity, seed):
         rng = np.random.default_rng(seed)
@@ -175,8 +188,7 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
             evidence.count("accepted_narrow")
         before = snapshot(base)
         for n in [-1, -length - 1, length + 1, length + 5, *NOT_INTS]:
-            assert refuses(lambda: base.truncate(n)), \
-                f"truncate({n!r}) on a cache of len {length} was accepted"
+            assert refuses(lambda: base.truncate(n)), f"truncate({n!r}) on a cache of len {length} was accepted"
             evidence.count("refused")
             assert snapshot(base) == before, f"a refused truncate({n!r}) changed the cache"
 
@@ -184,6 +196,7 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
 
 
 # ---- contiguous evict: the argument contract -----------------------------------------------------
+
 
 def evict_expectation(length: int, start, n):
     """What evict(start, n) must do on a cache of ``length`` rows: ('refuse', why) or ('remove', count)."""
@@ -200,6 +213,7 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
     """Every (start, n) on a grid around the boundaries (negative, 0, len, past len) and non-int arguments:
     refused with CacheError and no change, or accepted and then it returns the count removed
     (n clipped to len - start; 0 for n == 0, also at start == len) and holds the reference's survivors."""
+
     @given(g=small_geometries, length=st.integers(0, 8), seed=st.integers(0, 999))
     def prop(g, length, seed):
         rng = np.random.default_rng(seed)
@@ -212,8 +226,9 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
             c = base.clone()
             verdict, what = evict_expectation(length, start, n)
             if verdict == "refuse":
-                assert refuses(lambda: c.evict(start, n)), \
+                assert refuses(lambda: c.evict(start, n)), (
                     f"evict(start={start!r}, n={n!r}) on len {length} was accepted ({what})"
+                )
                 evidence.count("refused")
                 assert snapshot(c) == snapshot(base), f"a refused evict({start!r}, {n!r}) changed the cache"
                 continue
@@ -228,8 +243,9 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
             assert list(c.pos) == list(range(length - what))
             assert rows_differing(c, want, names=("k_raw", "v")) == 0, f"evict({start}, {n}): survivors differ"
             kept_k = [a[: int(start)] for a in c.k]
-            assert all(bits(a) == bits(b[: int(start)]) for a, b in zip(kept_k, ref.rows["k"])), \
+            assert all(bits(a) == bits(b[: int(start)]) for a, b in zip(kept_k, ref.rows["k"], strict=True)), (
                 f"evict({start}, {n}) changed K of rows before the span"
+            )
             evidence.count("accepted")
             evidence.count("clipped", int(what < n))
             evidence.count("empty_at_end", int(start == length and n == 0))
@@ -239,13 +255,20 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
 
 # ---- paged truncate -------------------------------------------------------------------------------
 
+
 def test_paged_truncate_keeps_the_prefix_releases_the_rest_and_refuses_out_of_range(evidence):
     """A paged sequence (shared through a fork, so counts matter) truncated to every n in 0..len keeps
     rows [0, n) bit for bit and exactly ceil(n / block_size) blocks, returns the others to the pool
     (counts back where they were), and continues appending at n; n < 0, n > len and non-ints raise
     CacheError with nothing changed; a released sequence raises SequenceReleased."""
-    @given(g=small_geometries, bs=st.integers(1, 5), length=st.integers(0, 11), t=st.integers(1, 4),
-           seed=st.integers(0, 999))
+
+    @given(
+        g=small_geometries,
+        bs=st.integers(1, 5),
+        length=st.integers(0, 11),
+        t=st.integers(1, 4),
+        seed=st.integers(0, 999),
+    )
     def prop(g, bs, length, t, seed):
         rng = np.random.default_rng(seed)
         # room for the sequence, a fork's append and its copy-on-write block: the pool never grows here,
@@ -256,18 +279,25 @@ def test_paged_truncate_keeps_the_prefix_releases_the_rest_and_refuses_out_of_ra
             append(seq, ref, length, rng)
 
         def state():
-            return (list(seq.blocks), len(seq), pool.num_blocks, pool.num_free,
-                    [pool.refcount(b) for b in range(pool.num_blocks)])
+            return (
+                list(seq.blocks),
+                len(seq),
+                pool.num_blocks,
+                pool.num_free,
+                [pool.refcount(b) for b in range(pool.num_blocks)],
+            )
 
         before = state()
         for n in list(range(length + 1)) + [np.int64(length)]:
             f = seq.fork()
             accepts(lambda: f.truncate(n), f"paged truncate({n!r}) on len {length}")
             keep = -(-int(n) // bs)
-            assert len(f) == int(n) and f.blocks == seq.blocks[:keep], \
+            assert len(f) == int(n) and f.blocks == seq.blocks[:keep], (
                 f"truncate({n}) left len {len(f)} and blocks {f.blocks}; want {int(n)} and {seq.blocks[:keep]}"
-            assert [pool.refcount(b) for b in seq.blocks] == [2] * keep + [1] * (len(seq.blocks) - keep), \
+            )
+            assert [pool.refcount(b) for b in seq.blocks] == [2] * keep + [1] * (len(seq.blocks) - keep), (
                 f"truncate({n}) of a fork: the counts of the dropped blocks did not go back to 1"
+            )
             want = ref.copy()
             want.truncate(int(n))
             assert rows_differing(f, want) == 0, f"truncate({n}): kept rows differ"
@@ -278,8 +308,7 @@ def test_paged_truncate_keeps_the_prefix_releases_the_rest_and_refuses_out_of_ra
             assert state() == before, f"truncate({n}) of a fork, append, release: the pool did not come back"
             evidence.count("accepted")
         for n in [-1, -length - 1, length + 1, length + bs, *NOT_INTS]:
-            assert refuses(lambda: seq.truncate(n)), \
-                f"paged truncate({n!r}) on len {length} was accepted"
+            assert refuses(lambda: seq.truncate(n)), f"paged truncate({n!r}) on len {length} was accepted"
             evidence.count("refused")
             assert state() == before, f"a refused paged truncate({n!r}) changed the sequence or the pool"
         free = pool.num_free

@@ -1,8 +1,10 @@
 """KV-T1: an append lands in its (layer, pos, head) slot, and reads back bit-exact."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.attention import attend_one, causal_attention
 from impl.cache import KVGeometry
@@ -101,7 +103,7 @@ def test_cached_path_equals_uncached_reference_position_by_position(evidence):
         assert list(s.cache.pos) == list(range(len(ids)))
         delta = 0.0
         for got, want in ((s.cache.k, ks), (s.cache.k_raw, kraws), (s.cache.v, vs), ([logits], [ref_logits])):
-            for g, w in zip(got, want):
+            for g, w in zip(got, want, strict=True):
                 assert g.shape == w.shape
                 delta = max(delta, float(np.max(np.abs(g.astype(np.float64) - w))))
                 assert np.array_equal(g, w)
@@ -109,8 +111,13 @@ def test_cached_path_equals_uncached_reference_position_by_position(evidence):
         g = Session(model)
         g.generate(ids, 0)
         assert list(g.cache.pos) == list(range(len(ids)))
-        for got, want in ((g.cache.k, ks), (g.cache.k_raw, kraws), (g.cache.v, vs), ([g.last_logits], [ref_logits[-1]])):
-            for a, w in zip(got, want):
+        for got, want in (
+            (g.cache.k, ks),
+            (g.cache.k_raw, kraws),
+            (g.cache.v, vs),
+            ([g.last_logits], [ref_logits[-1]]),
+        ):
+            for a, w in zip(got, want, strict=True):
                 assert a.shape == w.shape
                 delta = max(delta, float(np.max(np.abs(a.astype(np.float64) - w))))
                 assert np.array_equal(a, w)
@@ -122,8 +129,15 @@ def test_cached_path_equals_uncached_reference_position_by_position(evidence):
 
 # (ids fed, the first id outside 0..VOCAB-1 the error must name); VOCAB = 61 -- worked out by hand
 OUT_OF_VOCAB = [
-    ([61], 61), ([-1], -1), ([3, -1], -1), ([0, 61], 61), ([60, 0, 64], 64),
-    ([5, 61, -2], 61), ([-3, 70], -3), ([0, 1, 2, -61], -61), ([VOCAB + 100, 0], VOCAB + 100),
+    ([61], 61),
+    ([-1], -1),
+    ([3, -1], -1),
+    ([0, 61], 61),
+    ([60, 0, 64], 64),
+    ([5, 61, -2], 61),
+    ([-3, 70], -3),
+    ([0, 1, 2, -61], -61),
+    ([VOCAB + 100, 0], VOCAB + 100),
 ]
 
 
@@ -144,8 +158,9 @@ def test_forward_refuses_out_of_vocabulary_ids_and_leaves_the_cache_unchanged(ev
             raise AssertionError(f"forward({ids}) accepted an id outside 0..{VOCAB - 1}")
         evidence.count("refused")
         after = [a for name in ("k", "k_raw", "v") for a in getattr(s.cache, name)] + [s.cache.pos]
-        assert len(s.cache) == 3 and all(np.array_equal(a, b) for a, b in zip(before, after)), \
+        assert len(s.cache) == 3 and all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)), (
             f"a refused forward({ids}) changed the cache"
+        )
     for ids in ([0], [VOCAB - 1], [0, VOCAB - 1, 0]):
         n0 = len(s.cache)
         out = model.forward(np.asarray(ids, dtype=np.int64), s.cache, s.window)

@@ -1,9 +1,11 @@
 """KV-T3: the window masks exactly the out-of-window positions; prefix splice equals recompute."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.attention import attention_kernel, causal_attention, window_lo
 from impl.model.session import Session
@@ -12,16 +14,16 @@ from witnesses.test_kv_slots import uncached_reference
 
 # (pos, query row, W, lowest visible row) -- worked out by hand from "visible iff pos >= p - W + 1"
 WINDOW_TABLE = [
-    ([0, 1, 2, 3, 4], 4, None, 0),     # no window: everything
-    ([0, 1, 2, 3, 4], 4, 1, 4),        # W=1: only itself
+    ([0, 1, 2, 3, 4], 4, None, 0),  # no window: everything
+    ([0, 1, 2, 3, 4], 4, 1, 4),  # W=1: only itself
     ([0, 1, 2, 3, 4], 4, 2, 3),
-    ([0, 1, 2, 3, 4], 4, 5, 0),        # W = length: everything
+    ([0, 1, 2, 3, 4], 4, 5, 0),  # W = length: everything
     ([0, 1, 2, 3, 4], 4, 99, 0),
-    ([0, 1, 2, 3, 4], 0, 3, 0),        # first position
-    ([0, 1, 2, 7, 8], 4, 3, 3),        # gapped pos: p=8 sees pos >= 6, i.e. rows 3 (pos 7) and 4
-    ([0, 1, 2, 7, 8], 3, 3, 3),        # p=7 sees pos >= 5: only itself
-    ([0, 1, 2, 7, 8], 4, 7, 2),        # p=8 sees pos >= 2: rows 2..4
-    ([5, 6, 9], 2, 4, 1),              # pos not starting at 0
+    ([0, 1, 2, 3, 4], 0, 3, 0),  # first position
+    ([0, 1, 2, 7, 8], 4, 3, 3),  # gapped pos: p=8 sees pos >= 6, i.e. rows 3 (pos 7) and 4
+    ([0, 1, 2, 7, 8], 3, 3, 3),  # p=7 sees pos >= 5: only itself
+    ([0, 1, 2, 7, 8], 4, 7, 2),  # p=8 sees pos >= 2: rows 2..4
+    ([5, 6, 9], 2, 4, 1),  # pos not starting at 0
 ]
 
 
@@ -170,7 +172,7 @@ def test_prefix_splice_equals_full_recompute_on_real_weights(smollm2, evidence):
     # two splices from one prefix session: a clone that shared arrays would let one clobber the other
     spliced = [smollm2.session_from_prefix(base, s) for s in suffixes]
     base.prefill(tk.encode(" Something else entirely."))  # and the source moving on must not reach them
-    for sp, suffix in zip(spliced, suffixes):
+    for sp, suffix in zip(spliced, suffixes, strict=True):
         full = smollm2.session()
         lf = full.prefill(prefix + suffix)
         evidence.observe("max_abs_delta", float(np.max(np.abs(sp.last_logits - lf[-1]))))

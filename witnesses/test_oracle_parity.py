@@ -15,6 +15,7 @@ differ by 6.4 to 24 per prompt, hidden states by 0.1 to 0.8 of the layer's
 scale, argmax flips at 1 of 5 .. 199 of 270 positions, and every greedy
 continuation changes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -185,7 +186,7 @@ def _compare_greedy(cases: dict[str, tuple[list[int], np.ndarray]], smollm2, evi
         got = smollm2.session().generate(prompt_ids, len(want))
         tokens += len(want)
         if got != want.tolist():
-            first = next(i for i, (a, b) in enumerate(zip(got, want.tolist())) if a != b)
+            first = next(i for i, (a, b) in enumerate(zip(got, want.tolist(), strict=True)) if a != b)
             diverged[name] = {"first_divergence": first, "impl": got, "oracle": want.tolist()}
     evidence.record("sequences_compared", len(cases))
     evidence.record("tokens_compared", tokens)
@@ -205,7 +206,10 @@ def test_greedy_tokens_equal_oracle_for_eviction_fixture_continuations(smollm2, 
     ev = oracle.eviction()
     cases = {
         "prefix+query": (np.concatenate([ev.prefix_ids, ev.query_ids]).tolist(), ev.never_greedy),
-        "prefix+poison+query": (np.concatenate([ev.prefix_ids, ev.poison_ids, ev.query_ids]).tolist(), ev.poisoned_greedy),
+        "prefix+poison+query": (
+            np.concatenate([ev.prefix_ids, ev.poison_ids, ev.query_ids]).tolist(),
+            ev.poisoned_greedy,
+        ),
     }
     _compare_greedy(cases, smollm2, evidence)
 
@@ -225,8 +229,14 @@ def test_forward_refuses_every_id_outside_the_vocabulary_and_names_the_first(evi
         accepted += 1
     n = len(s)
     wrong = []
-    bad_cases = {(-1,): -1, (VOCAB,): VOCAB, (5, VOCAB + 3, -2): VOCAB + 3, (2, -7, VOCAB): -7,
-                 (VOCAB - 1, 0, -1): -1, (1, VOCAB + 100): VOCAB + 100}
+    bad_cases = {
+        (-1,): -1,
+        (VOCAB,): VOCAB,
+        (5, VOCAB + 3, -2): VOCAB + 3,
+        (2, -7, VOCAB): -7,
+        (VOCAB - 1, 0, -1): -1,
+        (1, VOCAB + 100): VOCAB + 100,
+    }
     for ids, first_bad in bad_cases.items():
         try:
             s.prefill(list(ids))

@@ -4,12 +4,14 @@ Also home of the attention-level gate helpers the other paged witnesses use
 (``Gate``, ``feed``, ``round_inputs``): the seed gate's geometry of 2 layers,
 4 query heads over 2 KV heads (grouped-query), head_dim 8.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.attention import causal_attention
 from impl.cache import KVGeometry, make_cache
@@ -119,18 +121,35 @@ def test_control_a_page_table_entry_naming_another_block_changes_attention(evide
     q = round_inputs(1, rng).q
     d = 0.0
     for layer in range(NL):
-        d = max(d, delta(causal_attention(q[layer], paged, layer, 5, None, SCALE),
-                         causal_attention(q[layer], ref, layer, 5, None, SCALE)))
+        d = max(
+            d,
+            delta(
+                causal_attention(q[layer], paged, layer, 5, None, SCALE),
+                causal_attention(q[layer], ref, layer, 5, None, SCALE),
+            ),
+        )
     evidence.record("max_abs_delta", d)
     assert d > 1e-3, f"a wrong block in the page table changed attention by only {d}: the check is blind"
 
 
 def test_paged_session_equals_contiguous_on_random_models_and_chunkings(evidence):
     """Model sessions on random tiny llamas: any chunking, block size, window, pool pressure."""
-    @given(geo=st.fixed_dictionaries({"n_layers": st.integers(1, 3), "n_kv_heads": st.integers(1, 3),
-                                      "group": st.integers(1, 3), "head_dim": st.sampled_from([2, 4, 8])}),
-           chunks=st.lists(st.integers(1, 7), min_size=1, max_size=5), bs=st.integers(1, 9),
-           window=st.one_of(st.none(), st.integers(1, 12)), hog=st.integers(0, 4), seed=st.integers(0, 9999))
+
+    @given(
+        geo=st.fixed_dictionaries(
+            {
+                "n_layers": st.integers(1, 3),
+                "n_kv_heads": st.integers(1, 3),
+                "group": st.integers(1, 3),
+                "head_dim": st.sampled_from([2, 4, 8]),
+            }
+        ),
+        chunks=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+        bs=st.integers(1, 9),
+        window=st.one_of(st.none(), st.integers(1, 12)),
+        hog=st.integers(0, 4),
+        seed=st.integers(0, 9999),
+    )
     def prop(geo, chunks, bs, window, hog, seed):
         model = tiny_llama(**geo)
         ids = token_ids(sum(chunks), seed)
@@ -232,16 +251,16 @@ def test_a_page_table_of_consecutive_ids_is_viewed_in_place(evidence):
                 k, v, base = seq.view(layer, hi)
                 rk, rv, _ = ref.view(layer, hi)
                 assert base == 0 and np.array_equal(k, rk) and np.array_equal(v, rv)
-                assert np.shares_memory(k, pool.storage.k) and np.shares_memory(v, pool.storage.v), \
+                assert np.shares_memory(k, pool.storage.k) and np.shares_memory(v, pool.storage.v), (
                     f"block_size={bs}: table {seq.blocks} is consecutive but view copied"
+                )
                 runs += 1
     evidence.record("in_place_views", runs)
 
 
 # ---- real weights ----------------------------------------------------------------------------
 
-PROMPTS = ("The capital of France is Paris, and the capital of Italy is",
-           "Once upon a time, a small robot found a")
+PROMPTS = ("The capital of France is Paris, and the capital of Italy is", "Once upon a time, a small robot found a")
 GREEDY = 6
 
 
@@ -269,7 +288,7 @@ def test_real_weights_paged_sessions_sharing_a_pool_equal_contiguous(smollm2, ev
             toks[i].append((tp, tr))
             got[i].append(paged[i].step(tp)[None])
             want[i].append(ref[i].step(tr)[None])
-    d = max(delta(np.concatenate(g), np.concatenate(w)) for g, w in zip(got, want))
+    d = max(delta(np.concatenate(g), np.concatenate(w)) for g, w in zip(got, want, strict=True))
     differing = sum(a != b for t in toks for a, b in t)
     evidence.record("max_abs_delta", d)
     evidence.record("tokens_differing", differing)

@@ -1,8 +1,10 @@
 """PKV-FORK: forks share blocks, copy on write, and each equals a fresh contiguous replay of its history."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.model.session import Session
 from impl.paged import BlockPool, PagedSequence
@@ -22,8 +24,17 @@ def diverged_forks(bs: int, seed: int):
     b = a.fork()
     counts_after_fork = [pool.refcount(x) for x in a.blocks]
     out_a, out_b = feed(a, ra), feed(b, rb)
-    return dict(pool=pool, a=a, b=b, prefill=prefill, ra=ra, rb=rb, out_a=out_a, out_b=out_b,
-                counts_after_fork=counts_after_fork)
+    return dict(
+        pool=pool,
+        a=a,
+        b=b,
+        prefill=prefill,
+        ra=ra,
+        rb=rb,
+        out_a=out_a,
+        out_b=out_b,
+        counts_after_fork=counts_after_fork,
+    )
 
 
 def test_forks_diverge_copy_on_write_and_equal_fresh_contiguous_replays(evidence):
@@ -32,7 +43,8 @@ def test_forks_diverge_copy_on_write_and_equal_fresh_contiguous_replays(evidence
         f = diverged_forks(bs, 1000 + bs)
         pool, a, b = f["pool"], f["a"], f["b"]
         assert f["counts_after_fork"] == [2] * len(f["counts_after_fork"]), (
-            f"block_size={bs}: counts after fork {f['counts_after_fork']}, want every shared block at 2")
+            f"block_size={bs}: counts after fork {f['counts_after_fork']}, want every shared block at 2"
+        )
         shared = PREFILL // bs  # index of the partly filled block the prefill ends in (if any)
         partial = PREFILL % bs != 0
         if partial:  # both forks wrote into it: each must now hold its own copy
@@ -85,8 +97,15 @@ def test_a_view_after_copy_on_write_never_shows_the_siblings_later_writes(eviden
 
 def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
     """Session.fork() on a paged cache, random forks and divergent tokens, random block sizes."""
-    @given(n_pre=st.integers(1, 12), n_a=st.integers(1, 6), n_b=st.integers(1, 6), forks=st.integers(1, 3),
-           bs=st.integers(1, 8), seed=st.integers(0, 9999))
+
+    @given(
+        n_pre=st.integers(1, 12),
+        n_a=st.integers(1, 6),
+        n_b=st.integers(1, 6),
+        forks=st.integers(1, 3),
+        bs=st.integers(1, 8),
+        seed=st.integers(0, 9999),
+    )
     def prop(n_pre, n_a, n_b, forks, bs, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
         pool = BlockPool(64, bs, model.config.kv_geometry)
@@ -96,8 +115,9 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
         root.prefill(pre)
         children = [root.fork() for _ in range(forks)]
         for c in children:  # a fork predicts the same next token: its own copy of the root's last logits
-            assert c.last_logits is not root.last_logits and np.array_equal(c.last_logits, root.last_logits), \
+            assert c.last_logits is not root.last_logits and np.array_equal(c.last_logits, root.last_logits), (
                 "a fork's last_logits are not an equal copy of its parent's"
+            )
         sessions = [root, *children]
         histories = []
         for i, s in enumerate(sessions):  # each fork appends its own tokens, root last
@@ -110,7 +130,7 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
             evidence.observe("max_abs_delta", d)
             assert d == 0.0, f"fork {i} differs from a fresh replay of its history by {d}"
             histories.append(pre + own)
-        for s, h in zip(sessions, histories):  # and after all the others wrote: nothing leaked in
+        for s, h in zip(sessions, histories, strict=True):  # and after all the others wrote: nothing leaked in
             ref = Session(model)
             ref.prefill(h)
             assert cache_delta(s.cache, ref.cache) == 0.0
@@ -123,6 +143,7 @@ def test_forked_sessions_equal_contiguous_replays_on_random_models(evidence):
 
 
 # ---- real weights -------------------------------------------------------------------------
+
 
 def test_real_weights_forks_equal_contiguous_replays(smollm2, evidence):
     """Fork a paged session after a prompt; one fork decodes greedily, the other is forced off course."""
@@ -138,7 +159,7 @@ def test_real_weights_forks_equal_contiguous_replays(smollm2, evidence):
     for s, history, toks in ((a, prompt, toks_a), (b, prompt + forced, toks_b)):
         ref = smollm2.session()
         want = ref.generate(history, len(toks))
-        cases.append(smollm2.tokenizer.decode(history[len(prompt):] + toks))
+        cases.append(smollm2.tokenizer.decode(history[len(prompt) :] + toks))
         assert toks == want, f"fork tokens {toks} != fresh contiguous replay {want}"
         d = max(d, delta(s.last_logits, ref.last_logits), cache_delta(s.cache, ref.cache))
     evidence.record("max_abs_delta", d)

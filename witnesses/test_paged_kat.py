@@ -1,4 +1,5 @@
 """PKV-KAT: known answers for the block pool and page tables on a 3-block pool."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,9 @@ def finish(table: list, evidence) -> None:
     wrong = [row for row in table if row["got"] != row["want"]]
     evidence.record("wrong_answers", len(wrong))
     evidence.record("answers", table)
-    assert not wrong, "wrong known answers: " + "; ".join(f"{r['question']}: got {r['got']}, want {r['want']}"
-                                                          for r in wrong)
+    assert not wrong, "wrong known answers: " + "; ".join(
+        f"{r['question']}: got {r['got']}, want {r['want']}" for r in wrong
+    )
 
 
 def exhausted(pool: BlockPool) -> str:
@@ -132,9 +134,15 @@ def test_bad_arguments_and_use_after_release_raise_errors_naming_the_field(evide
     a.release()
     assert pool.num_free == 3
     row = np.zeros((1, GEOMETRY.kv_dim), np.float32)
-    for verb, call in (("reserve", lambda: a.reserve(1)), ("fork", a.fork), ("truncate", lambda: a.truncate(0)),
-                       ("view", lambda: a.view(0, 1)), ("release", a.release),
-                       ("write", lambda: a.write(0, 0, row, row, row)), ("rows", lambda: a.rows("k"))):
+    for verb, call in (
+        ("reserve", lambda: a.reserve(1)),
+        ("fork", a.fork),
+        ("truncate", lambda: a.truncate(0)),
+        ("view", lambda: a.view(0, 1)),
+        ("release", a.release),
+        ("write", lambda: a.write(0, 0, row, row, row)),
+        ("rows", lambda: a.rows("k")),
+    ):
         with pytest.raises(SequenceReleased, match=rf"^{verb}\(.*released=True"):
             call()
     with pytest.raises(CacheError, match="block_size=0"):

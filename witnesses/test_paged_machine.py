@@ -5,14 +5,22 @@ paged sequence has a contiguous ``KVCache`` fed the same rows; a foreign
 holder (the "hog") allocates raw blocks too, as another user of a shared
 pool would. After every step the invariants below must hold.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
-from hypothesis import settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
-    run_state_machine_as_test
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from impl.attention import causal_attention
 from impl.errors import CacheError
@@ -32,6 +40,8 @@ def raises(error: type[Exception], call, says: str = "") -> bool:
         assert str(e).startswith(says), f"{error.__name__} says {str(e)[:60]!r}..., not {says!r}..."
         return True
     return False
+
+
 STATS = Counter()  # summed over every run of the machine in this process
 
 
@@ -117,9 +127,15 @@ class PagedMachine(RuleBasedStateMachine):
         seq.release()
         assert seq.blocks == [] and len(seq) == 0, "release() left rows or blocks"
         row = np.zeros((1, KV_DIM), np.float32)
-        for verb, call in (("reserve", lambda: seq.reserve(1)), ("write", lambda: seq.write(0, 0, row, row, row)),
-                           ("view", lambda: seq.view(0, 1)), ("rows", lambda: seq.rows("k")),
-                           ("fork", seq.fork), ("truncate", lambda: seq.truncate(0)), ("release", seq.release)):
+        for verb, call in (
+            ("reserve", lambda: seq.reserve(1)),
+            ("write", lambda: seq.write(0, 0, row, row, row)),
+            ("view", lambda: seq.view(0, 1)),
+            ("rows", lambda: seq.rows("k")),
+            ("fork", seq.fork),
+            ("truncate", lambda: seq.truncate(0)),
+            ("release", seq.release),
+        ):
             assert raises(SequenceReleased, call, f"{verb}("), f"{verb} on a released sequence did not raise"
 
         STATS["releases"] += 1
@@ -181,8 +197,9 @@ class PagedMachine(RuleBasedStateMachine):
             assert seq.nbytes == len(seq.blocks) * bs * BLOCK_BYTES_PER_ROW, f"sequence {j}: nbytes={seq.nbytes}"
             if n and seq.blocks == list(range(seq.blocks[0], seq.blocks[0] + len(seq.blocks))):
                 k, v, _ = seq.view(0, n)  # one run of consecutive ids: a view of the pool's storage, no copy
-                assert np.shares_memory(k, self.pool.storage.k) and np.shares_memory(v, self.pool.storage.v), \
+                assert np.shares_memory(k, self.pool.storage.k) and np.shares_memory(v, self.pool.storage.v), (
                     f"sequence {j}: table {seq.blocks} is consecutive but view copied"
+                )
                 STATS["zero_copy_views"] += 1
             if not n:
                 continue
@@ -201,12 +218,23 @@ class PagedMachine(RuleBasedStateMachine):
         for b in self.hog:
             self.pool.decref(b)
         assert self.pool.num_free == self.pool.num_blocks, (
-            f"releasing everything left {self.pool.num_blocks - self.pool.num_free} blocks in use")
+            f"releasing everything left {self.pool.num_blocks - self.pool.num_free} blocks in use"
+        )
 
 
 def test_random_operation_sequences_keep_pool_invariants_and_match_contiguous(evidence):
     STATS.clear()
     run_state_machine_as_test(PagedMachine, settings=settings(settings.default, stateful_step_count=30))
-    for key in ("runs", "appends", "forks", "truncates", "releases", "cow_copies", "exhausted_appends",
-                "exhausted_allocations", "checks", "zero_copy_views"):
+    for key in (
+        "runs",
+        "appends",
+        "forks",
+        "truncates",
+        "releases",
+        "cow_copies",
+        "exhausted_appends",
+        "exhausted_allocations",
+        "checks",
+        "zero_copy_views",
+    ):
         evidence.record(key, STATS[key])

@@ -1,8 +1,10 @@
 """PKV-REWIND: truncating a fork back to the fork point and appending B's rows gives B's outputs bit for bit."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.model.session import Session
 from impl.paged import BlockPool
@@ -23,7 +25,8 @@ def test_truncate_to_the_fork_point_then_append_b_equals_b(evidence):
         kept, held = -(-PREFILL // bs), -(-(PREFILL + 2) // bs)  # blocks for 5 rows; A held 7 rows' blocks
         assert len(a.blocks) == kept and freed[str(bs)] == held - kept, (
             f"block_size={bs}: truncate(5) kept {len(a.blocks)} blocks (want {kept}) and freed "
-            f"{freed[str(bs)]} (want {held - kept}: A's blocks past the fork point are its own)")
+            f"{freed[str(bs)]} (want {held - kept}: A's blocks past the fork point are its own)"
+        )
         out = feed(a, f["rb"])
         d = max(delta(out, f["out_b"]), cache_delta(a, b))
         evidence.observe("max_abs_delta", d)
@@ -50,8 +53,14 @@ def test_control_without_the_truncate_a_differs_from_b(evidence):
 
 def test_speculative_rewind_on_random_models(evidence):
     """Sessions: draft k tokens, truncate back to the accept point, feed the real tokens; equals a clean run."""
-    @given(n_pre=st.integers(1, 12), n_draft=st.integers(1, 6), data=st.data(), bs=st.integers(1, 8),
-           seed=st.integers(0, 9999))
+
+    @given(
+        n_pre=st.integers(1, 12),
+        n_draft=st.integers(1, 6),
+        data=st.data(),
+        bs=st.integers(1, 8),
+        seed=st.integers(0, 9999),
+    )
     def prop(n_pre, n_draft, data, bs, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
         accept = data.draw(st.integers(0, n_draft), label="accepted")
@@ -96,7 +105,7 @@ def test_real_weights_rewind_equals_the_fork_that_took_the_other_path(smollm2, e
     d = max(delta(la, lb), cache_delta(a.cache, b.cache))
     ta, tb = a.generate([], 3), b.generate([], 3)
     evidence.record("max_abs_delta", d)
-    evidence.record("tokens_differing", sum(x != y for x, y in zip(ta, tb)))
+    evidence.record("tokens_differing", sum(x != y for x, y in zip(ta, tb, strict=True)))
     evidence.record("draft", smollm2.tokenizer.decode(draft))
     evidence.record("continuation", smollm2.tokenizer.decode(ta))
     assert d == 0.0 and ta == tb

@@ -6,14 +6,22 @@ block's contents); the byte counts are computed here from the geometry
 (n_layers, n_kv_heads, head_dim, 4-byte float32, 8-byte int64 positions,
 block_size, blocks held), never by an impl helper.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
-    run_state_machine_as_test
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from impl.cache import KVGeometry
 from impl.errors import CacheError
@@ -22,8 +30,9 @@ from impl.paged import BlockPool, PagedSequence, PoolExhausted, RefCounter
 from impl.rope import RopeTable
 
 F32, I64 = 4, 8  # bytes of one float32 and one int64
-small_geometries = st.builds(KVGeometry, n_layers=st.integers(1, 3), n_kv_heads=st.integers(1, 3),
-                             head_dim=st.sampled_from([2, 4, 8]))
+small_geometries = st.builds(
+    KVGeometry, n_layers=st.integers(1, 3), n_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([2, 4, 8])
+)
 
 
 def write_rows(store, t: int, rng: np.random.Generator) -> None:
@@ -41,6 +50,8 @@ def out_of_range_refused(pool: BlockPool, b: int) -> bool:
     except CacheError:
         return True
     return False
+
+
 STATS = Counter()  # summed over every run of the machine in this process
 
 
@@ -140,11 +151,13 @@ class GrowingPool(RuleBasedStateMachine):
         g, bs, st_ = self.g, self.bs, self.pool.storage
         shape = (g.n_layers, self.size, bs, g.n_kv_heads * g.head_dim)
         arrays = (st_.k, st_.k_raw, st_.v)
-        assert all(a.shape == shape and a.dtype == np.float32 for a in arrays), \
+        assert all(a.shape == shape and a.dtype == np.float32 for a in arrays), (
             f"storage shapes {[a.shape for a in arrays]}, want {shape} float32"
+        )
         assert sum(a.nbytes for a in arrays) == self.size * block_bytes(g, bs)
-        assert self.pool.block_nbytes == block_bytes(g, bs), \
+        assert self.pool.block_nbytes == block_bytes(g, bs), (
             f"block_nbytes={self.pool.block_nbytes}, the geometry gives {block_bytes(g, bs)}"
+        )
 
     @invariant()
     def held_blocks_keep_their_rows(self):
@@ -163,8 +176,14 @@ def test_a_growing_pool_keeps_its_counts_ids_storage_and_rows(evidence):
     (the first new one after a growth) and never a held one, and every held block keeps its rows."""
     STATS.clear()
     run_state_machine_as_test(GrowingPool, settings=settings(settings.default, stateful_step_count=25))
-    for key in ("runs", "allocations", "growths", "allocated_past_initial_size", "ensure_free_grew",
-                "ensure_free_beyond_one_doubling"):
+    for key in (
+        "runs",
+        "allocations",
+        "growths",
+        "allocated_past_initial_size",
+        "ensure_free_grew",
+        "ensure_free_beyond_one_doubling",
+    ):
         evidence.record(key, STATS[key])
 
 
@@ -190,8 +209,14 @@ def test_refcounter_extend_holds_counts_of_exactly_ids_0_to_n(evidence):
 def test_a_fixed_pool_refuses_instead_of_growing(evidence):
     """grow=False: ensure_free(n) beyond num_free raises PoolExhausted and changes nothing; n <= num_free
     returns without a change."""
-    @given(g=small_geometries, num_blocks=st.integers(1, 6), bs=st.integers(1, 4), held=st.integers(0, 6),
-           n=st.integers(0, 14))
+
+    @given(
+        g=small_geometries,
+        num_blocks=st.integers(1, 6),
+        bs=st.integers(1, 4),
+        held=st.integers(0, 6),
+        n=st.integers(0, 14),
+    )
     def prop(g, num_blocks, bs, held, n):
         pool = BlockPool(num_blocks, bs, g)
         ids = [pool.allocate() for _ in range(min(held, num_blocks))]
@@ -213,9 +238,15 @@ def test_a_fixed_pool_refuses_instead_of_growing(evidence):
 def test_paged_nbytes_is_blocks_held_times_block_bytes_from_the_geometry(evidence):
     """After random appends, truncates and forks: each sequence holds ceil(len / block_size) blocks, and
     nbytes == that count x 3 x n_layers x block_size x n_kv_heads x head_dim x 4 (shared blocks in full)."""
-    @given(g=small_geometries, bs=st.integers(1, 5), seed=st.integers(0, 999),
-           steps=st.lists(st.tuples(st.sampled_from(["append", "truncate", "fork"]), st.integers(0, 99)),
-                          min_size=1, max_size=8))
+
+    @given(
+        g=small_geometries,
+        bs=st.integers(1, 5),
+        seed=st.integers(0, 999),
+        steps=st.lists(
+            st.tuples(st.sampled_from(["append", "truncate", "fork"]), st.integers(0, 99)), min_size=1, max_size=8
+        ),
+    )
     def prop(g, bs, seed, steps):
         rng = np.random.default_rng(seed)
         pool = BlockPool(2, bs, g, grow=True)
@@ -245,9 +276,15 @@ def test_contiguous_nbytes_is_rows_times_row_bytes_from_the_geometry(evidence):
     """After random appends, truncates and evictions (capacity 1-4, so storage doubles past the rows in use):
     nbytes == len x (3 x n_layers x n_kv_heads x head_dim x 4 + 8), which is also the bytes of the k, k_raw,
     v and pos views it exposes; the spare capacity is not counted."""
-    @given(g=small_geometries, capacity=st.integers(1, 4), seed=st.integers(0, 999),
-           steps=st.lists(st.tuples(st.sampled_from(["append", "truncate", "evict"]), st.integers(0, 99)),
-                          min_size=1, max_size=8))
+
+    @given(
+        g=small_geometries,
+        capacity=st.integers(1, 4),
+        seed=st.integers(0, 999),
+        steps=st.lists(
+            st.tuples(st.sampled_from(["append", "truncate", "evict"]), st.integers(0, 99)), min_size=1, max_size=8
+        ),
+    )
     def prop(g, capacity, seed, steps):
         rng = np.random.default_rng(seed)
         c = KVCache(g, [RopeTable(10000.0, g.head_dim, 256)] * g.n_layers, capacity=capacity)

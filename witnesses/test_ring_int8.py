@@ -1,8 +1,10 @@
 """RING-T3: int8 storage reproduces the fake-quant round trip exactly, slot by slot."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from impl.cache import KVGeometry
@@ -19,9 +21,16 @@ finite32 = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
 
 
 def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
-    @given(x=arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 70)),
-                    elements=st.one_of(finite32, st.sampled_from([0.0, 0.5, -0.5, 1.5, 2.5, 127.0, -128.0]))),
-           bits=st.integers(2, 8), zero_row=st.booleans(), tiny_row=st.booleans())
+    @given(
+        x=arrays(
+            np.float32,
+            st.tuples(st.integers(1, 5), st.integers(1, 70)),
+            elements=st.one_of(finite32, st.sampled_from([0.0, 0.5, -0.5, 1.5, 2.5, 127.0, -128.0])),
+        ),
+        bits=st.integers(2, 8),
+        zero_row=st.booleans(),
+        tiny_row=st.booleans(),
+    )
     def prop(x, bits, zero_row, tiny_row):
         x = x.copy()
         if zero_row:
@@ -35,7 +44,9 @@ def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
         delta = float(np.max(np.abs(got.astype(np.float64) - want)))
         evidence.observe("max_abs_delta", delta)
         assert np.array_equal(got, want), f"stored ints x scale differ from fake_quant by {delta}"
-        for row, s in zip(x, scale):  # absmax / qmax; the least positive float32 if that underflows; 1 if all zero
+        for row, s in zip(
+            x, scale, strict=True
+        ):  # absmax / qmax; the least positive float32 if that underflows; 1 if all zero
             a = np.float32(np.max(np.abs(row)))
             want_s = a / np.float32(qmax) if a > 0 else np.float32(1.0)
             assert s == (want_s if want_s > 0 else np.float32(TINY))
@@ -57,8 +68,9 @@ def test_stored_ints_times_scale_equal_the_fake_quant_round_trip(evidence):
                 continue
             x = np.array([[-a, a / np.float32(2)], [a, -a]], np.float32)
             q, scale = quantize(x, bits)
-            assert int(q[0, 0]) == -qmax - 1 and int(q[1, 0]) == qmax and int(q[1, 1]) == -qmax - 1, \
+            assert int(q[0, 0]) == -qmax - 1 and int(q[1, 0]) == qmax and int(q[1, 1]) == -qmax - 1, (
                 f"bits={bits}, x={m} x 2**-149: q={q.tolist()}, the clip gives {-qmax - 1} and {qmax}"
+            )
             got, want = dequantize(q, scale), fake_quant(x, bits)
             assert np.array_equal(got, want), f"bits={bits}, x={m} x 2**-149: {got} != fake_quant {want}"
             evidence.count("clip_binding_vectors")
@@ -68,8 +80,7 @@ def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence)
     """Distinct magnitude per position, so a scale taken from another slot is visible."""
     bad = {"misread": 0, "checked": 0}
     for hint, window, heads in [(2, 4, 1), (1, 5, 2), (3, 8, 3), (2, 3, 2)]:
-        cfg = RingConfig(KVGeometry(2, heads, 6, v_head_dim=4), max_seq_len=64,
-                         window=window, global_layers=(1,))
+        cfg = RingConfig(KVGeometry(2, heads, 6, v_head_dim=4), max_seq_len=64, window=window, global_layers=(1,))
         ring = RingCache(cfg, hint=hint, precision="int8")
         written = {}
         for pos in range(3 * window + 1):
@@ -91,8 +102,12 @@ def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence)
                 k_got = L.buf["kq"][slot].astype(np.float32) * L.buf["ks"][slot][:, None]
                 v_got = L.buf["vq"][slot].astype(np.float32) * L.buf["vs"][slot][:, None]
                 rk, rv = ring.read(layer, pos, pos + 1)
-                ok = (np.array_equal(k_got, k_want) and np.array_equal(v_got, v_want)
-                      and np.array_equal(rk[0], k_want.reshape(-1)) and np.array_equal(rv[0], v_want.reshape(-1)))
+                ok = (
+                    np.array_equal(k_got, k_want)
+                    and np.array_equal(v_got, v_want)
+                    and np.array_equal(rk[0], k_want.reshape(-1))
+                    and np.array_equal(rv[0], v_want.reshape(-1))
+                )
                 bad["checked"] += 1
                 if not ok:
                     bad["misread"] += 1
@@ -103,6 +118,7 @@ def test_each_slot_reads_back_its_own_scale_after_wrapping_and_growing(evidence)
 
 def test_int8_attention_equals_f32_attention_over_fake_quantised_kv(evidence):
     """int8 ring session vs a float32 contiguous session that stores fake_quant(K), fake_quant(V)."""
+
     @given(p=ring_sessions)
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
@@ -131,6 +147,7 @@ def test_int8_changes_the_logits(evidence):
 
 # ---- real weights: the agreement int8 keeps with float32 ------------------------------------
 
+
 def _greedy(model, ids, window, precision, sessions=None):
     s = model.session(window=window, cache="ring", hint=64, precision=precision)
     if sessions is not None:
@@ -148,9 +165,9 @@ def test_real_weights_int8_keeps_greedy_tokens_of_f32(smollm2, oracle, evidence)
         ids = [int(t) for t in rec.ids]
         g32 = _greedy(smollm2, ids, ws, "f32")
         g8 = _greedy(smollm2, ids, ws, "int8")
-        f32_off += sum(a != int(b) for a, b in zip(g32, rec.greedy))
-        same = sum(a == b for a, b in zip(g8, g32))
-        first = next((i for i, (a, b) in enumerate(zip(g8, g32)) if a != b), GREEDY)
+        f32_off += sum(a != int(b) for a, b in zip(g32, rec.greedy, strict=True))
+        same = sum(a == b for a, b in zip(g8, g32, strict=True))
+        first = next((i for i, (a, b) in enumerate(zip(g8, g32, strict=True)) if a != b), GREEDY)
         per.append(f"{name}:{same}/{GREEDY} (first diff at {first})")
         equal += same
         total += GREEDY
@@ -168,7 +185,7 @@ def test_real_weights_int8_on_a_wrapped_ring(smollm2, oracle, evidence):
     sessions = []
     g32 = _greedy(smollm2, ids, ws, "f32", sessions)
     g8 = _greedy(smollm2, ids, ws, "int8", sessions)
-    same = sum(a == b for a, b in zip(g8, g32))
+    same = sum(a == b for a, b in zip(g8, g32, strict=True))
     # the measurement means something only if the windowed rings really wrapped
     local = [i for i, w in enumerate(ws) if w is not None]
     for s in sessions:

@@ -1,8 +1,10 @@
 """RING-T4: a ring session pays for what it uses; int8 holds K/V in about a quarter; nbytes is exact."""
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.cache import KVGeometry
 from impl.model.session import Session
@@ -15,8 +17,7 @@ F32, I8 = 4, 1  # bytes of one float32 and one int8
 
 def smollm2_ring() -> RingConfig:
     """SmolLM2-135M's KV geometry (30 layers, 3 KV heads of 64) with a 1024 window on 25 layers."""
-    return RingConfig(KVGeometry(30, 3, 64), max_seq_len=8192,
-                      window=1024, global_layers=SMOLLM2_GLOBAL)
+    return RingConfig(KVGeometry(30, 3, 64), max_seq_len=8192, window=1024, global_layers=SMOLLM2_GLOBAL)
 
 
 def row_bytes(g: KVGeometry, precision: str) -> int:
@@ -28,12 +29,20 @@ def row_bytes(g: KVGeometry, precision: str) -> int:
     return values * I8 + 2 * g.n_kv_heads * F32
 
 
-def reserved_from_geometry(n_layers: int, geometry: KVGeometry, max_seq_len: int, window: int | None,
-                           global_layers: tuple[int, ...], precision: str) -> int:
+def reserved_from_geometry(
+    n_layers: int,
+    geometry: KVGeometry,
+    max_seq_len: int,
+    window: int | None,
+    global_layers: tuple[int, ...],
+    precision: str,
+) -> int:
     """A fixed allocation's bytes, worked out here: each global layer (every layer when window is None)
     reserves max_seq_len rows, each local layer min(window, max_seq_len) rows, at row_bytes each."""
-    rows = sum(max_seq_len if window is None or layer in global_layers else min(window, max_seq_len)
-               for layer in range(n_layers))
+    rows = sum(
+        max_seq_len if window is None or layer in global_layers else min(window, max_seq_len)
+        for layer in range(n_layers)
+    )
     return rows * row_bytes(geometry, precision)
 
 
@@ -126,8 +135,9 @@ def test_nbytes_is_exactly_the_arrays_held(evidence):
             arrays = held_arrays(store)
             unaccounted += abs(sum(a.nbytes for a in arrays.values()) - reported)
             if precision == "int8":
-                f32_kv += sum(1 for a in arrays.values() if a.dtype == np.float32 and a.ndim >= 2
-                              and a.shape[-1] in (8, 16))  # a K/V row or head of floats
+                f32_kv += sum(
+                    1 for a in arrays.values() if a.dtype == np.float32 and a.ndim >= 2 and a.shape[-1] in (8, 16)
+                )  # a K/V row or head of floats
     evidence.record("bytes_unaccounted", unaccounted)
     evidence.record("f32_kv_buffers_in_int8", f32_kv)
     assert unaccounted == 0 and f32_kv == 0, f"nbytes off by {unaccounted}; {f32_kv} float32 K/V buffers in int8"
@@ -139,9 +149,15 @@ def test_reserved_bytes_is_every_cap_times_the_row_bytes(evidence):
     heads of another width, no local layers), at float32 and int8."""
     cases = [(30, KVGeometry(30, 3, 64), 8192, 1024, SMOLLM2_GLOBAL)]
 
-    @given(n_layers=st.integers(1, 5), n_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([2, 4, 8]),
-           v_head_dim=st.sampled_from([None, 2, 6]), max_seq_len=st.integers(1, 40),
-           window=st.one_of(st.none(), st.integers(1, 50)), data=st.data())
+    @given(
+        n_layers=st.integers(1, 5),
+        n_kv_heads=st.integers(1, 3),
+        head_dim=st.sampled_from([2, 4, 8]),
+        v_head_dim=st.sampled_from([None, 2, 6]),
+        max_seq_len=st.integers(1, 40),
+        window=st.one_of(st.none(), st.integers(1, 50)),
+        data=st.data(),
+    )
     def prop(n_layers, n_kv_heads, head_dim, v_head_dim, max_seq_len, window, data):
         gl = tuple(data.draw(st.lists(st.integers(0, n_layers - 1), max_size=n_layers, unique=True), "globals"))
         check(n_layers, KVGeometry(n_layers, n_kv_heads, head_dim, v_head_dim), max_seq_len, window, gl)

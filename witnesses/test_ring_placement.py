@@ -6,10 +6,12 @@ pass. ``WindowRowsCache`` hands attention exactly the window's rows
 the stock ``KVCache`` hands rows [0, hi) with the out-of-window scores
 masked to -inf, whose float32 sums run over a different length.
 """
+
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.attention import attention_kernel, window_lo
 from impl.cache import KVGeometry
@@ -59,29 +61,32 @@ def feed_in_chunks(sessions, ids, sizes):
             break
         chunk = ids[i : i + t]
         i += t
-        for o, s in zip(outs, sessions):
+        for o, s in zip(outs, sessions, strict=True):
             o.append(s.prefill(chunk))
     if i < len(ids):
-        for o, s in zip(outs, sessions):
+        for o, s in zip(outs, sessions, strict=True):
             o.append(s.prefill(ids[i:]))
     return [np.concatenate(o) for o in outs]
 
 
-ring_sessions = st.fixed_dictionaries({
-    "n_layers": st.integers(1, 3),
-    "n_kv_heads": st.integers(1, 3),
-    "head_dim": st.sampled_from([2, 4, 8]),
-    "window": st.integers(1, 12),
-    "global_mask": st.lists(st.booleans(), min_size=3, max_size=3),
-    "hint": st.integers(1, 16),
-    "n": st.integers(1, 40),
-    "chunks": st.lists(st.integers(1, 20), min_size=1, max_size=8),
-    "seed": st.integers(0, 9999),
-})
+ring_sessions = st.fixed_dictionaries(
+    {
+        "n_layers": st.integers(1, 3),
+        "n_kv_heads": st.integers(1, 3),
+        "head_dim": st.sampled_from([2, 4, 8]),
+        "window": st.integers(1, 12),
+        "global_mask": st.lists(st.booleans(), min_size=3, max_size=3),
+        "hint": st.integers(1, 16),
+        "n": st.integers(1, 40),
+        "chunks": st.lists(st.integers(1, 20), min_size=1, max_size=8),
+        "seed": st.integers(0, 9999),
+    }
+)
 
 
 def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
     """Logits of every fed row and of 4 greedy steps, and every row the ring holds, bit for bit."""
+
     @given(p=ring_sessions)
     def prop(p):
         model = tiny_llama(n_layers=p["n_layers"], n_kv_heads=p["n_kv_heads"], group=2, head_dim=p["head_dim"])
@@ -97,8 +102,11 @@ def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
         for layer in range(p["n_layers"]):  # every held row, as stored
             lo, _ = store.ring.span(layer, n - 1)  # [lo, n)
             k, v = store.ring.read(layer, lo, n)
-            delta = max(delta, float(np.max(np.abs(k.astype(np.float64) - ref.cache.k[layer][lo:n]))),
-                        float(np.max(np.abs(v.astype(np.float64) - ref.cache.v[layer][lo:n]))))
+            delta = max(
+                delta,
+                float(np.max(np.abs(k.astype(np.float64) - ref.cache.k[layer][lo:n]))),
+                float(np.max(np.abs(v.astype(np.float64) - ref.cache.v[layer][lo:n]))),
+            )
         evidence.observe("max_abs_delta", delta)
         evidence.count("examples")
         evidence.count("examples_past_window", int(n > p["window"] and any(w is not None for w in ws)))
@@ -109,12 +117,19 @@ def test_ring_attention_equals_contiguous_window_rows_bit_for_bit(evidence):
 
 def test_growth_never_scrambles_any_held_position(evidence):
     """Tagged writes at ascending positions (with gaps); after each, every held position reads its own tag."""
-    @given(hint=st.integers(1, 20), window=st.integers(1, 24), max_seq_len=st.integers(1, 40),
-           heads=st.integers(1, 3), steps=st.lists(st.integers(1, 4), min_size=1, max_size=60),
-           precision=st.sampled_from(["f32", "int8"]))
+
+    @given(
+        hint=st.integers(1, 20),
+        window=st.integers(1, 24),
+        max_seq_len=st.integers(1, 40),
+        heads=st.integers(1, 3),
+        steps=st.lists(st.integers(1, 4), min_size=1, max_size=60),
+        precision=st.sampled_from(["f32", "int8"]),
+    )
     def prop(hint, window, max_seq_len, heads, steps, precision):
-        cfg = RingConfig(KVGeometry(2, heads, 4, v_head_dim=2), max_seq_len=max_seq_len,
-                         window=window, global_layers=(1,))
+        cfg = RingConfig(
+            KVGeometry(2, heads, 4, v_head_dim=2), max_seq_len=max_seq_len, window=window, global_layers=(1,)
+        )
         ring = RingCache(cfg, hint=hint, precision=precision)
         tags = {}  # (layer, pos) -> (k, v) as written
         pos = -1
@@ -139,8 +154,10 @@ def test_growth_never_scrambles_any_held_position(evidence):
                         want_v = fake_quant(want_v.reshape(heads, 2), 8).reshape(-1)
                     if not (np.array_equal(got_k[0], want_k) and np.array_equal(got_v[0], want_v)):
                         evidence.count("misplaced_rows")
-                        raise AssertionError(f"layer {layer} pos {q} reads back another position's K/V "
-                                             f"after writing pos {pos} (slots {ring.slots(layer)})")
+                        raise AssertionError(
+                            f"layer {layer} pos {q} reads back another position's K/V "
+                            f"after writing pos {pos} (slots {ring.slots(layer)})"
+                        )
         evidence.count("misplaced_rows", 0)  # present (0) when every held row read back its own tag
         evidence.count("examples")
 
@@ -149,8 +166,7 @@ def test_growth_never_scrambles_any_held_position(evidence):
 
 def test_local_slots_cap_at_window_and_global_keep_growing(evidence):
     """The seed's geometry: 4 layers, window 4, layer 3 global, max_seq_len 64, hint 2."""
-    cfg = RingConfig(KVGeometry(4, 1, 4), max_seq_len=64, window=4,
-                     global_layers=(3,))
+    cfg = RingConfig(KVGeometry(4, 1, 4), max_seq_len=64, window=4, global_layers=(3,))
     ring = RingCache(cfg, hint=2)
     k = np.ones(4, np.float32)
     assert ring.slots(0) == 2 and ring.slots(3) == 2, "every layer starts at the hint, not its cap"
@@ -187,7 +203,7 @@ def test_ring_session_vs_masked_contiguous_session(evidence):
         evidence.observe("max_rel_delta", delta / float(np.max(np.abs(lb))))
         ga, gb = ring.generate([], 4), ref.generate([], 4)
         evidence.count("greedy_tokens_compared", len(ga))
-        evidence.count("greedy_tokens_differing", sum(a != b for a, b in zip(ga, gb)))
+        evidence.count("greedy_tokens_differing", sum(a != b for a, b in zip(ga, gb, strict=True)))
         evidence.count("examples")
         if kernel:
             assert delta == 0.0 and ga == gb, f"kernel path: ring and stock contiguous logits differ by {delta}"
@@ -222,8 +238,15 @@ def test_ring_store_takes_one_window_for_its_local_layers(evidence):
     from impl.errors import CacheError
 
     model = tiny_llama(n_layers=3, n_kv_heads=1, group=2, head_dim=4)
-    for ws, ok in [([2, None, 2], True), ([None, None, None], True), ([3, 3, 3], True), (4, True),
-                   ([2, 3, None], False), ([2, None, 5], False), ([1, 2, 3], False)]:
+    for ws, ok in [
+        ([2, None, 2], True),
+        ([None, None, None], True),
+        ([3, 3, 3], True),
+        (4, True),
+        ([2, 3, None], False),
+        ([2, None, 5], False),
+        ([1, 2, 3], False),
+    ]:
         try:
             s = Session(model, window=ws, cache="ring", hint=2)
         except CacheError:

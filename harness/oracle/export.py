@@ -24,12 +24,13 @@ What is recorded, and the facts behind it (transformers 5.24, torch 2.13):
   forwards with ``use_cache=False``: the reference never depends on a KV
   cache, which is what the cache obligations are about.
 """
+
 from __future__ import annotations
 
 import os
 import platform
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,9 @@ class _Reference:
         handle = self.model.model.layers[-1].register_forward_hook(hook)
         try:
             with torch.no_grad():
-                out = self.model(torch.as_tensor(ids[None, :], dtype=torch.long), output_hidden_states=True, use_cache=False)
+                out = self.model(
+                    torch.as_tensor(ids[None, :], dtype=torch.long), output_hidden_states=True, use_cache=False
+                )
         finally:
             handle.remove()
         logits = out.logits[0].float().numpy()  # (T, vocab)
@@ -174,7 +177,9 @@ def _export_prompts(ref: _Reference, writer: ExportWriter, bar: _Bar) -> list[di
             ("greedy", greedy),
         ):
             writer.save(prompt_path(name, fld), arr)
-        prompts_meta.append({"name": name, "text": text, "n_tokens": int(len(ids)), "greedy_text": ref.tokenizer.decode(greedy)})
+        prompts_meta.append(
+            {"name": name, "text": text, "n_tokens": int(len(ids)), "greedy_text": ref.tokenizer.decode(greedy)}
+        )
     return prompts_meta
 
 
@@ -225,17 +230,31 @@ def _tokenizer_doc(ref: _Reference) -> dict[str, Any]:
     }
 
 
-def _manifest(ref: _Reference, weights_path: Path, weights_sha256: str, t0: float,
-              prompts: list[dict[str, Any]], eviction: dict[str, Any]) -> dict[str, Any]:
+def _manifest(
+    ref: _Reference,
+    weights_path: Path,
+    weights_sha256: str,
+    t0: float,
+    prompts: list[dict[str, Any]],
+    eviction: dict[str, Any],
+) -> dict[str, Any]:
     """The manifest without its ``files`` table (:meth:`ExportWriter.commit` adds that); ``t0`` from perf_counter."""
     return {
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "export_seconds": round(time.perf_counter() - t0, 1),
-        "weights": {"file": weights_path.name, "path": str(weights_path), "sha256": weights_sha256, "bytes": weights_path.stat().st_size},
+        "weights": {
+            "file": weights_path.name,
+            "path": str(weights_path),
+            "sha256": weights_sha256,
+            "bytes": weights_path.stat().st_size,
+        },
         "versions": _versions(),
         "reference": {
             "library": "transformers",
-            "load": "AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, attn_implementation='eager')",
+            "load": (
+                "AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, "
+                "attn_implementation='eager')"
+            ),
             "device": "cpu",
             "use_cache": False,
             "greedy": "argmax over the last position of a full-sequence forward, repeated",
@@ -249,7 +268,9 @@ def _manifest(ref: _Reference, weights_path: Path, weights_sha256: str, t0: floa
     }
 
 
-def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console: Console | None = None) -> dict[str, Any]:
+def export_oracle(
+    target: Path, weights_path: Path, weights_sha256: str, console: Console | None = None
+) -> dict[str, Any]:
     """Compute the reference and write it atomically to ``target``.
 
     Returns the manifest as written (with its ``files`` table). Raises ImportError when torch or
@@ -258,7 +279,12 @@ def export_oracle(target: Path, weights_path: Path, weights_sha256: str, console
     """
     console = console or Console(stderr=True)
     t0 = time.perf_counter()
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress, ExportWriter(target) as writer:
         bar = _Bar(progress)
         ref = _Reference(weights_path)

@@ -5,6 +5,7 @@ A missing, damaged or stale export never fails and never passes a witness:
 the fixture skips with the reason and the command that fixes it, and the
 harness turns the skip into UNVERIFIED.
 """
+
 from __future__ import annotations
 
 import os

@@ -17,6 +17,7 @@ digit with anything ("12345" -> five ids, " 2024" -> [" ", "2", "0", "2",
 but [216, 16738] with the Digits split. No prompt below contains a non-ASCII
 numeric character; the long prompt contains no digits at all.
 """
+
 from __future__ import annotations
 
 # NOTE: the export ids are recorded without special tokens (no BOS). A key

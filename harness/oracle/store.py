@@ -19,6 +19,7 @@ An export counts as present only when ``manifest.json`` exists, and the
 manifest is the last file written before the folder is renamed into place,
 so an interrupted export never looks complete.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from harness.errors import OracleCorrupt, OracleMissing, OracleStale
+from harness.files import sha256_file
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
 from harness.procs import pid_alive
-from harness.files import sha256_file
 from harness.project import KVPROOF_HOME
 
 FORMAT = "kvproof-oracle"
@@ -116,7 +117,7 @@ class ExportWriter:
             if m and not pid_alive(int(m.group(2))):
                 shutil.rmtree(p, ignore_errors=True)
 
-    def __enter__(self) -> "ExportWriter":
+    def __enter__(self) -> ExportWriter:
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
         self.tmp = self._sibling("tmp")
@@ -211,8 +212,14 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise OracleCorrupt(f"oracle manifest {path} is unreadable ({e}). Recreate it with: {cmd}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        raise OracleCorrupt(f"{path} is not a kvproof oracle manifest (format={FORMAT!r} expected). Recreate it with: {cmd}")
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not isinstance(manifest.get("files"), dict)
+    ):
+        raise OracleCorrupt(
+            f"{path} is not a kvproof oracle manifest (format={FORMAT!r} expected). Recreate it with: {cmd}"
+        )
     if manifest.get("format_version") != FORMAT_VERSION:
         raise OracleStale(
             f"oracle export at {root} has format_version={manifest.get('format_version')!r}; this kvproof "
@@ -233,7 +240,9 @@ def check_files(root: str | os.PathLike, manifest: dict[str, Any], hashes: bool 
         if not path.is_file():
             problems.append(FileMismatch(rel, "missing"))
         elif path.stat().st_size != entry.get("bytes"):
-            problems.append(FileMismatch(rel, f"size differs: {path.stat().st_size} bytes, manifest says {entry.get('bytes')}"))
+            problems.append(
+                FileMismatch(rel, f"size differs: {path.stat().st_size} bytes, manifest says {entry.get('bytes')}")
+            )
         elif hashes and sha256_file(path) != entry.get("sha256"):
             problems.append(FileMismatch(rel, "sha256 differs"))
     return problems
@@ -326,7 +335,9 @@ class Oracle:
         if rel not in self._cache:
             entry = self.manifest["files"].get(rel)
             if entry is None:
-                raise OracleCorrupt(f"file={rel!r} is not listed in {self.root / MANIFEST}. Re-export with: {export_command(self.root)}")
+                raise OracleCorrupt(
+                    f"file={rel!r} is not listed in {self.root / MANIFEST}. Re-export with: {export_command(self.root)}"
+                )
             arr = np.load(self.root / rel, allow_pickle=False)
             if list(arr.shape) != entry["shape"] or arr.dtype.str != entry["dtype"]:
                 raise OracleCorrupt(
@@ -375,7 +386,9 @@ def open_oracle(
     cmd = export_command(root)
     problems = check_files(root, manifest, hashes=verify)
     if problems:
-        shown = ", ".join(str(p) for p in problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
+        shown = ", ".join(str(p) for p in problems[:5]) + (
+            f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
         raise OracleCorrupt(
             f"oracle export at {root} is damaged: {len(problems)} file(s) do not match its manifest "
             f"(hash mismatch or missing): {shown}. Recreate it with: {cmd}"

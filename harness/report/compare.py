@@ -1,4 +1,5 @@
 """A :class:`harness.compare.Comparison` as JSON, Markdown (for a pull request) and a rich terminal table."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +14,7 @@ COMPARE_SCHEMA_VERSION = 1
 
 def to_json(cmp: Comparison) -> dict[str, Any]:
     """Plain JSON types; infinities (a move off a zero headroom) are written as the string "inf"."""
+
     def clean(v: Any) -> Any:
         if isinstance(v, float) and math.isinf(v):
             return "inf" if v > 0 else "-inf"
@@ -23,10 +25,16 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
         return v
 
     data = clean(dataclasses.asdict(cmp))
-    for card, change in zip(data["cards"], cmp.cards):
+    for card, change in zip(data["cards"], cmp.cards, strict=False):
         card["duration_change"] = change.duration_change
-    return {"schema": COMPARE_SCHEMA, "schema_version": COMPARE_SCHEMA_VERSION, "summary": summary_counts(cmp),
-            "added": list(cmp.added), "removed": list(cmp.removed), **data}
+    return {
+        "schema": COMPARE_SCHEMA,
+        "schema_version": COMPARE_SCHEMA_VERSION,
+        "summary": summary_counts(cmp),
+        "added": list(cmp.added),
+        "removed": list(cmp.removed),
+        **data,
+    }
 
 
 def _num(v: Any) -> str:
@@ -58,6 +66,7 @@ def verdict_text(c: CardChange) -> str:
 def liars_text(c: CardChange) -> str:
     def one(x):
         return "–" if x is None else f"{x[0]}/{x[1]}"
+
     if c.liars_before == c.liars_after:
         return one(c.liars_after)
     return f"{one(c.liars_before)} → {one(c.liars_after)}"
@@ -89,29 +98,48 @@ def changed_measures(c: CardChange) -> list[MeasureChange]:
 def to_markdown(cmp: Comparison) -> str:
     """A summary line, the regressions, and a table of every card that changed (unchanged ones counted)."""
     counts = summary_counts(cmp)
-    lines = [f"## kvproof: {cmp.before.label} → {cmp.after.label}", "",
-             f"Gate {cmp.before.gate} → {cmp.after.gate}; {counts['changed']} changed, {counts['unchanged']} "
-             f"unchanged, {counts['added']} added, {counts['removed']} removed; "
-             f"**{counts['regressions']} regression(s)**.", ""]
+    lines = [
+        f"## kvproof: {cmp.before.label} → {cmp.after.label}",
+        "",
+        f"Gate {cmp.before.gate} → {cmp.after.gate}; {counts['changed']} changed, {counts['unchanged']} "
+        f"unchanged, {counts['added']} added, {counts['removed']} removed; "
+        f"**{counts['regressions']} regression(s)**.",
+        "",
+    ]
     if cmp.regressions:
         lines += ["### Regressions", ""] + [f"- {_md(r.text)} ({r.rule})" for r in cmp.regressions] + [""]
     moved = [c for c in cmp.cards if c.status != "unchanged"]
     if moved:
-        lines += ["| card | verdict | liars caught | time | measures that moved | bound files changed |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| card | verdict | liars caught | time | measures that moved | bound files changed |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in moved:
             ms = "<br>".join(_md(measure_text(m)) for m in changed_measures(c)) or "–"
             files = "<br>".join(_md(f) for f in c.changed_files) or "–"
-            version = "" if c.version_before == c.version_after or c.status != "changed" else \
-                f" (v{c.version_before} → v{c.version_after})"
-            lines.append(f"| {c.id}{version} | {verdict_text(c)} | {liars_text(c)} | {duration_text(c)} | {ms} | {files} |")
+            version = (
+                ""
+                if c.version_before == c.version_after or c.status != "changed"
+                else f" (v{c.version_before} → v{c.version_after})"
+            )
+            lines.append(
+                f"| {c.id}{version} | {verdict_text(c)} | {liars_text(c)} | {duration_text(c)} | {ms} | {files} |"
+            )
         lines.append("")
     else:
         lines += ["No card changed.", ""]
     for c in cmp.cards:
         if c.card_diff:
-            lines += [f"<details><summary>{c.id}: the card changed</summary>", "", "```diff",
-                      c.card_diff.rstrip("\n"), "```", "", "</details>", ""]
+            lines += [
+                f"<details><summary>{c.id}: the card changed</summary>",
+                "",
+                "```diff",
+                c.card_diff.rstrip("\n"),
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -123,9 +151,11 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
     from rich.table import Table
 
     counts = summary_counts(cmp)
-    console.print(f"[bold]{cmp.before.label}[/] → [bold]{cmp.after.label}[/]: gate {cmp.before.gate} → "
-                  f"{cmp.after.gate}; {counts['changed']} changed, {counts['unchanged']} unchanged, "
-                  f"{counts['added']} added, {counts['removed']} removed")
+    console.print(
+        f"[bold]{cmp.before.label}[/] → [bold]{cmp.after.label}[/]: gate {cmp.before.gate} → "
+        f"{cmp.after.gate}; {counts['changed']} changed, {counts['unchanged']} unchanged, "
+        f"{counts['added']} added, {counts['removed']} removed"
+    )
     rows = [c for c in cmp.cards if all_cards or c.status != "unchanged"]
     if rows:
         table = Table(show_lines=False, expand=False)
@@ -133,11 +163,20 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
             table.add_column(col, overflow="fold")
         for c in rows:
             style = "red" if c.regressions else ("green" if c.status == "added" else "")
-            version = f"\nv{c.version_before} → v{c.version_after}" if (
-                c.status == "changed" and c.version_before != c.version_after) else ""
-            table.add_row(c.id + version, verdict_text(c), liars_text(c), duration_text(c),
-                          "\n".join(measure_text(m) for m in changed_measures(c)) or "–",
-                          "\n".join(c.changed_files) or "–", style=style)
+            version = (
+                f"\nv{c.version_before} → v{c.version_after}"
+                if (c.status == "changed" and c.version_before != c.version_after)
+                else ""
+            )
+            table.add_row(
+                c.id + version,
+                verdict_text(c),
+                liars_text(c),
+                duration_text(c),
+                "\n".join(measure_text(m) for m in changed_measures(c)) or "–",
+                "\n".join(c.changed_files) or "–",
+                style=style,
+            )
         console.print(table)
     for c in rows:
         if c.card_diff:
@@ -161,14 +200,38 @@ def to_html(cmp: Comparison) -> str:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     moved = [c for c in cmp.cards if c.status != "unchanged"]
-    bars = [Bar(f"{c.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
-            for c in moved for m in changed_measures(c)]
-    rows = [{"id": c.id, "verdict": verdict_text(c), "liars": liars_text(c), "time": duration_text(c),
-             "measures": [measure_text(m) for m in changed_measures(c)] or ["–"], "files": list(c.changed_files) or ["–"],
-             "version": f"v{c.version_before} → v{c.version_after}" if c.status == "changed"
-             and c.version_before != c.version_after else "", "regression": bool(c.regressions), "diff": c.card_diff}
-            for c in moved]
-    return _env().get_template("compare.html.j2").render(
-        before=cmp.before.label, after=cmp.after.label, gate_before=cmp.before.gate, gate_after=cmp.after.gate,
-        counts=summary_counts(cmp), regressions=[{"text": r.text, "rule": r.rule} for r in cmp.regressions],
-        bars=measure_bars(bars), rows=rows)
+    bars = [
+        Bar(f"{c.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
+        for c in moved
+        for m in changed_measures(c)
+    ]
+    rows = [
+        {
+            "id": c.id,
+            "verdict": verdict_text(c),
+            "liars": liars_text(c),
+            "time": duration_text(c),
+            "measures": [measure_text(m) for m in changed_measures(c)] or ["–"],
+            "files": list(c.changed_files) or ["–"],
+            "version": f"v{c.version_before} → v{c.version_after}"
+            if c.status == "changed" and c.version_before != c.version_after
+            else "",
+            "regression": bool(c.regressions),
+            "diff": c.card_diff,
+        }
+        for c in moved
+    ]
+    return (
+        _env()
+        .get_template("compare.html.j2")
+        .render(
+            before=cmp.before.label,
+            after=cmp.after.label,
+            gate_before=cmp.before.gate,
+            gate_after=cmp.after.gate,
+            counts=summary_counts(cmp),
+            regressions=[{"text": r.text, "rule": r.rule} for r in cmp.regressions],
+            bars=measure_bars(bars),
+            rows=rows,
+        )
+    )

@@ -5,21 +5,42 @@ card's honest time and bound digest, the replay command and the gate result
 are decided here once. Renderers read the report view built from this
 document (:mod:`harness.report.view`) and compute nothing.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from harness.binding import BoundFile, digest
-from harness.checktext import check_text
-from harness.document import (SCHEMA, SCHEMA_VERSION, CardResult, CheckResult, Claim, Counts, Headline, LiarResult,
-                              MutationResult, NodeEntry, NotProven, ReplayedFrom, RunDocument, RunHeader, Slowest,
-                              SlowestLiar, Summary, Timing, TimingRow, WitnessResult)
-from harness.provenance import Provenance
 from harness.cards import Card, Witness
+from harness.checktext import check_text
+from harness.document import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    CardResult,
+    CheckResult,
+    Claim,
+    Counts,
+    Headline,
+    LiarResult,
+    MutationResult,
+    NodeEntry,
+    NotProven,
+    ReplayedFrom,
+    RunDocument,
+    RunHeader,
+    Slowest,
+    SlowestLiar,
+    Summary,
+    Timing,
+    TimingRow,
+    WitnessResult,
+)
 from harness.outcomes import CardRun
+from harness.provenance import Provenance
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
 from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict
 
@@ -108,8 +129,9 @@ def _check(c: BoundCheck) -> CheckResult:
     return CheckResult(c.key, c.op, c.limit, c.actual, c.holds, c.nodeid, c.detail)
 
 
-def _witness_result(w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict,
-                    replay: str = "") -> WitnessResult:
+def _witness_result(
+    w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict, replay: str = ""
+) -> WitnessResult:
     """One witness as judged; ``replay`` (honest runs only) is added to a falsified Hypothesis example."""
     nodes = outcome.nodes if outcome else ()
     bad = next((n for n in nodes if n.outcome != Outcome.PASSED), None)
@@ -117,24 +139,41 @@ def _witness_result(w: Witness, outcome: WitnessOutcome | None, judged: WitnessV
     if hyp and hyp.get("example") and replay:
         hyp["replay"] = replay
     checks = tuple(_check(c) for c in judged.checks) or tuple(
-        CheckResult(b.key, b.op, b.limit, None, None) for b in w.bounds)
+        CheckResult(b.key, b.op, b.limit, None, None) for b in w.bounds
+    )
     return WitnessResult(
-        id=w.id, kind=w.kind, test=w.test, status=judged.status, why=judged.why,
-        duration_s=round(outcome.duration, 4) if outcome else 0.0, timeout_s=w.timeout,
-        evidence=dict(outcome.evidence) if outcome else {}, bounds=checks, reason=w.reason,
-        message=bad.message if bad else "", location=bad.location if bad else "",
-        failure=bad.failure if bad else "", hypothesis=hyp,
+        id=w.id,
+        kind=w.kind,
+        test=w.test,
+        status=judged.status,
+        why=judged.why,
+        duration_s=round(outcome.duration, 4) if outcome else 0.0,
+        timeout_s=w.timeout,
+        evidence=dict(outcome.evidence) if outcome else {},
+        bounds=checks,
+        reason=w.reason,
+        message=bad.message if bad else "",
+        location=bad.location if bad else "",
+        failure=bad.failure if bad else "",
+        hypothesis=hyp,
         nodes=tuple(NodeEntry(n.nodeid, n.outcome, round(n.duration, 4)) for n in nodes),
-        evidence_per_node=outcome.per_node if outcome else False)
+        evidence_per_node=outcome.per_node if outcome else False,
+    )
 
 
 def _liar_result(card: Card, lv: LiarVerdict, run: CardRun) -> LiarResult:
     lrun = next((r for r in run.outcomes.liars if r.name == lv.name), None)
     outcomes = {o.witness_id: o for o in (lrun.witnesses if lrun else ())}
-    return LiarResult(lv.name, lv.caught, tuple(lv.caught_by), lv.status, lv.why,
-                      round(lrun.duration, 4) if lrun else 0.0,
-                      tuple(_witness_result(w, outcomes.get(w.id), j) for w, j in zip(card.witnesses, lv.witnesses)),
-                      node=lrun.node if lrun else "")
+    return LiarResult(
+        lv.name,
+        lv.caught,
+        tuple(lv.caught_by),
+        lv.status,
+        lv.why,
+        round(lrun.duration, 4) if lrun else 0.0,
+        tuple(_witness_result(w, outcomes.get(w.id), j) for w, j in zip(card.witnesses, lv.witnesses, strict=False)),
+        node=lrun.node if lrun else "",
+    )
 
 
 def _detail(verdict: str, entries: Iterable[WitnessResult], liars: tuple[LiarResult, ...]) -> str:
@@ -148,42 +187,74 @@ def _detail(verdict: str, entries: Iterable[WitnessResult], liars: tuple[LiarRes
             text = " ".join(lines)
             return (text if len(text) <= 160 else text[:157] + "...") + f" (seed {hyp.get('seed')})"
     if liars and any(entry.status != LiarStatus.NOT_RUN for entry in liars):
-        parts = [f"{entry.name} caught by {', '.join(entry.caught_by)}" if entry.caught else
-                 f"{entry.name} {entry.status}" for entry in liars]
+        parts = [
+            f"{entry.name} caught by {', '.join(entry.caught_by)}" if entry.caught else f"{entry.name} {entry.status}"
+            for entry in liars
+        ]
         return "liars: " + "; ".join(parts)
     return ""
 
 
-def card_result(rep: CardReport, settings: "RunSettings") -> CardResult:
+def card_result(rep: CardReport, settings: RunSettings) -> CardResult:
     """One card that ran in this run, judged."""
     card, run, v = rep.card, rep.run, rep.verdict
     replay = replay_command(settings, card.id)
     w_out = {o.witness_id: o for o in run.outcomes.witnesses}
     c_out = {o.witness_id: o for o in run.outcomes.controls}
-    witnesses = tuple(_witness_result(w, w_out.get(w.id), j, replay) for w, j in zip(card.witnesses, v.witnesses))
-    controls = tuple(_witness_result(c, c_out.get(c.id), j, replay) for c, j in zip(card.controls, v.controls))
+    witnesses = tuple(
+        _witness_result(w, w_out.get(w.id), j, replay) for w, j in zip(card.witnesses, v.witnesses, strict=False)
+    )
+    controls = tuple(
+        _witness_result(c, c_out.get(c.id), j, replay) for c, j in zip(card.controls, v.controls, strict=False)
+    )
     liars = tuple(_liar_result(card, lv, run) for lv in v.liars)
     counts = Counts(
-        witnesses_passed=sum(w.status == Outcome.PASSED for w in witnesses), witnesses_total=len(witnesses),
-        controls_held=sum(c.status == Outcome.PASSED for c in controls), controls_total=len(controls),
-        liars_caught=sum(entry.caught for entry in liars), liars_total=len(liars),
-        liars_run=sum(entry.status != LiarStatus.NOT_RUN for entry in liars))
+        witnesses_passed=sum(w.status == Outcome.PASSED for w in witnesses),
+        witnesses_total=len(witnesses),
+        controls_held=sum(c.status == Outcome.PASSED for c in controls),
+        controls_total=len(controls),
+        liars_caught=sum(entry.caught for entry in liars),
+        liars_total=len(liars),
+        liars_run=sum(entry.status != LiarStatus.NOT_RUN for entry in liars),
+    )
     return CardResult(
-        id=card.id, title=card.title, module=card.module, regime=card.regime, version=card.version,
-        fingerprint=card.fingerprint, card_path=card.display_path, tags=card.tags, requires=card.requires,
-        refs=card.refs, theorem=card.theorem, proof=card.proof, notes=card.notes, verdict=v.verdict,
-        reason=v.reason, duration_s=round(run.duration, 3), headline=headline(witnesses), counts=counts,
-        detail=_detail(v.verdict, witnesses + controls, liars), replayed_from=None,
-        bound_files=rep.bound_files, witnesses=witnesses, controls=controls, liars=liars,
-        honest_s=round(run.honest_s, 3), bound_digest=digest(rep.bound_files), mutation=rep.mutation,
-        honest_node=run.honest_node)
+        id=card.id,
+        title=card.title,
+        module=card.module,
+        regime=card.regime,
+        version=card.version,
+        fingerprint=card.fingerprint,
+        card_path=card.display_path,
+        tags=card.tags,
+        requires=card.requires,
+        refs=card.refs,
+        theorem=card.theorem,
+        proof=card.proof,
+        notes=card.notes,
+        verdict=v.verdict,
+        reason=v.reason,
+        duration_s=round(run.duration, 3),
+        headline=headline(witnesses),
+        counts=counts,
+        detail=_detail(v.verdict, witnesses + controls, liars),
+        replayed_from=None,
+        bound_files=rep.bound_files,
+        witnesses=witnesses,
+        controls=controls,
+        liars=liars,
+        honest_s=round(run.honest_s, 3),
+        bound_digest=digest(rep.bound_files),
+        mutation=rep.mutation,
+        honest_node=run.honest_node,
+    )
 
 
 def replayed_result(rep: Replayed) -> CardResult:
     """The original result, marked as replayed; ``duration_s`` 0 (this run spent nothing on it)."""
     entry = rep.entry
-    return replace(entry, replayed_from=ReplayedFrom(rep.run_id, rep.started, rep.report_dir, entry.duration_s),
-                   duration_s=0.0)
+    return replace(
+        entry, replayed_from=ReplayedFrom(rep.run_id, rep.started, rep.report_dir, entry.duration_s), duration_s=0.0
+    )
 
 
 def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None) -> Timing:
@@ -201,21 +272,31 @@ def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None
         nodes = c.witnesses + c.controls
         slow = max(nodes, key=lambda w: w.duration_s, default=None)
         slow_liar = max(liars, key=lambda entry: entry.duration_s, default=None)
-        rows.append(TimingRow(
-            id=c.id, total_s=round(c.duration_s, 3), honest_s=round(c.honest_s, 3),
-            startup_s=round(max(c.honest_s - sum(w.duration_s for w in nodes), 0.0), 3),
-            liars_s=round(sum(entry.duration_s for entry in liars), 3), liar_runs=len(liars),
-            slowest_witness=Slowest(slow.id, slow.duration_s) if slow else None,
-            slowest_liar=SlowestLiar(slow_liar.name, slow_liar.duration_s) if slow_liar else None,
-            nodes=tuple(dict.fromkeys(n for n in (c.honest_node, *(entry.node for entry in liars)) if n))))
+        rows.append(
+            TimingRow(
+                id=c.id,
+                total_s=round(c.duration_s, 3),
+                honest_s=round(c.honest_s, 3),
+                startup_s=round(max(c.honest_s - sum(w.duration_s for w in nodes), 0.0), 3),
+                liars_s=round(sum(entry.duration_s for entry in liars), 3),
+                liar_runs=len(liars),
+                slowest_witness=Slowest(slow.id, slow.duration_s) if slow else None,
+                slowest_liar=SlowestLiar(slow_liar.name, slow_liar.duration_s) if slow_liar else None,
+                nodes=tuple(dict.fromkeys(n for n in (c.honest_node, *(entry.node for entry in liars)) if n)),
+            )
+        )
     rows.sort(key=lambda r: -r.total_s)
-    return Timing(wall_s=None if wall_s is None else round(wall_s, 3), jobs=jobs,
-                  process_s=round(sum(r.total_s for r in rows), 3),
-                  processes=sum(1 + r.liar_runs for r in rows if r.total_s > 0),
-                  replayed=sum(1 for c in cards if c.replayed_from), cards=tuple(rows))
+    return Timing(
+        wall_s=None if wall_s is None else round(wall_s, 3),
+        jobs=jobs,
+        process_s=round(sum(r.total_s for r in rows), 3),
+        processes=sum(1 + r.liar_runs for r in rows if r.total_s > 0),
+        replayed=sum(1 for c in cards if c.replayed_from),
+        cards=tuple(rows),
+    )
 
 
-def replay_command(settings: "RunSettings | RunHeader", card_id: str) -> str:
+def replay_command(settings: RunSettings | RunHeader, card_id: str) -> str:
     """The command that reruns one card with this run's profile and seed (and its cards folder if not the default)."""
     cards = ""
     root, folder = settings.root, settings.cards_dir
@@ -245,8 +326,15 @@ class RunSettings:
     executor: str | None = None
 
 
-def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport | Replayed], *,
-          finished: str | None = None, wall_s: float | None = None, claims: tuple[Claim, ...] = ()) -> RunDocument:
+def build(
+    prov: Provenance,
+    settings: RunSettings,
+    reports: Iterable[CardReport | Replayed],
+    *,
+    finished: str | None = None,
+    wall_s: float | None = None,
+    claims: tuple[Claim, ...] = (),
+) -> RunDocument:
     """The run document, cards in card order.
 
     Adds to ``prov`` and ``settings`` the schema name and version, the
@@ -261,11 +349,26 @@ def build(prov: Provenance, settings: RunSettings, reports: Iterable[CardReport 
     not_proven = tuple(NotProven(c.id, c.verdict, c.reason) for c in cards if c.verdict != Verdict.PROVEN)
     summary = Summary(len(cards), counts, by_regime, gate, not_proven, sum(1 for c in cards if c.replayed_from))
     header = RunHeader(
-        schema=SCHEMA, schema_version=SCHEMA_VERSION, started=prov.started, git=prov.git, host=prov.host,
-        versions=prov.versions, profile=settings.profile, seed=settings.seed, liars=settings.liars,
-        default_timeout_s=settings.default_timeout_s, command=settings.command, root=settings.root,
-        cards_dir=settings.cards_dir, jobs=settings.jobs, changed=settings.changed, finished=finished,
+        schema=SCHEMA,
+        schema_version=SCHEMA_VERSION,
+        started=prov.started,
+        git=prov.git,
+        host=prov.host,
+        versions=prov.versions,
+        profile=settings.profile,
+        seed=settings.seed,
+        liars=settings.liars,
+        default_timeout_s=settings.default_timeout_s,
+        command=settings.command,
+        root=settings.root,
+        cards_dir=settings.cards_dir,
+        jobs=settings.jobs,
+        changed=settings.changed,
+        finished=finished,
         duration_s=round(wall_s if wall_s is not None else sum(c.duration_s for c in cards), 3),
-        summary=summary, numerics=settings.numerics, launcher=settings.launcher,
-        executor=settings.executor)
+        summary=summary,
+        numerics=settings.numerics,
+        launcher=settings.launcher,
+        executor=settings.executor,
+    )
     return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)

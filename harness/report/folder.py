@@ -19,19 +19,21 @@ partial folder is removed (or, after a SIGKILL, left hidden under its
 rename and COMMIT: the folder is moved out of the way again, so the ledger
 and the folders agree. A folder under its final name is always complete.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from harness.document import RunDocument
 from harness.ledger import FILENAME, Ledger, PastVerdict
+from harness.procs import pid_alive
 from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
-from harness.procs import pid_alive
 
 PARTIAL = ".partial-"
 LATEST = "latest"
@@ -100,8 +102,9 @@ def write_cards(folder: Path, doc: RunDocument, root: Path | None = None) -> Non
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
-def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None,
-                comparison: Any = None) -> None:
+def write_files(
+    folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None, comparison: Any = None
+) -> None:
     """The four report files (the document's JSON form, three renderings of its view) and the cards as run;
     with a --baseline comparison also compare.json and compare.md."""
     folder.mkdir(parents=True)
@@ -111,8 +114,9 @@ def write_files(folder: Path, doc: RunDocument, view: Mapping[str, Any], root: P
 
         from harness.report import compare as compare_report
 
-        (folder / "compare.json").write_text(json.dumps(compare_report.to_json(comparison), indent=2,
-                                                        ensure_ascii=False) + "\n", encoding="utf-8")
+        (folder / "compare.json").write_text(
+            json.dumps(compare_report.to_json(comparison), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         (folder / "compare.md").write_text(compare_report.to_markdown(comparison), encoding="utf-8")
     (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8")
     (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
@@ -148,8 +152,9 @@ def point_latest(reports: Path, name: str) -> str:
         return page.name
 
 
-def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None, *,
-            comparison: Any = None) -> Path:
+def publish(
+    reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None, *, comparison: Any = None
+) -> Path:
     """Write the dated report folder for ``doc`` and record the run in the ledger; returns the folder.
 
     ``ledger`` defaults to ``reports/ledger.sqlite``. History shown in the
@@ -170,15 +175,20 @@ def publish(reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None =
             tmp = reports / f"{PARTIAL}{name}-{os.getpid()}"
             moved = False
 
-            def move_into_place() -> None:
+            def move_into_place(tmp: Path = tmp, final: Path = final) -> None:
                 nonlocal moved
                 os.rename(tmp, final)  # NOTE: fails if another run took the name meanwhile; we retry
                 moved = True
 
             retry = False
             try:
-                write_files(tmp, doc, build_view(doc, past, root=root, report_dir=name, trends=trends,
-                                                 comparison=comparison), root, comparison)
+                write_files(
+                    tmp,
+                    doc,
+                    build_view(doc, past, root=root, report_dir=name, trends=trends, comparison=comparison),
+                    root,
+                    comparison,
+                )
                 ledger.record(doc, report_dir=name, before_commit=move_into_place)
             except BaseException as exc:
                 if moved:  # COMMIT did not happen: take the folder back out of sight

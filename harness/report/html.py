@@ -5,12 +5,14 @@ jinja2 with autoescaping on and undefined names as errors; the template
 network and needs no script: the "not PROVEN only" filter is a checkbox
 and a CSS rule. Computes nothing; see :mod:`harness.report.view`.
 """
+
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -34,9 +36,15 @@ def _bytecode_cache():
 def _env():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True, bytecode_cache=_bytecode_cache())
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        bytecode_cache=_bytecode_cache(),
+    )
 
 
 def render(view: Mapping[str, Any]) -> str:
@@ -45,7 +53,12 @@ def render(view: Mapping[str, Any]) -> str:
 
 def redirect_page(target: str) -> str:
     """A page that sends the browser to ``target`` (``reports/latest.html`` where symlinks fail)."""
-    return _env().from_string(
-        '<!doctype html><meta charset="utf-8"><title>kvproof: latest report</title>'
-        '<meta http-equiv="refresh" content="0; url={{ t }}">'
-        '<p>The latest report is <a href="{{ t }}">{{ t }}</a>.</p>\n').render(t=target)
+    return (
+        _env()
+        .from_string(
+            '<!doctype html><meta charset="utf-8"><title>kvproof: latest report</title>'
+            '<meta http-equiv="refresh" content="0; url={{ t }}">'
+            '<p>The latest report is <a href="{{ t }}">{{ t }}</a>.</p>\n'
+        )
+        .render(t=target)
+    )

@@ -1,4 +1,5 @@
 """The verdicts document as standard JSON (``--json PATH`` and ``verdicts.json``)."""
+
 from __future__ import annotations
 
 import json

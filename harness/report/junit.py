@@ -14,10 +14,12 @@ The witness lines go to ``<system-out>``. A verdict replayed by ``--changed``
 says "replayed from <date>" there and carries a ``kvproof.replayed_from``
 property; its ``time`` is 0 (this run spent nothing on it). Computes nothing.
 """
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from harness.statuses import Verdict
 
@@ -33,14 +35,19 @@ def _lines(card: Mapping[str, Any]) -> str:
     out = [f"{card['id']}: {card['title']}", f"verdict {card['verdict']}: {card['reason']}"]
     if card["replayed"]:
         src = card["replayed_from"]
-        out.append(f"{card['replayed']} (run {src['run_id']}, report {src.get('report_dir') or '–'}): "
-                   "not run again, its bound files are unchanged")
+        out.append(
+            f"{card['replayed']} (run {src['run_id']}, report {src.get('report_dir') or '–'}): "
+            "not run again, its bound files are unchanged"
+        )
     if card["headline"]:
         out.append(f"headline {card['headline']['text']}")
     for w in card["witnesses"] + card["controls"]:
         checks = "; ".join(c["text"] for c in w["checks"])
-        out.append(f"  {w['kind']} {w['id']} {w['status']} {w['duration_s']:.3f} s {w['test']}"
-                   + (f" [{checks}]" if checks else "") + (f" — {w['why']}" if w["why"] else ""))
+        out.append(
+            f"  {w['kind']} {w['id']} {w['status']} {w['duration_s']:.3f} s {w['test']}"
+            + (f" [{checks}]" if checks else "")
+            + (f" — {w['why']}" if w["why"] else "")
+        )
     for entry in card["liars"]:
         who = "caught by " + ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
         out.append(f"  liar {entry['name']} {who}")
@@ -67,20 +74,38 @@ def render(view: Mapping[str, Any]) -> str:
     failures = sum(c["verdict"] in (Verdict.FAILED, Verdict.VACUOUS, Verdict.UNVERIFIED) for c in cards)
     errors = sum(c["verdict"] == "ERROR" for c in cards)
     total_time = sum(c["duration_s"] for c in cards)
-    common = {"tests": str(len(cards)), "failures": str(failures), "errors": str(errors), "skipped": "0",
-              "time": f"{total_time:.3f}"}
+    common = {
+        "tests": str(len(cards)),
+        "failures": str(failures),
+        "errors": str(errors),
+        "skipped": "0",
+        "time": f"{total_time:.3f}",
+    }
     root = ET.Element("testsuites", {"name": "kvproof", **common})
-    suite = ET.SubElement(root, "testsuite", {"name": "kvproof", **common, "timestamp": head["timestamp"],
-                                              "hostname": _text(head["host"])})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {"name": "kvproof", **common, "timestamp": head["timestamp"], "hostname": _text(head["host"])},
+    )
     props = ET.SubElement(suite, "properties")
     for name, value in view["properties"]:
         ET.SubElement(props, "property", {"name": name, "value": _text(value)})
     for c in cards:
-        case = ET.SubElement(suite, "testcase", {"classname": f"kvproof.{c['module']}", "name": _text(c["id"]),
-                                                 "file": _text(c["card_path"]), "time": f"{c['duration_s']:.3f}"})
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {
+                "classname": f"kvproof.{c['module']}",
+                "name": _text(c["id"]),
+                "file": _text(c["card_path"]),
+                "time": f"{c['duration_s']:.3f}",
+            },
+        )
         if c["replayed"]:
             props = ET.SubElement(case, "properties")
-            ET.SubElement(props, "property", {"name": "kvproof.replayed_from", "value": _text(c["replayed_from"]["started"])})
+            ET.SubElement(
+                props, "property", {"name": "kvproof.replayed_from", "value": _text(c["replayed_from"]["started"])}
+            )
         if c["verdict"] != Verdict.PROVEN:
             tag = "error" if c["verdict"] == Verdict.ERROR else "failure"
             el = ET.SubElement(case, tag, {"type": c["verdict"], "message": _text(f"{c['verdict']}: {c['reason']}")})

@@ -9,10 +9,12 @@ surviving mutants) and per card its score, survivors as ``diff`` blocks,
 equivalent and broken mutants with their reasons and the killed ones.
 Computes nothing; see :mod:`harness.report.view`.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from harness.report.data import fraction, liars_fraction
 from harness.statuses import Verdict
@@ -65,8 +67,12 @@ def _table(heading: str, columns: str, align: str, rows: list[str]) -> list[str]
 def _mutation(c: Mapping[str, Any]) -> list[str]:
     m = c["mutation"]
     facts = [m["counts"], m["sampled"], m["floor"], m["delta"], m["measured"]]
-    out = ["", f"### {_inline(c['id'])}: mutation score {m['score_text']}", "",
-           f"{m['score_text']} of the scored mutants detected · " + " · ".join(f for f in facts if f)]
+    out = [
+        "",
+        f"### {_inline(c['id'])}: mutation score {m['score_text']}",
+        "",
+        f"{m['score_text']} of the scored mutants detected · " + " · ".join(f for f in facts if f),
+    ]
     if m["stale_text"]:
         out += ["", f"> {m['stale_text']}"]
     if m["reused"]:
@@ -77,54 +83,89 @@ def _mutation(c: Mapping[str, Any]) -> list[str]:
             out += ["", _where(x) + (f" ({x['reused']})" if x["reused"] else "")]
             if x["diff"]:
                 out += ["", *_fence(x["diff"], "diff")]
-    for group, heading in (("equivalent", "Equivalent ({n})**: marked with a reason, not scored"),
-                           ("errors", "Error ({n})**: could not be run, not scored")):
+    for group, heading in (
+        ("equivalent", "Equivalent ({n})**: marked with a reason, not scored"),
+        ("errors", "Error ({n})**: could not be run, not scored"),
+    ):
         if m[group]:
             out += ["", "**" + heading.format(n=len(m[group])), ""]
             out += [f"- {_where(x)} — {_inline(x['detail'] or x['killer'] or '–')}" for x in m[group]]
     if m["detected"]:
-        out += _table(f"<details><summary>{len(m['detected'])} detected (killed or timed out)</summary>",
-                      "| mutant | change | status | caught by |", "|---|---|---|---|",
-                      [f"| {_code_cell(x['key'])} | {_code_cell(x['change'])} | {x['status']} | {_cell(x['killer'])} |"
-                       for x in m["detected"]]) + ["", "</details>"]
+        out += _table(
+            f"<details><summary>{len(m['detected'])} detected (killed or timed out)</summary>",
+            "| mutant | change | status | caught by |",
+            "|---|---|---|---|",
+            [
+                f"| {_code_cell(x['key'])} | {_code_cell(x['change'])} | {x['status']} | {_cell(x['killer'])} |"
+                for x in m["detected"]
+            ],
+        ) + ["", "</details>"]
     return out
 
 
 def _claims(claims: Mapping[str, Any]) -> list[str]:
-    return (["", "## What no theorem constrains", "", f"{claims['summary']}; {claims['surviving_summary']}."]
-            + _table(f"Functions no card claims ({len(claims['unclaimed'])}):", "| file | function |", "|---|---|",
-                     [f"| {_code_cell(r['path'])} | {_code_cell(r['qualname'])} |" for r in claims["unclaimed"]])
-            + _table(f"Claimed functions with surviving mutants ({len(claims['surviving'])}):",
-                     "| function | claimed by | mutants | survived |", "|---|---|--:|--:|",
-                     [f"| {_code_cell(r['name'])} | {_cell(r['cards_text'])} | {r['mutants']} | {r['survived']} |"
-                      for r in claims["surviving"]]))
+    return (
+        ["", "## What no theorem constrains", "", f"{claims['summary']}; {claims['surviving_summary']}."]
+        + _table(
+            f"Functions no card claims ({len(claims['unclaimed'])}):",
+            "| file | function |",
+            "|---|---|",
+            [f"| {_code_cell(r['path'])} | {_code_cell(r['qualname'])} |" for r in claims["unclaimed"]],
+        )
+        + _table(
+            f"Claimed functions with surviving mutants ({len(claims['surviving'])}):",
+            "| function | claimed by | mutants | survived |",
+            "|---|---|--:|--:|",
+            [
+                f"| {_code_cell(r['name'])} | {_cell(r['cards_text'])} | {r['mutants']} | {r['survived']} |"
+                for r in claims["surviving"]
+            ],
+        )
+    )
 
 
 def render(view: Mapping[str, Any]) -> str:
     head, summary = view["header"], view["summary"]
     dirty = " (dirty)" if head["dirty"] else ""
     counts = ", ".join(f"{c['n']} {c['verdict']}" for c in summary["counts"] if c["n"])
-    out = [f"# kvproof verdicts — gate {summary['gate']}", "",
-           f"{head['date']} · commit `{head['commit_short']}`{dirty} · {head['host']} · "
-           f"profile {head['profile']}, seed {head['seed']} · liars {head['liars']} · "
-           f"{counts} of {summary['total']} card(s)"
-           + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "") + f" in {head['duration']}", "",
-           *([f"numerics: {_inline(head['numerics'])}", ""] if head.get("numerics") else []),
-           *([f"witness processes: {_inline(head['launcher'])}", ""] if head.get("launcher") else []),
-           *([f"executor: {_inline(head['executor'])}", ""] if head.get("executor") else []),
-           "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |"
-           + (" mutation |" if summary["mutation"] else ""),
-           "|---|---|:-:|---|---|---|--:|--:|--:|--:|" + ("--:|" if summary["mutation"] else "")]
+    out = [
+        f"# kvproof verdicts — gate {summary['gate']}",
+        "",
+        f"{head['date']} · commit `{head['commit_short']}`{dirty} · {head['host']} · "
+        f"profile {head['profile']}, seed {head['seed']} · liars {head['liars']} · "
+        f"{counts} of {summary['total']} card(s)"
+        + (f" ({summary['replayed']} replayed)" if summary["replayed"] else "")
+        + f" in {head['duration']}",
+        "",
+        *([f"numerics: {_inline(head['numerics'])}", ""] if head.get("numerics") else []),
+        *([f"witness processes: {_inline(head['launcher'])}", ""] if head.get("launcher") else []),
+        *([f"executor: {_inline(head['executor'])}", ""] if head.get("executor") else []),
+        "| card | title | regime | verdict | date | headline | witnesses | controls | liars | time |"
+        + (" mutation |" if summary["mutation"] else ""),
+        "|---|---|:-:|---|---|---|--:|--:|--:|--:|" + ("--:|" if summary["mutation"] else ""),
+    ]
     for c in view["cards"]:
         n = c["counts"]
         verdict = c["verdict"] if c["verdict"] == Verdict.PROVEN else f"**{c['verdict']}**"
-        out.append("| " + " | ".join([
-            _cell(c["id"]), _cell(c["title"]), c["regime"], verdict, _cell(c["replayed"] or c["date"]),
-            _cell(c["headline"]["text"] if c["headline"] else "–"),
-            fraction(n["witnesses_passed"], n["witnesses_total"]), fraction(n["controls_held"], n["controls_total"]),
-            liars_fraction(n),
-            "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s",
-            *([_cell(c["mutation"]["cell"] if c["mutation"] else "—")] if summary["mutation"] else [])]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    _cell(c["id"]),
+                    _cell(c["title"]),
+                    c["regime"],
+                    verdict,
+                    _cell(c["replayed"] or c["date"]),
+                    _cell(c["headline"]["text"] if c["headline"] else "–"),
+                    fraction(n["witnesses_passed"], n["witnesses_total"]),
+                    fraction(n["controls_held"], n["controls_total"]),
+                    liars_fraction(n),
+                    "replayed" if c["replayed"] else f"{c['duration_s']:.2f} s",
+                    *([_cell(c["mutation"]["cell"] if c["mutation"] else "—")] if summary["mutation"] else []),
+                ]
+            )
+            + " |"
+        )
     if summary["changes"]:
         out += ["", "## Changes since the last run", ""]
         out += [f"- **{_inline(ch['id'])}** {ch['text']}" for ch in summary["changes"]]

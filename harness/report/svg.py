@@ -11,12 +11,13 @@ Every picture carries a ``<title>`` and ``role="img"`` with an
 ``aria-label`` that says in words what it shows, and a viewBox so it scales
 with the page (``width: 100%`` up to its natural size).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,15 @@ def _finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
 
 
-def trend(points: Sequence[Point], *, bound: tuple[str, float] | None = None, unit: str = "",
-          title: str = "", width: int = 220, height: int = 48) -> str:
+def trend(
+    points: Sequence[Point],
+    *,
+    bound: tuple[str, float] | None = None,
+    unit: str = "",
+    title: str = "",
+    width: int = 220,
+    height: int = 48,
+) -> str:
     """A line over ``points`` (oldest first) with the bound dashed; '' when no point has a value."""
     vals = _finite([p.value for p in points])
     if not vals:
@@ -63,9 +71,11 @@ def trend(points: Sequence[Point], *, bound: tuple[str, float] | None = None, un
     parts: list[str] = []
     if limit is not None:
         op = escape(bound[0])  # type: ignore[index]
-        parts.append(f'<line class="bound" x1="{pad_l}" x2="{pad_l + w}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
-                     f'stroke="#b42318" stroke-width="1" stroke-dasharray="4 3"><title>bound: {op} {_fmt(limit)}'
-                     f'</title></line>')
+        parts.append(
+            f'<line class="bound" x1="{pad_l}" x2="{pad_l + w}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
+            f'stroke="#b42318" stroke-width="1" stroke-dasharray="4 3"><title>bound: {op} {_fmt(limit)}'
+            f"</title></line>"
+        )
     segment: list[str] = []
     segments: list[list[str]] = []
     for i, p in enumerate(points):
@@ -84,21 +94,31 @@ def trend(points: Sequence[Point], *, bound: tuple[str, float] | None = None, un
         if p.value is None or not math.isfinite(float(p.value)):
             continue
         last = i == n - 1
-        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(float(p.value)):.1f}" r="{2.6 if last else 1.6}" '
-                     f'fill="{"#1f6feb" if last else "#6e9fe6"}"><title>{escape(p.label)}: {_fmt(float(p.value))}'
-                     f'{escape(unit)}</title></circle>')
+        parts.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(float(p.value)):.1f}" r="{2.6 if last else 1.6}" '
+            f'fill="{"#1f6feb" if last else "#6e9fe6"}"><title>{escape(p.label)}: {_fmt(float(p.value))}'
+            f"{escape(unit)}</title></circle>"
+        )
     newest = next((p.value for p in reversed(points) if p.value is not None), None)
     text = f"{_fmt(float(newest))}{unit}" if newest is not None else "–"
-    parts.append(f'<text x="{pad_l + w + 6}" y="{pad_t + h / 2 + 4:.1f}" font-size="11" fill="currentColor">'
-                 f'{escape(text)}</text>')
+    parts.append(
+        f'<text x="{pad_l + w + 6}" y="{pad_t + h / 2 + 4:.1f}" font-size="11" fill="currentColor">'
+        f"{escape(text)}</text>"
+    )
     if limit is not None:
-        parts.append(f'<text x="{pad_l + w + 6}" y="{height - 2}" font-size="9" fill="#b42318">'
-                     f'{escape(bound[0])} {_fmt(limit)}</text>')  # type: ignore[index]
-    label = (f"{title}: {len(vals)} of {n} runs measured, newest {text}, range {_fmt(min(vals))} to "
-             f"{_fmt(max(vals))}{unit}" + (f", bound {bound[0]} {_fmt(limit)}" if limit is not None else ""))  # type: ignore[index]
-    return (f'<svg class="trend" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
-            f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>')
+        parts.append(
+            f'<text x="{pad_l + w + 6}" y="{height - 2}" font-size="9" fill="#b42318">'
+            f"{escape(bound[0])} {_fmt(limit)}</text>"
+        )  # type: ignore[index]
+    label = (
+        f"{title}: {len(vals)} of {n} runs measured, newest {text}, range {_fmt(min(vals))} to "
+        f"{_fmt(max(vals))}{unit}" + (f", bound {bound[0]} {_fmt(limit)}" if limit is not None else "")
+    )  # type: ignore[index]
+    return (
+        f'<svg class="trend" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+        f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>'
+    )
 
 
 @dataclass(frozen=True)
@@ -123,21 +143,29 @@ def measure_bars(bars: Sequence[Bar], *, width: int = 420, row: int = 40) -> str
     for i, b in enumerate(rows):
         top = pad + i * row
         scale_to = max([abs(v) for v in _finite([b.before, b.after, b.limit])] or [1.0]) or 1.0
-        parts.append(f'<text x="0" y="{top + 10}" font-size="10" fill="currentColor">{escape(b.label[:70])}'
-                     f'<title>{escape(b.label)}</title></text>')
+        parts.append(
+            f'<text x="0" y="{top + 10}" font-size="10" fill="currentColor">{escape(b.label[:70])}'
+            f"<title>{escape(b.label)}</title></text>"
+        )
         for j, (val, color) in enumerate(((b.before, "#9aa4b2"), (b.after, "#b42318" if b.regression else "#1f6feb"))):
             if val is None or not math.isfinite(val):
                 continue
             length = max(1.0, abs(val) / scale_to * bar_w)
-            parts.append(f'<rect x="0" y="{top + 14 + j * 10}" width="{length:.1f}" height="8" fill="{color}">'
-                         f'<title>{"before" if j == 0 else "after"}: {_fmt(val)}</title></rect>')
+            parts.append(
+                f'<rect x="0" y="{top + 14 + j * 10}" width="{length:.1f}" height="8" fill="{color}">'
+                f"<title>{'before' if j == 0 else 'after'}: {_fmt(val)}</title></rect>"
+            )
         if b.limit is not None and math.isfinite(b.limit):
             lx = abs(b.limit) / scale_to * bar_w
-            parts.append(f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{top + 12}" y2="{top + 34}" stroke="#b42318" '
-                         f'stroke-dasharray="3 2"><title>bound {_fmt(b.limit)}</title></line>')
+            parts.append(
+                f'<line x1="{lx:.1f}" x2="{lx:.1f}" y1="{top + 12}" y2="{top + 34}" stroke="#b42318" '
+                f'stroke-dasharray="3 2"><title>bound {_fmt(b.limit)}</title></line>'
+            )
         after = "–" if b.after is None else _fmt(b.after)
         parts.append(f'<text x="{bar_w + 6}" y="{top + 30}" font-size="10" fill="currentColor">{escape(after)}</text>')
     label = f"{len(rows)} measure(s) before (grey) and after (blue, red if regressed), against their bounds"
-    return (f'<svg class="bars" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
-            f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>')
+    return (
+        f'<svg class="bars" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+        f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>'
+    )

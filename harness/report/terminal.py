@@ -1,22 +1,30 @@
 """Render the verdicts document, cards and problems to a rich console. Computes nothing."""
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from harness.report.data import fraction, liars_fraction
-from harness.statuses import CardState, Gate, Verdict
 from harness.report.view import mutation_view, replayed_text
+from harness.statuses import CardState, Gate, Verdict
 
-STYLE = {Verdict.PROVEN: "bold green", Verdict.FAILED: "bold red", Verdict.VACUOUS: "bold magenta",
-         Verdict.UNVERIFIED: "bold yellow", Verdict.ERROR: "bold white on red", CardState.STALE: "bold cyan"}
+STYLE = {
+    Verdict.PROVEN: "bold green",
+    Verdict.FAILED: "bold red",
+    Verdict.VACUOUS: "bold magenta",
+    Verdict.UNVERIFIED: "bold yellow",
+    Verdict.ERROR: "bold white on red",
+    CardState.STALE: "bold cyan",
+}
 
 
 def console(stderr: bool = False) -> Console:
@@ -44,8 +52,11 @@ def render_mutation(console: Console, card_id: str, m: Mapping[str, Any], indent
     """A card's mutation score in one line, then its surviving mutants (key and change), at most a few."""
     facts = [m["counts"], m["stale_text"] or m["floor"], m["measured"], m["delta"]]
     style = "cyan" if m["stale"] else ("red" if m["holds"] is False else "bold")
-    console.print(f"{indent}[bold]{escape(card_id)}[/] mutation [{style}]{escape(m['score_text'])}[/]: "
-                  + escape(" · ".join(f for f in facts if f)), soft_wrap=True)
+    console.print(
+        f"{indent}[bold]{escape(card_id)}[/] mutation [{style}]{escape(m['score_text'])}[/]: "
+        + escape(" · ".join(f for f in facts if f)),
+        soft_wrap=True,
+    )
     for x in m["survived"][:SURVIVORS_SHOWN]:
         console.print(f"{indent}    survived [bold]{escape(x['key'])}[/]  {escape(x['change'])}", soft_wrap=True)
     more = len(m["survived"]) - SURVIVORS_SHOWN
@@ -57,29 +68,40 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
     """The results table, then one or two lines per card that is not PROVEN, then the gate (from the report view)."""
     head, s = view["header"], view["summary"]
     table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
-    for name, kw in (("id", {"no_wrap": True}), ("title", {"overflow": "fold", "ratio": 1}),
-                     ("regime", {"justify": "center"}), ("verdict", {"no_wrap": True}),
-                     ("witnesses", {"justify": "right"}), ("controls", {"justify": "right"}),
-                     ("liars", {"justify": "right"}), ("headline", {"no_wrap": True}),
-                     ("time", {"justify": "right", "overflow": "fold"}),
-                     *((("mutation", {"justify": "right", "no_wrap": True}),) if s.get("mutation") else ())):
+    for name, kw in (
+        ("id", {"no_wrap": True}),
+        ("title", {"overflow": "fold", "ratio": 1}),
+        ("regime", {"justify": "center"}),
+        ("verdict", {"no_wrap": True}),
+        ("witnesses", {"justify": "right"}),
+        ("controls", {"justify": "right"}),
+        ("liars", {"justify": "right"}),
+        ("headline", {"no_wrap": True}),
+        ("time", {"justify": "right", "overflow": "fold"}),
+        *((("mutation", {"justify": "right", "no_wrap": True}),) if s.get("mutation") else ()),
+    ):
         table.add_column(name, **kw)
     for c in view["cards"]:
         n = c["counts"]
-        table.add_row(escape(c["id"]), escape(c["title"]), c["regime"], verdict_text(c["verdict"]),
-                      fraction(n["witnesses_passed"], n["witnesses_total"]),
-                      fraction(n["controls_held"], n["controls_total"]),
-                      liars_fraction(n),
-                      escape(c["headline"]["text"]) if c["headline"] else "–",
-                      f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]" if c.get("replayed_from")
-                      else f"{c['duration_s']:.2f} s",
-                      *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()))
+        table.add_row(
+            escape(c["id"]),
+            escape(c["title"]),
+            c["regime"],
+            verdict_text(c["verdict"]),
+            fraction(n["witnesses_passed"], n["witnesses_total"]),
+            fraction(n["controls_held"], n["controls_total"]),
+            liars_fraction(n),
+            escape(c["headline"]["text"]) if c["headline"] else "–",
+            f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]"
+            if c.get("replayed_from")
+            else f"{c['duration_s']:.2f} s",
+            *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()),
+        )
     console.print(table)
     for c in view["cards"]:
         if c["verdict"] == Verdict.PROVEN:
             continue
-        console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}",
-                      soft_wrap=True)
+        console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}", soft_wrap=True)
         if c["detail"]:
             console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
     for c in view["cards"]:
@@ -87,13 +109,18 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
             render_mutation(console, c["id"], c["mutation"])
     claims = view.get("claims")
     if claims:
-        console.print(f"what no theorem constrains: {escape(claims['summary'])}; "
-                      f"{escape(claims['surviving_summary'])} (tables in index.html)", soft_wrap=True)
+        console.print(
+            f"what no theorem constrains: {escape(claims['summary'])}; "
+            f"{escape(claims['surviving_summary'])} (tables in index.html)",
+            soft_wrap=True,
+        )
     counts = ", ".join(f"{k['n']} {k['verdict']}" for k in s["counts"] if k["n"])
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
-    console.print(f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration']} "
-                  f"(profile {head['profile']}, seed {head['seed']})")
+    console.print(
+        f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration']} "
+        f"(profile {head['profile']}, seed {head['seed']})"
+    )
 
 
 def render_timing(console: Console, timing: dict[str, Any]) -> None:
@@ -111,17 +138,23 @@ def render_timing(console: Console, timing: dict[str, Any]) -> None:
         table.add_column("nodes", overflow="fold", ratio=1)
     for r in timing["cards"]:
         w, lv = r["slowest_witness"], r["slowest_liar"]
-        row = [escape(r["id"]), f"{r['total_s']:.1f} s", f"{r['honest_s']:.1f} s", f"{r['startup_s']:.1f} s",
-               f"{r['liars_s']:.1f} s ({r['liar_runs']})" if r["liar_runs"] else "–",
-               f"{escape(w['id'])} {w['duration_s']:.1f} s" if w else "–",
-               f"{escape(lv['name'])} {lv['duration_s']:.1f} s" if lv else "–"]
+        row = [
+            escape(r["id"]),
+            f"{r['total_s']:.1f} s",
+            f"{r['honest_s']:.1f} s",
+            f"{r['startup_s']:.1f} s",
+            f"{r['liars_s']:.1f} s ({r['liar_runs']})" if r["liar_runs"] else "–",
+            f"{escape(w['id'])} {w['duration_s']:.1f} s" if w else "–",
+            f"{escape(lv['name'])} {lv['duration_s']:.1f} s" if lv else "–",
+        ]
         if on_nodes:
             row.append(escape(", ".join(r.get("nodes") or ())) or "–")
         table.add_row(*row)
     jobs = f" with -j {timing['jobs']}" if timing.get("jobs") else ""
     wall = f" in {timing['wall_s']:.1f} s wall{jobs}" if timing.get("wall_s") is not None else ""
-    console.print(f"time per card, slowest first: {timing['process_s']:.1f} s in {timing['processes']} "
-                  f"witness process(es){wall}")
+    console.print(
+        f"time per card, slowest first: {timing['process_s']:.1f} s in {timing['processes']} witness process(es){wall}"
+    )
     console.print(table)
 
 
@@ -137,15 +170,25 @@ def render_list(console: Console, cards: Iterable[Any]) -> None:
     for col in ("id", "regime", "title", "witnesses", "controls", "liars", "tags", "file"):
         table.add_column(col, overflow="fold")
     for c in cards:
-        table.add_row(escape(c.id), c.regime, escape(c.title), str(len(c.witnesses)), str(len(c.controls)),
-                      str(len(c.liars)), escape(", ".join(c.tags)), escape(c.display_path))
+        table.add_row(
+            escape(c.id),
+            c.regime,
+            escape(c.title),
+            str(len(c.witnesses)),
+            str(len(c.controls)),
+            str(len(c.liars)),
+            escape(", ".join(c.tags)),
+            escape(c.display_path),
+        )
     console.print(table)
 
 
 def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_note: str) -> None:
     """``show ID``: the card's fields, then its last verdict (or why there is none)."""
-    console.print(f"[bold]{escape(card.id)}[/] — {escape(card.title)}  "
-                  f"[dim](regime {card.regime}, version {card.version}, {escape(card.display_path)})[/]")
+    console.print(
+        f"[bold]{escape(card.id)}[/] — {escape(card.title)}  "
+        f"[dim](regime {card.regime}, version {card.version}, {escape(card.display_path)})[/]"
+    )
     console.print(f"[bold]module[/] {escape(card.module)}")
     console.print(f"[bold]theorem[/] {escape(card.theorem)}", soft_wrap=True)
     console.print(f"[bold]proof[/] {escape(card.proof)}", soft_wrap=True)
@@ -168,8 +211,11 @@ def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_n
         console.print(f"[bold]last verdict[/] {escape(last_note)}")
         return
     replayed = f" ({replayed_text(last['replayed_from']['started'])})" if last.get("replayed_from") else ""
-    console.print(f"[bold]last verdict[/] {verdict_text(last['verdict'])} on {escape(last['run_started'])}{replayed}"
-                  f"{escape(last_note)}: {escape(last['reason'])}", soft_wrap=True)
+    console.print(
+        f"[bold]last verdict[/] {verdict_text(last['verdict'])} on {escape(last['run_started'])}{replayed}"
+        f"{escape(last_note)}: {escape(last['reason'])}",
+        soft_wrap=True,
+    )
     for entry in last.get("liars", []):
         who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
         console.print(f"  liar {escape(entry['name'])}: {escape(who)}")
@@ -188,8 +234,13 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
     table = Table(header_style="bold", pad_edge=False)
     rows = list(rows)
     scores = any(getattr(r, "mutation", "") for r in rows)
-    for name, kw in (("id", {"no_wrap": True}), ("state", {"no_wrap": True}), ("last run", {"no_wrap": True}),
-                     ("headline", {"no_wrap": True}), ("why", {"overflow": "fold", "ratio": 1})):
+    for name, kw in (
+        ("id", {"no_wrap": True}),
+        ("state", {"no_wrap": True}),
+        ("last run", {"no_wrap": True}),
+        ("headline", {"no_wrap": True}),
+        ("why", {"overflow": "fold", "ratio": 1}),
+    ):
         table.add_column(name, **kw)
     if scores:
         table.add_column("mutation score", overflow="fold")
@@ -199,8 +250,11 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
             table.add_row(escape(r.card_id), "[dim]never run[/]", "–", "–", escape(r.title), *extra)
             continue
         state = verdict_text(r.state) + (f" (was {verdict_text(r.last.verdict)})" if r.state == CardState.STALE else "")
-        why = ("changed since: " + ", ".join(r.changed)) if r.changed else \
-            ("" if r.state == Verdict.PROVEN else r.last.reason)
+        why = (
+            ("changed since: " + ", ".join(r.changed))
+            if r.changed
+            else ("" if r.state == Verdict.PROVEN else r.last.reason)
+        )
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
         table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why), *extra)
     console.print(table)
@@ -214,23 +268,43 @@ def render_runs(console: Console, runs: Iterable[dict[str, Any]]) -> None:
     for r in runs:
         gate = "[bold green]PASS[/]" if r["gate"] == Gate.PASS else "[bold red]FAIL[/]"
         commit = (r["git_commit"] or "–")[:12] + (" dirty" if r["git_dirty"] else "")
-        table.add_row(str(r["run_id"]), _when(r["started"]), gate, str(r["cards"]), commit, str(r["profile"]),
-                      str(r["seed"]), escape(r["report_dir"] or "–"))
+        table.add_row(
+            str(r["run_id"]),
+            _when(r["started"]),
+            gate,
+            str(r["cards"]),
+            commit,
+            str(r["profile"]),
+            str(r["seed"]),
+            escape(r["report_dir"] or "–"),
+        )
     console.print(table)
 
 
 def render_history(console: Console, card_id: str, rows: Iterable[tuple[Any, dict[str, Any]]]) -> None:
     """``history ID``: one line per past verdict (oldest first) with its transition."""
     table = Table(title=f"history of {escape(card_id)}", header_style="bold", pad_edge=False)
-    for name, kw in (("started", {"no_wrap": True}), ("verdict", {"no_wrap": True}), ("change", {}),
-                     ("headline", {"no_wrap": True}), ("commit", {"no_wrap": True}), ("report", {"no_wrap": True})):
+    for name, kw in (
+        ("started", {"no_wrap": True}),
+        ("verdict", {"no_wrap": True}),
+        ("change", {}),
+        ("headline", {"no_wrap": True}),
+        ("commit", {"no_wrap": True}),
+        ("report", {"no_wrap": True}),
+    ):
         table.add_column(name, **kw)
     for past, mark in rows:
         change = mark["change"]
         text = "" if change is None or change["kind"] == "first" else change["text"]
         commit = (past.git_commit or "–")[:12] + (" dirty" if past.git_dirty else "")
-        table.add_row(_when(past.started), verdict_text(past.verdict), escape(text), escape(past.headline or "–"),
-                      commit, escape(past.report_dir or "–"))
+        table.add_row(
+            _when(past.started),
+            verdict_text(past.verdict),
+            escape(text),
+            escape(past.headline or "–"),
+            commit,
+            escape(past.report_dir or "–"),
+        )
     console.print(table)
 
 
@@ -251,27 +325,46 @@ class TerminalReporter:
         where = f"-j {req.jobs}{threads}"
         ex = getattr(req, "executor", None)
         if ex is not None and ex.kind == "ray":
-            where = (f"on the Ray cluster at {ex.address}" if ex.address else "on a local Ray cluster") + \
-                (f", -j {req.jobs}" if ex.jobs_given else ", a job per CPU") + " (1 BLAS thread each)"
-        self.console.print(f"kvproof: {len(selected)} card(s) from {self.shown(req.cards_dir)}, profile "
-                           f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
-                           f"{where}", soft_wrap=True)
+            where = (
+                (f"on the Ray cluster at {ex.address}" if ex.address else "on a local Ray cluster")
+                + (f", -j {req.jobs}" if ex.jobs_given else ", a job per CPU")
+                + " (1 BLAS thread each)"
+            )
+        self.console.print(
+            f"kvproof: {len(selected)} card(s) from {self.shown(req.cards_dir)}, profile "
+            f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
+            f"{where}",
+            soft_wrap=True,
+        )
         if req.changed:
             names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
-            self.console.print(f"--changed: {len(replayed)} card(s) replayed (bound files unchanged since their last "
-                               f"PROVEN verdict), {len(to_run)} to run{names}", soft_wrap=True)
+            self.console.print(
+                f"--changed: {len(replayed)} card(s) replayed (bound files unchanged since their last "
+                f"PROVEN verdict), {len(to_run)} to run{names}",
+                soft_wrap=True,
+            )
         if getattr(req, "rerun_failed", False):
             names = f": {', '.join(c.id for c in to_run)}" if to_run else ""
-            self.console.print(f"--rerun-failed: {len(replayed)} card(s) replayed (latest verdict PROVEN, bound files "
-                               f"unchanged), {len(to_run)} to run (not PROVEN last time, changed, or never run)"
-                               f"{names}", soft_wrap=True)
+            self.console.print(
+                f"--rerun-failed: {len(replayed)} card(s) replayed (latest verdict PROVEN, bound files "
+                f"unchanged), {len(to_run)} to run (not PROVEN last time, changed, or never run)"
+                f"{names}",
+                soft_wrap=True,
+            )
 
     @contextmanager
     def progress(self, total: int):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=self.console, transient=True, disable=not self.console.is_terminal) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        ) as bar:
             task = bar.add_task("starting", total=total)
 
             def on_start(job, running) -> None:
@@ -284,8 +377,10 @@ class TerminalReporter:
                 now = time.monotonic()
                 if not self.console.is_terminal and (now - last[0] >= PLAIN_PROGRESS_S or settled >= total):
                     last[0] = now  # no bar in a log: a line now and then, so a long run shows it is alive
-                    self.console.print(f"progress: {settled}/{total} process(es) done, "
-                                       f"{bar.tasks[0].elapsed or 0:.0f} s", soft_wrap=True)
+                    self.console.print(
+                        f"progress: {settled}/{total} process(es) done, {bar.tasks[0].elapsed or 0:.0f} s",
+                        soft_wrap=True,
+                    )
 
             yield on_start, on_done
 
@@ -305,9 +400,14 @@ class TerminalReporter:
         render_terminal(self.console, comparison)
 
     def wrote(self, what: str, path: Path) -> None:
-        self.console.print(f"{'wrote' if what == 'json' else what} {self.shown(path) if what != 'json' else path}",
-                           soft_wrap=True)
+        self.console.print(
+            f"{'wrote' if what == 'json' else what} {self.shown(path) if what != 'json' else path}", soft_wrap=True
+        )
 
     def error(self, text: str) -> None:
-        self.err.print(f"run_obligations.py: {escape(text)}" if text.startswith("error") else
-                       f"[yellow]warning[/]: {escape(text.removeprefix('warning: '))}", soft_wrap=True)
+        self.err.print(
+            f"run_obligations.py: {escape(text)}"
+            if text.startswith("error")
+            else f"[yellow]warning[/]: {escape(text.removeprefix('warning: '))}",
+            soft_wrap=True,
+        )

@@ -13,17 +13,19 @@ renderers loop and print.
 
 Reading ref sources is the only I/O; nothing here touches the clock.
 """
+
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from harness.checktext import check_text, fmt_value, unevaluated_text
 from harness.document import RunDocument
 from harness.ledger import PastVerdict
 from harness.refs import RefSite, resolve_ref
-from harness.checktext import check_text, fmt_value, unevaluated_text
 from harness.report.data import replay_command
 from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
 from harness.verdict import observed_summary
@@ -33,8 +35,7 @@ SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted
 FAILURE_LINES = 60  # lines of a failure's text shown
 VALUE_CHARS = 160  # characters of one recorded value shown
 REGIME_NAMES = {"N": "numerical", "A": "algebraic/structural", "C": "integrity", "D": "decision soundness"}
-STATUS_MARK = {Outcome.PASSED: "✓", Outcome.FAILED: "✗", Outcome.ERROR: "!", Outcome.SKIPPED: "–",
-               Outcome.NOT_RUN: "·"}
+STATUS_MARK = {Outcome.PASSED: "✓", Outcome.FAILED: "✗", Outcome.ERROR: "!", Outcome.SKIPPED: "–", Outcome.NOT_RUN: "·"}
 
 
 # ---------------------------------------------------------------- history
@@ -51,32 +52,48 @@ def transition(prev: Mapping[str, Any] | None, cur: Mapping[str, Any]) -> dict[s
         return {"kind": "first", "flaky": False, "text": "first run"}
     if prev["verdict"] == cur["verdict"]:
         return None
-    kind = {Verdict.FAILED: "newly FAILED", Verdict.PROVEN: "newly PROVEN"}.get(cur["verdict"],
-                                                                                f"now {cur['verdict']}")
+    kind = {Verdict.FAILED: "newly FAILED", Verdict.PROVEN: "newly PROVEN"}.get(cur["verdict"], f"now {cur['verdict']}")
     flaky = prev["digest"] == cur["digest"]
     text = f"{kind} (was {prev['verdict']})" + ("; flaky: no bound file changed" if flaky else "")
     return {"kind": kind, "flaky": flaky, "text": text}
 
 
-def history_marks(past: Sequence[PastVerdict], current: Mapping[str, Any] | None,
-                  limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+def history_marks(
+    past: Sequence[PastVerdict], current: Mapping[str, Any] | None, limit: int = HISTORY_LIMIT
+) -> list[dict[str, Any]]:
     """Oldest-first marks for a card's strip: past verdicts then ``current`` (this run), each with its transition.
 
     ``current`` is ``{"started", "verdict", "digest", "report_dir"}`` (and
     ``replayed_from``, the original start time, for a replayed verdict) or
     None (history shown without a run, e.g. ``history ID``).
     """
-    seq = [{"started": p.started, "verdict": p.verdict, "digest": p.bound_digest, "report_dir": p.report_dir,
-            "commit": p.git_commit, "current": False, "replayed_from": p.replayed_started} for p in past]
+    seq = [
+        {
+            "started": p.started,
+            "verdict": p.verdict,
+            "digest": p.bound_digest,
+            "report_dir": p.report_dir,
+            "commit": p.git_commit,
+            "current": False,
+            "replayed_from": p.replayed_started,
+        }
+        for p in past
+    ]
     if current is not None:
         seq.append({"replayed_from": None, **current, "commit": None, "current": True})
     marks, prev = [], None
     for item in seq:
         change = transition(prev, item)
-        marks.append({**item, "date": display_date(item["started"]), "change": change,
-                      "title": f"{display_date(item['started'])} {item['verdict']}"
-                               + (f" {replayed_text(item['replayed_from'])}" if item["replayed_from"] else "")
-                               + (f" — {change['text']}" if change and change["kind"] != "first" else "")})
+        marks.append(
+            {
+                **item,
+                "date": display_date(item["started"]),
+                "change": change,
+                "title": f"{display_date(item['started'])} {item['verdict']}"
+                + (f" {replayed_text(item['replayed_from'])}" if item["replayed_from"] else "")
+                + (f" — {change['text']}" if change and change["kind"] != "first" else ""),
+            }
+        )
         prev = item
     return marks[-limit:]
 
@@ -111,12 +128,24 @@ def ref_source(root: Path, ref: str, max_lines: int = SOURCE_LINES) -> dict[str,
     try:
         text = (root / site.path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        return {"ref": ref, "symbol": symbol, "location": f"{site.path}:{site.line}", "lines": [], "more": 0,
-                "error": f"cannot read: {exc}"}
+        return {
+            "ref": ref,
+            "symbol": symbol,
+            "location": f"{site.path}:{site.line}",
+            "lines": [],
+            "more": 0,
+            "error": f"cannot read: {exc}",
+        }
     span = list(range(site.line, min(site.end_line, len(text)) + 1))
     shown = span[:max_lines]
-    return {"ref": ref, "symbol": symbol, "location": f"{site.path}:{site.line}",
-            "lines": [{"no": n, "text": text[n - 1]} for n in shown], "more": len(span) - len(shown), "error": ""}
+    return {
+        "ref": ref,
+        "symbol": symbol,
+        "location": f"{site.path}:{site.line}",
+        "lines": [{"no": n, "text": text[n - 1]} for n in shown],
+        "more": len(span) - len(shown),
+        "error": "",
+    }
 
 
 def _check_text(c: Mapping[str, Any]) -> str:
@@ -127,12 +156,12 @@ def _check_text(c: Mapping[str, Any]) -> str:
 
 def display_value(value: Any, limit: int = VALUE_CHARS) -> str:
     """Recorded evidence as text: floats as 3 significant digits, also inside dicts and lists; cut at ``limit``."""
+
     def fmt(v: Any) -> str:
         summary = observed_summary(v)
         if summary is not None:  # evidence.observe
             nan = f", {summary['nan']} NaN" if summary["nan"] else ""
-            return (f"max {fmt(summary['max'])}, min {fmt(summary['min'])} "
-                    f"({summary['observed']} observed{nan})")
+            return f"max {fmt(summary['max'])}, min {fmt(summary['min'])} ({summary['observed']} observed{nan})"
         if isinstance(v, Mapping):
             return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
         if isinstance(v, (list, tuple)):
@@ -144,20 +173,25 @@ def display_value(value: Any, limit: int = VALUE_CHARS) -> str:
 
 
 def _node_label(nodeid: str) -> str:
-    return nodeid[nodeid.index("["):] if "[" in nodeid else ""
+    return nodeid[nodeid.index("[") :] if "[" in nodeid else ""
 
 
 def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
     out = copy.deepcopy(dict(w))
     out["mark"] = STATUS_MARK.get(w["status"], "?")
-    out["checks"] = [{"text": _check_text(c), "holds": c["holds"], "node": _node_label(c.get("node") or "")}
-                     for c in w["bounds"]]
+    out["checks"] = [
+        {"text": _check_text(c), "holds": c["holds"], "node": _node_label(c.get("node") or "")} for c in w["bounds"]
+    ]
     bounded = {c["key"] for c in w["bounds"]}
     evidence = w.get("evidence") or {}
     per_node = evidence if w.get("evidence_per_node") else {"": evidence}
-    out["recorded"] = [{"node": _node_label(node), "key": k, "text": display_value(v)}
-                       for node, values in per_node.items() if isinstance(values, Mapping)
-                       for k, v in values.items() if k not in bounded]
+    out["recorded"] = [
+        {"node": _node_label(node), "key": k, "text": display_value(v)}
+        for node, values in per_node.items()
+        if isinstance(values, Mapping)
+        for k, v in values.items()
+        if k not in bounded
+    ]
     failure = (w.get("failure") or "").splitlines()
     out["failure_excerpt"] = "\n".join(failure[-FAILURE_LINES:])
     out["failure_cut"] = max(0, len(failure) - FAILURE_LINES)
@@ -169,8 +203,11 @@ def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
 def _counts(cards: Iterable[Mapping[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
     cards = list(cards)
     total = len(cards) if total is None else total
-    return [{"verdict": v, "n": n, "pct": round(100.0 * n / total, 2) if total else 0.0}
-            for v in VERDICTS for n in [sum(c["verdict"] == v for c in cards)]]
+    return [
+        {"verdict": v, "n": n, "pct": round(100.0 * n / total, 2) if total else 0.0}
+        for v in VERDICTS
+        for n in [sum(c["verdict"] == v for c in cards)]
+    ]
 
 
 def _header_view(head: Mapping[str, Any]) -> dict[str, Any]:
@@ -204,13 +241,19 @@ def _header_view(head: Mapping[str, Any]) -> dict[str, Any]:
 def environment_properties(head: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(name, value) pairs describing where and how the run happened (JUnit properties)."""
     git = head.get("git") or {}
-    props = [("kvproof.started", head.get("started") or ""), ("git.commit", git.get("commit") or ""),
-             ("git.dirty", str(git.get("dirty")).lower()), ("host.name", (head.get("host") or {}).get("name", "")),
-             ("host.platform", (head.get("host") or {}).get("platform", "")),
-             ("host.machine", (head.get("host") or {}).get("machine", "")),
-             ("hypothesis.profile", str(head.get("profile"))), ("hypothesis.seed", str(head.get("seed"))),
-             ("kvproof.liars", str(head.get("liars", True)).lower()), ("kvproof.command", head.get("command", "")),
-             ("kvproof.gate", head["summary"]["gate"])]
+    props = [
+        ("kvproof.started", head.get("started") or ""),
+        ("git.commit", git.get("commit") or ""),
+        ("git.dirty", str(git.get("dirty")).lower()),
+        ("host.name", (head.get("host") or {}).get("name", "")),
+        ("host.platform", (head.get("host") or {}).get("platform", "")),
+        ("host.machine", (head.get("host") or {}).get("machine", "")),
+        ("hypothesis.profile", str(head.get("profile"))),
+        ("hypothesis.seed", str(head.get("seed"))),
+        ("kvproof.liars", str(head.get("liars", True)).lower()),
+        ("kvproof.command", head.get("command", "")),
+        ("kvproof.gate", head["summary"]["gate"]),
+    ]
     props += [(f"version.{k}", v or "") for k, v in (head.get("versions") or {}).items()]
     if head.get("numerics"):
         props.append(("kvproof.numerics", head["numerics"]))
@@ -233,8 +276,15 @@ def _diff_lines(diff: str) -> list[dict[str, str]]:
     """A unified diff as lines, each with its kind: add, del, hunk (``@@``, ``---``, ``+++``) or ctx."""
     out = []
     for text in diff.splitlines():
-        kind = ("hunk" if text.startswith(("@@", "--- ", "+++ ")) else
-                "add" if text.startswith("+") else "del" if text.startswith("-") else "ctx")
+        kind = (
+            "hunk"
+            if text.startswith(("@@", "--- ", "+++ "))
+            else "add"
+            if text.startswith("+")
+            else "del"
+            if text.startswith("-")
+            else "ctx"
+        )
         out.append({"text": text, "kind": kind})
     return out
 
@@ -270,35 +320,58 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     mutants = [_mutant_view(x) for x in m["mutants"]]
     by = {s: [x for x in mutants if x["status"] == s] for s in MutantStatus}
-    counts = (f"{m['killed']} killed, {m['timeout']} timeout, {m['survived']} survived, "
-              f"{m['equivalent']} equivalent, {m['error']} error")
+    counts = (
+        f"{m['killed']} killed, {m['timeout']} timeout, {m['survived']} survived, "
+        f"{m['equivalent']} equivalent, {m['error']} error"
+    )
     cap = f", at most {m['max_mutants']}" if m["max_mutants"] is not None else ""
     sampled = f"of {m['candidates']} candidates (sampled {len(mutants)}{cap}, seed {m['seed']})"
     if m.get("partial"):
-        sampled = (f"of {m['candidates']} candidates: only the {len(mutants)} mutant(s) given with --mutant ran "
-                   "(a check of chosen mutants, not the card's score: never recorded, never judges)")
+        sampled = (
+            f"of {m['candidates']} candidates: only the {len(mutants)} mutant(s) given with --mutant ran "
+            "(a check of chosen mutants, not the card's score: never recorded, never judges)"
+        )
     when = display_date(m["measured_at"]) if m["measured_at"] else "–"
     run = f"run #{m['measured_run']}" if m["measured_run"] is not None else ""
-    stale = (f"stale (measured on other bytes, {run + ' at ' if run else 'at '}{when}): not used by the verdict"
-             if m["stale"] else "")
+    stale = (
+        f"stale (measured on other bytes, {run + ' at ' if run else 'at '}{when}): not used by the verdict"
+        if m["stale"]
+        else ""
+    )
     measured = f"measured in {run} ({when})" if run and not m["stale"] else ""  # the stale note says it
     delta = ""
     if m["previous_score"] is not None and m["score"] is not None:
-        delta = (f"{m['score'] - m['previous_score']:+.2f} since the last mutate run "
-                 f"(was {percent(m['previous_score'])})")
+        delta = (
+            f"{m['score'] - m['previous_score']:+.2f} since the last mutate run (was {percent(m['previous_score'])})"
+        )
     score = percent(m["score"])
     reused = sum(1 for x in mutants if x["reused"])
     return {
-        "score": m["score"], "score_text": score, "holds": m["holds"], "stale": m["stale"],
-        "cell": "stale" if m["stale"] else ("partial" if m.get("partial") else
-                                            score if m["holds"] is not False
-                                            else f"{score} < {percent(m['min_score'])}"),
-        "counts": counts, "sampled": sampled, "floor": _floor_text(m), "stale_text": stale,
-        "measured": measured, "delta": delta,
+        "score": m["score"],
+        "score_text": score,
+        "holds": m["holds"],
+        "stale": m["stale"],
+        "cell": "stale"
+        if m["stale"]
+        else (
+            "partial"
+            if m.get("partial")
+            else score
+            if m["holds"] is not False
+            else f"{score} < {percent(m['min_score'])}"
+        ),
+        "counts": counts,
+        "sampled": sampled,
+        "floor": _floor_text(m),
+        "stale_text": stale,
+        "measured": measured,
+        "delta": delta,
         "reused": f"{reused} result(s) reused from earlier runs (bound files unchanged)" if reused else "",
         "functions": list(m["functions"]),
-        "survived": by[MutantStatus.SURVIVED], "equivalent": by[MutantStatus.EQUIVALENT],
-        "errors": by[MutantStatus.ERROR], "detected": by[MutantStatus.KILLED] + by[MutantStatus.TIMEOUT],
+        "survived": by[MutantStatus.SURVIVED],
+        "equivalent": by[MutantStatus.EQUIVALENT],
+        "errors": by[MutantStatus.ERROR],
+        "detected": by[MutantStatus.KILLED] + by[MutantStatus.TIMEOUT],
         "total": len(mutants),
     }
 
@@ -307,22 +380,40 @@ def claims_view(claims: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The project view of a mutate run: the functions no card claims, the claimed ones with survivors."""
     if not claims:
         return None
-    rows = [{"name": f"{c['path']}::{c['qualname']}", "path": c["path"], "qualname": c["qualname"],
-             "cards": [{"id": cid, "anchor": card_anchor(cid)} for cid in c["cards"]],
-             "cards_text": ", ".join(c["cards"]) or "–", "mutants": c["mutants"], "survived": c["survived"]}
-            for c in claims]
+    rows = [
+        {
+            "name": f"{c['path']}::{c['qualname']}",
+            "path": c["path"],
+            "qualname": c["qualname"],
+            "cards": [{"id": cid, "anchor": card_anchor(cid)} for cid in c["cards"]],
+            "cards_text": ", ".join(c["cards"]) or "–",
+            "mutants": c["mutants"],
+            "survived": c["survived"],
+        }
+        for c in claims
+    ]
     unclaimed = [r for r in rows if not r["cards"]]
     surviving = [r for r in rows if r["cards"] and r["survived"]]
-    return {"unclaimed": unclaimed, "surviving": surviving, "total": len(rows),
-            "summary": f"{len(unclaimed)} of {len(rows)} functions of the implementation are claimed by no card",
-            "surviving_summary": f"{len(surviving)} claimed function(s) have surviving mutants"}
+    return {
+        "unclaimed": unclaimed,
+        "surviving": surviving,
+        "total": len(rows),
+        "summary": f"{len(unclaimed)} of {len(rows)} functions of the implementation are claimed by no card",
+        "surviving_summary": f"{len(surviving)} claimed function(s) have surviving mutants",
+    }
 
 
 # ---------------------------------------------------------------- the view
 
 
-def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[PastVerdict], root: Path,
-              report_dir: str | None, replay: str) -> dict[str, Any]:
+def card_view(
+    card: Mapping[str, Any],
+    head: Mapping[str, Any],
+    past: Sequence[PastVerdict],
+    root: Path,
+    report_dir: str | None,
+    replay: str,
+) -> dict[str, Any]:
     out = copy.deepcopy(dict(card))
     replayed = card.get("replayed_from") or None
     # the verdict's date: a replayed verdict keeps the date of the run that produced its evidence
@@ -334,11 +425,21 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
     out["witnesses"] = [_witness_view(w, replay) for w in card["witnesses"]]
     out["controls"] = [_witness_view(w, replay) for w in card["controls"]]
-    out["failing"] = [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED] \
-        if card["verdict"] != Verdict.PROVEN else []
-    marks = history_marks(past, {"started": head.get("started"), "verdict": card["verdict"],
-                                 "digest": card["bound_digest"], "report_dir": report_dir,
-                                 "replayed_from": replayed["started"] if replayed else None})
+    out["failing"] = (
+        [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED]
+        if card["verdict"] != Verdict.PROVEN
+        else []
+    )
+    marks = history_marks(
+        past,
+        {
+            "started": head.get("started"),
+            "verdict": card["verdict"],
+            "digest": card["bound_digest"],
+            "report_dir": report_dir,
+            "replayed_from": replayed["started"] if replayed else None,
+        },
+    )
     out["history"] = marks
     change = marks[-1]["change"] if marks else None
     out["change"] = change if change and change["kind"] != "first" else None
@@ -347,9 +448,15 @@ def card_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[P
     return out
 
 
-def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | None = None, *,
-               root: Path, report_dir: str | None = None, trends: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-               comparison: Any = None) -> dict[str, Any]:
+def build_view(
+    run: RunDocument,
+    past: Mapping[str, Sequence[PastVerdict]] | None = None,
+    *,
+    root: Path,
+    report_dir: str | None = None,
+    trends: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    comparison: Any = None,
+) -> dict[str, Any]:
     """Everything every report shows (terminal, HTML, Markdown, JUnit), in display order, as plain data.
 
     ``past`` maps card id -> its earlier verdicts, oldest first (this run
@@ -360,28 +467,43 @@ def build_view(run: RunDocument, past: Mapping[str, Sequence[PastVerdict]] | Non
     past = past or {}
     doc = run.to_json()
     head = doc["header"]
-    cards = [card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]))
-             for c in doc["cards"]]
+    cards = [
+        card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]))
+        for c in doc["cards"]
+    ]
     for c in cards:
         c["trend"] = trend_view(c, head, (trends or {}).get(c["id"], ()))
     baseline = baseline_view(comparison, cards) if comparison is not None else None
     summary = head["summary"]
-    by_regime = [{"regime": r, "name": REGIME_NAMES.get(r, r), "total": sum(c["regime"] == r for c in cards),
-                  "counts": _counts([c for c in cards if c["regime"] == r])}
-                 for r in summary["by_regime"]]
-    changes = [{"id": c["id"], "anchor": c["anchor"], "verdict": c["verdict"], **c["change"]}
-               for c in cards if c["change"]]
+    by_regime = [
+        {
+            "regime": r,
+            "name": REGIME_NAMES.get(r, r),
+            "total": sum(c["regime"] == r for c in cards),
+            "counts": _counts([c for c in cards if c["regime"] == r]),
+        }
+        for r in summary["by_regime"]
+    ]
+    changes = [
+        {"id": c["id"], "anchor": c["anchor"], "verdict": c["verdict"], **c["change"]} for c in cards if c["change"]
+    ]
     not_proven = [c for c in cards if c["verdict"] != Verdict.PROVEN]
     return {
         "title": f"kvproof {summary['gate']} — {display_date(head.get('started'))}",
         "header": _header_view(head),
         "properties": environment_properties(head),
-        "summary": {"total": summary["total"], "gate": summary["gate"], "counts": _counts(cards),
-                    "by_regime": [r for r in by_regime if r["total"]], "changes": changes,
-                    "proven": sum(c["verdict"] == Verdict.PROVEN for c in cards), "not_proven": len(not_proven),
-                    "replayed": sum(1 for c in cards if c["replayed"]),
-                    "flaky": sum(1 for ch in changes if ch["flaky"]),
-                    "mutation": any(c["mutation"] for c in cards)},
+        "summary": {
+            "total": summary["total"],
+            "gate": summary["gate"],
+            "counts": _counts(cards),
+            "by_regime": [r for r in by_regime if r["total"]],
+            "changes": changes,
+            "proven": sum(c["verdict"] == Verdict.PROVEN for c in cards),
+            "not_proven": len(not_proven),
+            "replayed": sum(1 for c in cards if c["replayed"]),
+            "flaky": sum(1 for ch in changes if ch["flaky"]),
+            "mutation": any(c["mutation"] for c in cards),
+        },
         "cards": cards,
         "claims": claims_view(doc.get("claims") or ()),
         "not_proven": not_proven,
@@ -398,8 +520,14 @@ def trend_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[
 
     h = card.get("headline") or {}
     replayed = bool(card.get("replayed_from"))
-    now = {"started": head.get("started"), "key": h.get("key"), "value": h.get("value"), "op": h.get("op"),
-           "limit": h.get("limit"), "duration_s": None if replayed else card.get("duration_s")}
+    now = {
+        "started": head.get("started"),
+        "key": h.get("key"),
+        "value": h.get("value"),
+        "op": h.get("op"),
+        "limit": h.get("limit"),
+        "duration_s": None if replayed else card.get("duration_s"),
+    }
     rows = list(past) + [now]
 
     def number(v: Any) -> float | None:
@@ -439,15 +567,26 @@ def baseline_view(cmp: Any, cards: list[dict[str, Any]]) -> dict[str, Any]:
             elif moved:
                 text = f"{len(moved)} measure(s) moved"
             else:
-                text = "card or files changed" if ch.changed_files or ch.card_diff or \
-                    ch.version_before != ch.version_after else "changed"
+                text = (
+                    "card or files changed"
+                    if ch.changed_files or ch.card_diff or ch.version_before != ch.version_after
+                    else "changed"
+                )
         c["vs_baseline"] = {"text": text, "regression": bool(ch.regressions), "status": ch.status}
 
     def num(v: Any) -> float | None:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    bars = [Bar(f"{ch.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
-            for ch in cmp.cards for m in changed_measures(ch)]
-    return {"label": cmp.before.label, "gate_before": cmp.before.gate, "counts": summary_counts(cmp),
-            "regressions": [{"card": r.card, "rule": r.rule, "text": r.text} for r in cmp.regressions],
-            "removed": list(cmp.removed), "bars": measure_bars(bars)}
+    bars = [
+        Bar(f"{ch.id}/{m.witness}: {m.key}", num(m.before), num(m.after), num(m.limit), m.regression)
+        for ch in cmp.cards
+        for m in changed_measures(ch)
+    ]
+    return {
+        "label": cmp.before.label,
+        "gate_before": cmp.before.gate,
+        "counts": summary_counts(cmp),
+        "regressions": [{"card": r.card, "rule": r.rule, "text": r.text} for r in cmp.regressions],
+        "removed": list(cmp.removed),
+        "bars": measure_bars(bars),
+    }

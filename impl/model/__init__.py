@@ -1,28 +1,29 @@
 """The SmolLM2-135M runtime: ``load_model()`` -> ``Model`` -> sessions.
 
-    from impl.model import load_model
-    model = load_model()                  # default GGUF, KVPROOF_GGUF, or load_model(path)
-    ids = model.tokenizer.encode("The capital of France is")
-    s = model.session()                   # model.session(window=W) for a sliding window
-    logits = s.prefill(ids)               # (len(ids), vocab) float32
-    new = s.generate([], 12)              # continue greedily
+from impl.model import load_model
+model = load_model()                  # default GGUF, KVPROOF_GGUF, or load_model(path)
+ids = model.tokenizer.encode("The capital of France is")
+s = model.session()                   # model.session(window=W) for a sliding window
+logits = s.prefill(ids)               # (len(ids), vocab) float32
+new = s.generate([], 12)              # continue greedily
 """
+
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
+from impl import alloc
+from impl.model import f32cache, gguf_quant
 from impl.model.config import ModelConfig
 from impl.model.gguf_load import read_gguf
 from impl.model.llama import Llama
 from impl.model.session import Session
 from impl.model.tokenizer import BPETokenizer
-from impl import alloc
-from impl.model import f32cache, gguf_quant
 from impl.model.weights import check_default, resolve_weights, verified_sha256
 
 __all__ = ["Model", "ModelConfig", "Session", "load_model"]
@@ -31,8 +32,9 @@ __all__ = ["Model", "ModelConfig", "Session", "load_model"]
 class Model:
     """Weights + tokenizer; cheap to share, one per process per weights file."""
 
-    def __init__(self, llama: Llama, tokenizer: BPETokenizer | None, path: Path | None = None,
-                 is_default: bool = False) -> None:
+    def __init__(
+        self, llama: Llama, tokenizer: BPETokenizer | None, path: Path | None = None, is_default: bool = False
+    ) -> None:
         self.llama = llama
         self.config = llama.config
         self.tokenizer = tokenizer

@@ -1,4 +1,5 @@
 """ModelConfig: one flat dataclass describing a llama-family decoder."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,17 +9,17 @@ from impl.cache import KVGeometry
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_layers: int = 30          # decoder blocks
-    hidden: int = 576           # residual stream width
-    n_heads: int = 9            # query heads
-    n_kv_heads: int = 3         # key/value heads (grouped-query attention)
-    head_dim: int = 64          # per-head width; hidden == n_heads * head_dim for SmolLM2
-    ffn: int = 1536             # SwiGLU inner width
-    vocab: int = 49152          # tokens; the output head is tied to the embedding
+    n_layers: int = 30  # decoder blocks
+    hidden: int = 576  # residual stream width
+    n_heads: int = 9  # query heads
+    n_kv_heads: int = 3  # key/value heads (grouped-query attention)
+    head_dim: int = 64  # per-head width; hidden == n_heads * head_dim for SmolLM2
+    ffn: int = 1536  # SwiGLU inner width
+    vocab: int = 49152  # tokens; the output head is tied to the embedding
     rope_theta: float | tuple[float, ...] = 100000.0  # one base, or one per layer
-    rms_eps: float = 1e-5       # RMSNorm epsilon (the GGUF stores 9.9999997e-06)
-    max_pos: int = 8192         # RoPE table length = longest context we accept
-    bos_id: int | None = 1      # recorded only: like Hugging Face, we never add a BOS
+    rms_eps: float = 1e-5  # RMSNorm epsilon (the GGUF stores 9.9999997e-06)
+    max_pos: int = 8192  # RoPE table length = longest context we accept
+    bos_id: int | None = 1  # recorded only: like Hugging Face, we never add a BOS
     eos_id: int | None = 2
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ The folder is written under a temporary name and renamed into place, so
 an interrupted write never looks like a cache. Any mismatch (format, GGUF
 hash, data hash, size) means the entry is ignored and rebuilt.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -105,8 +106,12 @@ def _manifest(gguf_sha256: str) -> tuple[Path, dict] | None:
         man = json.loads((entry / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("gguf_sha256") != gguf_sha256 \
-            or man.get("code_sha256") != code_fingerprint():
+    if (
+        not isinstance(man, dict)
+        or man.get("format") != FORMAT
+        or man.get("gguf_sha256") != gguf_sha256
+        or man.get("code_sha256") != code_fingerprint()
+    ):
         return None
     return entry, man
 
@@ -147,8 +152,13 @@ def load_tensor_index(gguf_sha256: str) -> list[dict] | None:
     return index if isinstance(index, list) else None
 
 
-def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], tokenizer_json: str,
-          tensor_index: list[dict] | None = None) -> Path | None:
+def store(
+    gguf_sha256: str,
+    config: ModelConfig,
+    state: dict[str, np.ndarray],
+    tokenizer_json: str,
+    tensor_index: list[dict] | None = None,
+) -> Path | None:
     """Write an entry atomically; returns its folder, or None if the cache is disabled or unwritable.
 
     ``tensor_index``: the GGUF's (gguf_load.tensor_index), served back by :func:`load_tensor_index`."""
@@ -176,9 +186,16 @@ def store(gguf_sha256: str, config: ModelConfig, state: dict[str, np.ndarray], t
             f.flush()
             os.fsync(f.fileno())
         (tmp / "tokenizer.json").write_text(tokenizer_json)
-        man = {"format": FORMAT, "gguf_sha256": gguf_sha256, "code_sha256": code_fingerprint(),
-               "config": dataclasses.asdict(config),
-               "data_bytes": off, "data_sha256": h.hexdigest(), "arrays": arrays, "gguf_tensors": tensor_index}
+        man = {
+            "format": FORMAT,
+            "gguf_sha256": gguf_sha256,
+            "code_sha256": code_fingerprint(),
+            "config": dataclasses.asdict(config),
+            "data_bytes": off,
+            "data_sha256": h.hexdigest(),
+            "arrays": arrays,
+            "gguf_tensors": tensor_index,
+        }
         (tmp / "manifest.json").write_text(json.dumps(man))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)

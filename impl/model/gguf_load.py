@@ -14,6 +14,7 @@ from (head, hd/2, 2) to (head, 2, hd/2). Skipping it still gives fluent
 text (one of five argmax tokens on "The capital of France is" changed):
 only oracle parity catches it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,15 @@ def tensor_index(reader) -> list[dict]:
     """Each stored tensor as ``{"name", "type", "offset", "shape"}``: ggml type name, absolute byte
     offset of its data in the file, numpy shape (ne reversed: (out, in) for matrices), rows as stored
     (attn_q/attn_k permuted). Plain JSON values, kept in the float32 cache's manifest."""
-    return [{"name": t.name, "type": t.tensor_type.name, "offset": int(t.data_offset),
-             "shape": [int(n) for n in reversed(t.shape)]} for t in reader.tensors]
+    return [
+        {
+            "name": t.name,
+            "type": t.tensor_type.name,
+            "offset": int(t.data_offset),
+            "shape": [int(n) for n in reversed(t.shape)],
+        }
+        for t in reader.tensors
+    ]
 
 
 def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -157,9 +165,7 @@ def read_gguf(path: str | Path) -> GGUFContents:
         ) from None
     arch = _field(reader, "general.architecture", path)
     if arch != "llama":
-        raise WeightsCorrupt(
-            f"{path}: general.architecture={arch!r}; kvproof's runtime implements 'llama' only."
-        )
+        raise WeightsCorrupt(f"{path}: general.architecture={arch!r}; kvproof's runtime implements 'llama' only.")
     n_heads = int(_field(reader, "llama.attention.head_count", path))
     hidden = int(_field(reader, "llama.embedding_length", path))
     config = ModelConfig(
@@ -169,8 +175,9 @@ def read_gguf(path: str | Path) -> GGUFContents:
         n_kv_heads=int(_field(reader, "llama.attention.head_count_kv", path)),
         head_dim=int(_field(reader, "llama.rope.dimension_count", path, hidden // n_heads, False)),
         ffn=int(_field(reader, "llama.feed_forward_length", path)),
-        vocab=int(_field(reader, "llama.vocab_size", path, None, False)
-                  or len(reader.fields["tokenizer.ggml.tokens"].data)),
+        vocab=int(
+            _field(reader, "llama.vocab_size", path, None, False) or len(reader.fields["tokenizer.ggml.tokens"].data)
+        ),
         rope_theta=float(_field(reader, "llama.rope.freq_base", path, 10000.0, False)),
         rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path)),
         max_pos=int(_field(reader, "llama.context_length", path, 8192, False)),

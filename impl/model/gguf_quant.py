@@ -26,6 +26,7 @@ running process would change what decode reads. The index comes from the
 GGUF header (read_gguf) or, on a float32-cache hit, from the cache's
 manifest, which is keyed by the GGUF's sha256.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,8 +59,11 @@ def _sources(llama, names: set[str]) -> list[tuple[str, Linear, list[tuple[str, 
     for i, L in enumerate(llama.layers):
         b = f"blk.{i}."
         out += [
-            (f"{b}wqkv", L.wqkv, [(b + "attn_q.weight", c.n_heads), (b + "attn_k.weight", c.n_kv_heads),
-                                  (b + "attn_v.weight", None)]),
+            (
+                f"{b}wqkv",
+                L.wqkv,
+                [(b + "attn_q.weight", c.n_heads), (b + "attn_k.weight", c.n_kv_heads), (b + "attn_v.weight", None)],
+            ),
             (f"{b}wo", L.wo, [(b + "attn_output.weight", None)]),
             (f"{b}w_gate_up", L.w_gate_up, [(b + "ffn_gate.weight", None), (b + "ffn_up.weight", None)]),
             (f"{b}w_down", L.w_down, [(b + "ffn_down.weight", None)]),
@@ -67,8 +71,9 @@ def _sources(llama, names: set[str]) -> list[tuple[str, Linear, list[tuple[str, 
     return out
 
 
-def quant_rows(lin: Linear, parts: list[tuple[str, int | None]], index: dict[str, dict], data: np.ndarray
-               ) -> QuantRows | str:
+def quant_rows(
+    lin: Linear, parts: list[tuple[str, int | None]], index: dict[str, dict], data: np.ndarray
+) -> QuantRows | str:
     """The QuantRows for ``lin`` from its source tensors, or a reason (str) why it stays on float32."""
     types = {index[n]["type"] if n in index else None for n, _ in parts}
     if None in types:
@@ -128,8 +133,10 @@ def attach(llama, path: str | os.PathLike, index: list[dict] | None) -> str:
         else:
             done.append((lin, q))
     if left and choice == "quantized":
-        raise SettingError(f"{ENV_DECODE}=quantized but {len(left)} weight products cannot decode from "
-                           f"quantized blocks, first {left[0]}; unset it to decode those from the float32 weights")
+        raise SettingError(
+            f"{ENV_DECODE}=quantized but {len(left)} weight products cannot decode from "
+            f"quantized blocks, first {left[0]}; unset it to decode those from the float32 weights"
+        )
     for lin, q in done:
         lin.quant = q
     types = sorted({q.qtype for _, q in done})

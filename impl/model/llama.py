@@ -10,6 +10,7 @@ logits = rmsnorm(x) @ embed.T            (tied output head)
 float32 throughout; every weight product goes through impl.linear.Linear,
 so each row is computed the same way however many rows are fed at once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,11 +72,11 @@ def swiglu(gu: np.ndarray, ffn: int) -> np.ndarray:
 @dataclass
 class Layer:
     attn_norm: np.ndarray  # (hidden,)
-    wqkv: Linear           # hidden -> q_dim + 2 * kv_dim (q, k, v concatenated)
-    wo: Linear             # q_dim -> hidden
-    ffn_norm: np.ndarray   # (hidden,)
-    w_gate_up: Linear      # hidden -> 2 * ffn (gate, up concatenated)
-    w_down: Linear         # ffn -> hidden
+    wqkv: Linear  # hidden -> q_dim + 2 * kv_dim (q, k, v concatenated)
+    wo: Linear  # q_dim -> hidden
+    ffn_norm: np.ndarray  # (hidden,)
+    w_gate_up: Linear  # hidden -> 2 * ffn (gate, up concatenated)
+    w_down: Linear  # ffn -> hidden
 
 
 class Llama:
@@ -120,7 +121,7 @@ class Llama:
         return st
 
     @classmethod
-    def from_state(cls, config: ModelConfig, st: dict[str, np.ndarray]) -> "Llama":
+    def from_state(cls, config: ModelConfig, st: dict[str, np.ndarray]) -> Llama:
         """Inverse of ``state``: no dequantisation, no copies (arrays may be memory-mapped)."""
         self = cls.__new__(cls)
         self.config = c = config
@@ -137,7 +138,8 @@ class Llama:
         n_out = {"wqkv": c.q_dim + 2 * c.kv_dim, "wo": c.hidden, "w_gate_up": 2 * c.ffn, "w_down": c.hidden}
         self.layers = [
             Layer(
-                attn_norm=st[f"blk.{i}.attn_norm"], ffn_norm=st[f"blk.{i}.ffn_norm"],
+                attn_norm=st[f"blk.{i}.attn_norm"],
+                ffn_norm=st[f"blk.{i}.ffn_norm"],
                 **{name: Linear.from_blocks(blocks(f"blk.{i}.{name}"), n_out=n_out[name]) for name in cls.LINEARS},
             )
             for i in range(c.n_layers)
@@ -235,7 +237,7 @@ class Llama:
         return logits
 
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0, scale: float = 0.08) -> "Llama":
+    def random(cls, config: ModelConfig, seed: int = 0, scale: float = 0.08) -> Llama:
         """A small random-weight model built with the same code, for property tests."""
         rng = np.random.default_rng(seed)
         c = config

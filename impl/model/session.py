@@ -5,9 +5,10 @@ prefill(ids) -> step(token) -> generate(prompt, n): small functions over one
 fed in any mix of prefills and steps, and a position's K/V and logits are
 the same bits either way (the KV-T4 claim).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,8 +33,10 @@ class Session:
         if cache is None or isinstance(cache, str):
             cache = make_cache(cache or "contiguous", c.kv_geometry, model.ropes, self.window, **options)
         elif options:
-            raise CacheError(f"cache options {sorted(options)} are only taken with a design name, "
-                             f"not with a ready {type(cache).__name__}")
+            raise CacheError(
+                f"cache options {sorted(options)} are only taken with a design name, "
+                f"not with a ready {type(cache).__name__}"
+            )
         self.cache: KVStore = cache
         self.last_logits: np.ndarray | None = None
 
@@ -46,8 +49,9 @@ class Session:
         With return_hidden=True returns (logits, hidden) where hidden is
         (n_layers + 1, len(ids), hidden): embeddings, then each layer's output.
         """
-        out = self.model.forward(np.asarray(ids, dtype=np.int64), self.cache, self.window,
-                                 logits_rows="all", return_hidden=return_hidden)
+        out = self.model.forward(
+            np.asarray(ids, dtype=np.int64), self.cache, self.window, logits_rows="all", return_hidden=return_hidden
+        )
         logits = out[0] if return_hidden else out
         self.last_logits = logits[-1]
         return out
@@ -92,7 +96,7 @@ class Session:
         self.cache.truncate(n)
         self.last_logits = None
 
-    def fork(self) -> "Session":
+    def fork(self) -> Session:
         """An independent copy of this session: the cache is cloned (a paged cache
         shares blocks copy-on-write, which no write can observe)."""
         s = Session.__new__(Session)

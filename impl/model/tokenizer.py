@@ -9,6 +9,7 @@ NOTE: the GGUF's tokenizer.ggml.add_bos_token is not what Hugging Face does
 for SmolLM2: its tokenizer adds no BOS. We follow Hugging Face (our oracle),
 so ``encode`` never adds special tokens.
 """
+
 from __future__ import annotations
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -40,7 +41,7 @@ class BPETokenizer:
         return self._tk.to_str()
 
     @classmethod
-    def from_json(cls, text: str) -> "BPETokenizer":
+    def from_json(cls, text: str) -> BPETokenizer:
         """Rebuilt from :meth:`to_json`, lazily: the JSON (49k tokens and merges, ~0.25 s) is parsed on first use,
         so a process that only feeds token ids never pays for it."""
         self = cls.__new__(cls)

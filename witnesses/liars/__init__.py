@@ -20,6 +20,7 @@ the original and returns the replacement. Names and targets must be string
 literals: the harness indexes them with ``ast`` without importing anything.
 See harness/liars.py for the mechanism.
 """
+
 from harness.liars import liar
 
 __all__ = ["liar"]

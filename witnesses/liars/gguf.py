@@ -1,4 +1,5 @@
 """Liars for card GGUF-DEQUANT: wrong dequantisations that still give plausible weights."""
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,13 @@ def _f16(col: np.ndarray) -> np.ndarray:
     return col.copy().view("<f2").astype(np.float32)
 
 
-@liar("gguf.q4_1_interleaved_nibbles", target="impl.model.gguf_load:dequantize_tensor", factory=True,
-      why="reads Q4_1 byte j as values 2j (low nibble) and 2j+1 (high nibble) instead of j and j+16: "
-          "every value and every block's d and m stay in range, only their order within a block is wrong")
+@liar(
+    "gguf.q4_1_interleaved_nibbles",
+    target="impl.model.gguf_load:dequantize_tensor",
+    factory=True,
+    why="reads Q4_1 byte j as values 2j (low nibble) and 2j+1 (high nibble) instead of j and j+16: "
+    "every value and every block's d and m stay in range, only their order within a block is wrong",
+)
 def q4_1_interleaved(original):
     def dequantize_tensor(t):
         if t.tensor_type.name != "Q4_1":
@@ -36,12 +41,17 @@ def q4_1_interleaved(original):
         d, m, qs = _f16(b[:, 0:2]), _f16(b[:, 2:4]), b[:, 4:20]
         q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 32).astype(np.float32)  # (n_blocks, 32) interleaved
         return (q * d + m).reshape(shape)
+
     return dequantize_tensor
 
 
-@liar("gguf.q8_0_unsigned", target="impl.model.gguf_load:dequantize_tensor", factory=True,
-      why="reads Q8_0's quants as uint8 instead of int8: the positive half of the embedding is right, "
-          "every negative value becomes d*(q+256)")
+@liar(
+    "gguf.q8_0_unsigned",
+    target="impl.model.gguf_load:dequantize_tensor",
+    factory=True,
+    why="reads Q8_0's quants as uint8 instead of int8: the positive half of the embedding is right, "
+    "every negative value becomes d*(q+256)",
+)
 def q8_0_unsigned(original):
     def dequantize_tensor(t):
         if t.tensor_type.name != "Q8_0":
@@ -49,4 +59,5 @@ def q8_0_unsigned(original):
         b, shape = _blocks(t, 34)
         q = b[:, 2:].astype(np.float32)  # uint8: the bug
         return (q * _f16(b[:, 0:2])).reshape(shape)
+
     return dequantize_tensor

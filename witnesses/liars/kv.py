@@ -4,17 +4,21 @@ Each is a plausible wrong version of one impl function: the kind of slip a
 real cache makes. A card that lists one must have a witness that fails
 under it.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from witnesses.liars import liar
 
-
 # ---- KV-T1: slots ---------------------------------------------------------------------
 
-@liar("kv.head_stride_mixup", target="impl.kv:KVCache.write",
-      why="stores each row head-minor: (T, D, Hkv) instead of (T, Hkv, D), so head h's values are strided")
+
+@liar(
+    "kv.head_stride_mixup",
+    target="impl.kv:KVCache.write",
+    why="stores each row head-minor: (T, D, Hkv) instead of (T, Hkv, D), so head h's values are strided",
+)
 def write_head_minor(self, layer, start, k_raw, k, v):
     t = k.shape[0]
 
@@ -28,8 +32,11 @@ def write_head_minor(self, layer, start, k_raw, k, v):
     self._v[layer][start : start + t] = mix(v)
 
 
-@liar("kv.v_into_previous_layer", target="impl.kv:KVCache.write",
-      why="an off-by-one layer index on the V store: layer l's V lands in layer l-1")
+@liar(
+    "kv.v_into_previous_layer",
+    target="impl.kv:KVCache.write",
+    why="an off-by-one layer index on the V store: layer l's V lands in layer l-1",
+)
 def write_v_one_layer_down(self, layer, start, k_raw, k, v):
     t = k.shape[0]
     self._k_raw[layer][start : start + t] = k_raw
@@ -38,6 +45,7 @@ def write_v_one_layer_down(self, layer, start, k_raw, k, v):
 
 
 # ---- KV-T2: eviction --------------------------------------------------------------------
+
 
 def _evict_with(self, start, n, rekey, renumber=True):
     """Shared body of the eviction liars: move rows down, let rekey() fix K, renumber pos (or not)."""
@@ -55,8 +63,11 @@ def _evict_with(self, start, n, rekey, renumber=True):
     return n
 
 
-@liar("kv.composed_rotation", target="impl.kv:KVCache.evict",
-      why="re-rotates the old post-RoPE K by the position shift instead of rotating k_raw once")
+@liar(
+    "kv.composed_rotation",
+    target="impl.kv:KVCache.evict",
+    why="re-rotates the old post-RoPE K by the position shift instead of rotating k_raw once",
+)
 def evict_composed(self, start, n):
     def rekey(layer, start, keep, shift):
         if not keep:
@@ -71,25 +82,36 @@ def evict_composed(self, start, n):
 
         k = self._k[layer][start : start + keep].reshape(keep, self.geometry.n_kv_heads, d)
         self._k[layer][start : start + keep] = apply_rope(
-            k, np.broadcast_to(cos, (keep, d)), np.broadcast_to(sin, (keep, d))).reshape(keep, -1)
+            k, np.broadcast_to(cos, (keep, d)), np.broadcast_to(sin, (keep, d))
+        ).reshape(keep, -1)
 
     return _evict_with(self, start, n, rekey)
 
 
-@liar("kv.no_rerotate", target="impl.kv:KVCache.evict",
-      why="moves survivors down but keeps their K rotated for their old positions")
+@liar(
+    "kv.no_rerotate",
+    target="impl.kv:KVCache.evict",
+    why="moves survivors down but keeps their K rotated for their old positions",
+)
 def evict_no_rerotate(self, start, n):
     return _evict_with(self, start, n, lambda *a: None)
 
 
-@liar("kv.no_renumber", target="impl.kv:KVCache.evict",
-      why="drops the span but leaves survivors' pos (and K) at their old positions: a gap in pos")
+@liar(
+    "kv.no_renumber",
+    target="impl.kv:KVCache.evict",
+    why="drops the span but leaves survivors' pos (and K) at their old positions: a gap in pos",
+)
 def evict_no_renumber(self, start, n):
     return _evict_with(self, start, n, lambda *a: None, renumber=False)
 
 
-@liar("kv.evict_layer0_only", target="impl.kv:KVCache.evict", factory=True,
-      why="evicts (and re-rotates) layer 0 correctly but leaves every other layer's rows in place")
+@liar(
+    "kv.evict_layer0_only",
+    target="impl.kv:KVCache.evict",
+    factory=True,
+    why="evicts (and re-rotates) layer 0 correctly but leaves every other layer's rows in place",
+)
 def make_evict_layer0_only(original):
     def evict(self, start, n):
         saved = {name: [a.copy() for a in getattr(self, name)[1:]] for name in ("_k", "_k_raw", "_v")}
@@ -104,14 +126,21 @@ def make_evict_layer0_only(original):
 
 # ---- KV-T3: windows and splicing -----------------------------------------------------------
 
-@liar("kv.window_from_index", target="impl.attention:window_lo",
-      why="takes the window from row indices (hi - W) instead of the stored pos")
+
+@liar(
+    "kv.window_from_index",
+    target="impl.attention:window_lo",
+    why="takes the window from row indices (hi - W) instead of the stored pos",
+)
 def window_lo_by_index(pos, hi, window):
     return 0 if window is None else max(0, hi - window)
 
 
-@liar("kv.window_off_by_one", target="impl.attention:window_lo",
-      why="keeps one key too many: pos >= p - W instead of pos >= p - W + 1")
+@liar(
+    "kv.window_off_by_one",
+    target="impl.attention:window_lo",
+    why="keeps one key too many: pos >= p - W instead of pos >= p - W + 1",
+)
 def window_lo_off_by_one(pos, hi, window):
     if window is None:
         return 0
@@ -119,8 +148,11 @@ def window_lo_off_by_one(pos, hi, window):
     return int(np.searchsorted(pos[:hi], p - window, side="left"))
 
 
-@liar("kv.clone_shares_arrays", target="impl.kv:KVCache.clone",
-      why="a shallow clone: new lists, but the K/V/pos buffers are the source's")
+@liar(
+    "kv.clone_shares_arrays",
+    target="impl.kv:KVCache.clone",
+    why="a shallow clone: new lists, but the K/V/pos buffers are the source's",
+)
 def clone_shallow(self):
     import copy
 
@@ -131,8 +163,12 @@ def clone_shallow(self):
 
 # ---- KV-T4: chunking invariance -------------------------------------------------------------
 
-@liar("kv.one_row_matmul_decode", target="impl.linear:Linear.__call__",
-      why="a plain x @ W: a decode step takes numpy's one-row (gemv) path, a prefill the multi-row (gemm) path")
+
+@liar(
+    "kv.one_row_matmul_decode",
+    target="impl.linear:Linear.__call__",
+    why="a plain x @ W: a decode step takes numpy's one-row (gemv) path, a prefill the multi-row (gemm) path",
+)
 def linear_plain_matmul(self, x):
     # NOTE: through Linear.weight(), whatever layout the blocks have (16-column panels for the C kernel)
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -4,6 +4,7 @@ Each is a plausible wrong version of one function of impl.paged: the slips
 a block allocator really makes. A card that lists one must have a witness
 that fails under it.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -12,17 +13,23 @@ import numpy as np
 
 from witnesses.liars import liar
 
-
 # ---- the four from the issue ------------------------------------------------------------
 
-@liar("paged.cow_writes_shared", target="impl.paged:PagedSequence._make_writable",
-      why="copy-on-write that never copies: an append into a shared last block writes into the sibling's block")
+
+@liar(
+    "paged.cow_writes_shared",
+    target="impl.paged:PagedSequence._make_writable",
+    why="copy-on-write that never copies: an append into a shared last block writes into the sibling's block",
+)
 def make_writable_in_place(self, i):
     return None
 
 
-@liar("paged.truncate_keeps_blocks", target="impl.paged:PagedSequence.truncate",
-      why="drops rows and page-table entries but never decrefs the blocks: they leak, never free again")
+@liar(
+    "paged.truncate_keeps_blocks",
+    target="impl.paged:PagedSequence.truncate",
+    why="drops rows and page-table entries but never decrefs the blocks: they leak, never free again",
+)
 def truncate_without_release(self, n):
     self._check_live("truncate", f"n={n}")
     keep = -(-int(n) // self.pool.block_size)
@@ -31,8 +38,11 @@ def truncate_without_release(self, n):
     self._gathered = None
 
 
-@liar("paged.fork_no_incref", target="impl.paged:PagedSequence.fork",
-      why="the fork copies the page table but leaves every count at 1, so nobody knows the blocks are shared")
+@liar(
+    "paged.fork_no_incref",
+    target="impl.paged:PagedSequence.fork",
+    why="the fork copies the page table but leaves every count at 1, so nobody knows the blocks are shared",
+)
 def fork_without_incref(self):
     from impl.paged import PagedSequence
 
@@ -41,8 +51,11 @@ def fork_without_incref(self):
     return s
 
 
-@liar("paged.exhausted_hands_out_used", target="impl.paged:BlockPool.allocate",
-      why="a free list that wraps around: with no free block it hands out the lowest id, still in use")
+@liar(
+    "paged.exhausted_hands_out_used",
+    target="impl.paged:BlockPool.allocate",
+    why="a free list that wraps around: with no free block it hands out the lowest id, still in use",
+)
 def allocate_wraps_around(self):
     if not self._free and not self.grow:
         b = 0
@@ -58,8 +71,12 @@ def allocate_wraps_around(self):
 
 # ---- paged attention and rewind ------------------------------------------------------------
 
-@liar("paged.gather_in_id_order", target="impl.paged:PagedSequence._gather",
-      why="gathers the sequence's blocks in block-id order, not page-table order (right while ids ascend)")
+
+@liar(
+    "paged.gather_in_id_order",
+    target="impl.paged:PagedSequence._gather",
+    why="gathers the sequence's blocks in block-id order, not page-table order (right while ids ascend)",
+)
 def gather_sorted(self, layer, rows):
     bs, kv = self.pool.block_size, self.pool.geometry.kv_dim
     nb = -(-rows // bs)
@@ -70,8 +87,12 @@ def gather_sorted(self, layer, rows):
     return k[:rows], v[:rows]
 
 
-@liar("paged.truncate_to_block_boundary", target="impl.paged:PagedSequence.truncate", factory=True,
-      why="truncates at block granularity: keeps the whole last block, so rows past n in it stay visible")
+@liar(
+    "paged.truncate_to_block_boundary",
+    target="impl.paged:PagedSequence.truncate",
+    factory=True,
+    why="truncates at block granularity: keeps the whole last block, so rows past n in it stay visible",
+)
 def make_truncate_rounds_up(original):
     def truncate(self, n):
         bs = self.pool.block_size
@@ -80,8 +101,11 @@ def make_truncate_rounds_up(original):
     return truncate
 
 
-@liar("paged.gather_cache_outlives_rows", target="impl.paged:PagedSequence.view",
-      why="serves a layer's gathered K/V while it is long enough, even after truncate and new writes replaced rows")
+@liar(
+    "paged.gather_cache_outlives_rows",
+    target="impl.paged:PagedSequence.view",
+    why="serves a layer's gathered K/V while it is long enough, even after truncate and new writes replaced rows",
+)
 def view_stale(self, layer, hi):
     cache = self.__dict__.setdefault("_liar_views", {})
     got = cache.get(layer)

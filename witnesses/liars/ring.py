@@ -1,4 +1,5 @@
 """Liars for the ring cache and the conv tail (cards RING-T1..RING-T5)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,16 +7,23 @@ import numpy as np
 from witnesses.liars import liar
 
 
-@liar("ring.span_not_clamped", target="impl.ring:RingCache.span",
-      why="returns the window (everything for a global layer) without clamping it to the ring's slots, so past "
-          "max_seq_len a global layer asks for positions whose slots now hold later ones")
+@liar(
+    "ring.span_not_clamped",
+    target="impl.ring:RingCache.span",
+    why="returns the window (everything for a global layer) without clamping it to the ring's slots, so past "
+    "max_seq_len a global layer asks for positions whose slots now hold later ones",
+)
 def span_unclamped(self, layer, pos):
     reach = self.config.reach(layer)
     return (0 if reach is None else max(0, pos + 1 - reach)), pos + 1
 
 
-@liar("ring.scale_from_neighbour", target="impl.ring:_RingLayer.take", factory=True,
-      why="reads each int8 row's scales from the next slot: a head rescaled by its neighbour's factor")
+@liar(
+    "ring.scale_from_neighbour",
+    target="impl.ring:_RingLayer.take",
+    factory=True,
+    why="reads each int8 row's scales from the next slot: a head rescaled by its neighbour's factor",
+)
 def make_take_neighbour_scale(original):
     def take(self, lo, hi):
         enc = original(self, lo, hi)
@@ -27,20 +35,27 @@ def make_take_neighbour_scale(original):
     return take
 
 
-@liar("ring.grow_ignores_wrap", target="impl.ring:_RingLayer.grow",
-      why="grows like a deque: copies the old slots oldest-first from the write cursor into [0, slots), which "
-          "breaks slot == pos for a ring below its cap (visible when a write jumps ahead of the ring's end)")
+@liar(
+    "ring.grow_ignores_wrap",
+    target="impl.ring:_RingLayer.grow",
+    why="grows like a deque: copies the old slots oldest-first from the write cursor into [0, slots), which "
+    "breaks slot == pos for a ring below its cap (visible when a write jumps ahead of the ring's end)",
+)
 def grow_as_deque(self, new_slots):
     fresh = self.codec.alloc(new_slots)
     cursor = self.high % self.slots
-    order = np.r_[cursor:self.slots, 0:cursor]
+    order = np.r_[cursor : self.slots, 0:cursor]
     for name, a in self.buf.items():
         fresh[name][: self.slots] = a[order]
     self.buf, self.slots = fresh, new_slots
 
 
-@liar("ring.int8_keeps_f32", target="impl.ring:_RingLayer.__init__", factory=True,
-      why="an int8 ring that also allocates float32 K/V buffers (a 'debug copy'), which nbytes does not count")
+@liar(
+    "ring.int8_keeps_f32",
+    target="impl.ring:_RingLayer.__init__",
+    factory=True,
+    why="an int8 ring that also allocates float32 K/V buffers (a 'debug copy'), which nbytes does not count",
+)
 def make_init_with_f32_shadow(original):
     def __init__(self, codec, slots, cap):
         original(self, codec, slots, cap)
@@ -51,8 +66,11 @@ def make_init_with_f32_shadow(original):
     return __init__
 
 
-@liar("conv.tail_rolled_before_append", target="impl.conv:ConvTail.feed",
-      why="rolls the tail one step late: keeps the inputs before the newest instead of ending at it")
+@liar(
+    "conv.tail_rolled_before_append",
+    target="impl.conv:ConvTail.feed",
+    why="rolls the tail one step late: keeps the inputs before the newest instead of ending at it",
+)
 def feed_stale_tail(self, x):
     from impl.conv import _conv_rows
 
