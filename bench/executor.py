@@ -5,7 +5,7 @@ run of every card would take on more nodes (docs/cluster.md).
 Two measurements, each on both executors in the same run, 2 jobs at a time:
 
 1. trivial jobs: ``--trivial N`` copies of one fixture card's honest job (one witness of ~1 ms), through
-   :func:`harness.schedule.run_jobs`. The *limit* is a pool that costs nothing: wall = sum of the jobs' own
+   :func:`harness.execute.schedule.run_jobs`. The *limit* is a pool that costs nothing: wall = sum of the jobs' own
    process times / 2. Overhead per job = (wall x 2 - sum of process times) / N: what the executor adds to
    each job (dispatch, result, and on Ray the task round trip and shipping of the code); the cluster's
    start and stop are printed apart, as they are paid once per run.
@@ -37,11 +37,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.cards import load_cards  # noqa: E402
-from harness.executors import ExecutorSpec  # noqa: E402
+from harness.execute.executor import ExecutorSpec  # noqa: E402
+from harness.execute.jobs import RunConfig, honest_job  # noqa: E402
+from harness.execute.schedule import run_jobs  # noqa: E402
 from harness.liars import scan  # noqa: E402
-from harness.outcomes import honest_job  # noqa: E402
-from harness.run import RunConfig  # noqa: E402
-from harness.schedule import run_jobs  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "project"
 SLOTS = 2
@@ -59,7 +58,7 @@ def trivial(n: int, scratch: Path) -> dict[str, dict[str, float]]:
     for name, spec in (("local", ExecutorSpec()), ("ray", ExecutorSpec("ray"))):
         start_s = stop_s = 0.0
         if name == "ray":
-            from harness.cluster import close_session, open_session
+            from harness.execute.cluster import close_session, open_session
 
             t = time.monotonic()
             open_session(spec, root, SLOTS)
@@ -152,7 +151,7 @@ def main() -> None:
     args = ap.parse_args()
     import ray
 
-    from harness.mutation import DEFAULT_MAX_MUTANTS
+    from harness.mutation.score import DEFAULT_MAX_MUTANTS
 
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python "
@@ -171,7 +170,8 @@ def main() -> None:
                 f"{r['per_job_ms']:>8.0f}ms{r['overhead_ms']:>12.0f}ms"
             )
         print(
-            f"   limit = process-s / {SLOTS} (a pool that adds nothing); ray cluster start {t['ray']['start_s']:.1f} s, "
+            f"   limit = process-s / {SLOTS} (a pool that adds nothing); "
+            f"ray cluster start {t['ray']['start_s']:.1f} s, "
             f"stop {t['ray']['stop_s']:.1f} s (once per run)"
         )
         if args.skip_mutate:

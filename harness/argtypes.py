@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from harness.run import MAX_TIMEOUT_S
+from harness.execute.jobs import MAX_TIMEOUT_S
 
 SEED_MAX = 2**63 - 1  # the ledger stores seeds as SQLite INTEGER (signed 64 bit)
 

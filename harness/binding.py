@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.cards import Card, display_path
 from harness.files import sha256_file
 from harness.liars import LiarSite
+from harness.oracle.store import MANIFEST, resolve_oracle_dir
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,6 @@ def bound_files(
 def oracle_files(card: Card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:
     """The oracle manifest a card that requires the oracle is bound to (when the oracle code is present)."""
     if not any(r.startswith("oracle:") for r in card.requires):
-        return ()
-    try:
-        from harness.oracle.store import MANIFEST, resolve_oracle_dir
-    except ImportError:  # NOTE: the oracle extra (numpy) is optional for the harness itself
         return ()
     return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
 

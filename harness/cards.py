@@ -35,6 +35,7 @@ from harness.cardcheck import (
     short,
 )
 from harness.checktext import bound_text
+from harness.errors import UsageError
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
 from harness.refs import resolve_ref, resolve_symbol, resolve_test
@@ -306,7 +307,9 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
     return out
 
 
-EQUIVALENT_FILE = "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation), not a card
+EQUIVALENT_FILE = (
+    "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation.score), not a card
+)
 
 
 def find_card_files(cards_dir: Path) -> list[Path]:
@@ -367,8 +370,6 @@ def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[s
     matches no card, with a suggestion.
     """
     from fnmatch import fnmatchcase
-
-    from harness.errors import UsageError
 
     cards = list(cards)
     patterns, tags = list(patterns), list(tags)

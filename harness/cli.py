@@ -3,7 +3,7 @@ timings [--write] | new ID | oracle ...
 
 ``run --changed`` replays a card's last PROVEN verdict when every file it is
 bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
-runs N witness processes at a time (:mod:`harness.schedule`), longest expected
+runs N witness processes at a time (:mod:`harness.execute.schedule`), longest expected
 chain first; ``timings`` shows those expected times and where they come from
 (the ledger, else the committed ``obligations/timings.json`` that ``timings
 --write`` makes from it: :mod:`harness.timings`).
@@ -30,7 +30,11 @@ import signal
 import sys
 from typing import Any
 
+from harness import argtypes
 from harness.errors import CardInvalid, HarnessError
+from harness.mutation.score import DEFAULT_MAX_MUTANTS
+from harness.report import terminal
+from harness.report.terminal import console
 
 SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "oracle")
 
@@ -52,7 +56,6 @@ def _reports_opt(p: argparse.ArgumentParser) -> None:
 
 def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     """The options ``run`` and ``mutate`` share (``mutate``'s --seed picks mutants)."""
-    from harness import argtypes
 
     run.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs (KV-T*); default: all")
     run.add_argument(
@@ -127,8 +130,6 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
 
 
 def _run_parser(sub) -> None:
-    from harness import argtypes
-    from harness.mutation import DEFAULT_MAX_MUTANTS
 
     run = sub.add_parser("run", help="run cards and print verdicts (default)")
     _run_options(run)
@@ -185,7 +186,6 @@ def _run_parser(sub) -> None:
 
 def _reading_parsers(sub) -> None:
     """The subcommands that only read: list, validate, show, status, history; and new."""
-    from harness import argtypes
 
     _cards_opt(sub.add_parser("list", help="list cards"))
     _cards_opt(sub.add_parser("validate", help="check every card; print every problem; exit 2 if any"))
@@ -279,9 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
         return int(exc.code or 0) if isinstance(exc.code, int) else 2
     except CardInvalid as exc:
-        from harness.report import terminal
-        from harness.report.terminal import console
-
         terminal.render_problems(
             console(stderr=True),
             exc.problems,

@@ -15,13 +15,30 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cards import display_path
+from harness import timings
+from harness.cards import did_you_mean, display_path, load_cards, select
+from harness.compare import compare, thresholds_from_cards
+from harness.compare_io import load_ref, open_ledger
 from harness.errors import UsageError
+from harness.execute.executor import RAY, ExecutorSpec
+from harness.execute.schedule import default_jobs
+from harness.ledger import FILENAME, Ledger
+from harness.mutation import generate as mutants
+from harness.mutation.marks import load_marks
+from harness.mutation.stage import MutateOptions
+from harness.pipeline import RunRequest, load, prove
 from harness.project import project_root
+from harness.provenance import utc_now
+from harness.report import terminal
+from harness.report.changes import render_terminal, to_html, to_json, to_markdown
+from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
+from harness.report.view import history_marks
+from harness.scaffold import scaffold
+from harness.staleness import status_exit_code, status_rows
 
 if TYPE_CHECKING:
-    from harness.executors import ExecutorSpec
+    from harness.execute.executor import ExecutorSpec
 
 # ---------------------------------------------------------------- context
 
@@ -48,7 +65,6 @@ def reports_dir(args: argparse.Namespace, root: Path) -> Path:
 
 def _open_ledger(args: argparse.Namespace, root: Path):
     """The ledger for reading, or None when no run has written one yet."""
-    from harness.ledger import FILENAME, Ledger
 
     path = reports_dir(args, root) / FILENAME
     return Ledger(path, create=False) if path.is_file() else None
@@ -67,7 +83,6 @@ def _shown_dir(path: Path, root: Path) -> str:
 
 
 def _load(root: Path, folder: Path):
-    from harness.pipeline import load
 
     loaded = load(root, folder, _shown_dir(folder, root))
     return loaded.result, loaded.sites, loaded.liar_problems
@@ -81,9 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
-    """``mutate``: run the cards, then their mutants (harness.mutation); or ``--show KEY``: print one mutant."""
-    from harness import mutants
-    from harness.mutate_run import MutateOptions
+    """``mutate``: run the cards, then their mutants (harness.mutation.score); or ``--show KEY``: print one mutant."""
 
     if args.show:
         return _show_mutant(args.show)
@@ -100,7 +113,6 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 
 def _show_mutant(key: str) -> int:
-    from harness import mutants
 
     root = project_root()
     mutant, _, _ = mutants.find(root, key)  # LiarError (a HarnessError) names the key and the fix
@@ -113,9 +125,6 @@ def _show_mutant(key: str) -> int:
 
 
 def _prove(args: argparse.Namespace, mutate=None) -> int:
-    from harness.pipeline import RunRequest, prove
-    from harness.report.terminal import TerminalReporter
-    from harness.schedule import default_jobs
 
     root = project_root()
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
@@ -171,7 +180,6 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
 def executor_spec(args: Any) -> ExecutorSpec:
     """--executor, --ray-address (else RAY_ADDRESS), --ray-ship and whether -j was given; UsageError when they
     do not fit together."""
-    from harness.executors import RAY, ExecutorSpec
 
     if args.executor != RAY:
         for opt, value in (("--ray-address", args.ray_address), ("--ray-ship", args.ray_ship)):
@@ -189,7 +197,6 @@ def executor_spec(args: Any) -> ExecutorSpec:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.report import terminal
 
     root = project_root()
     result, _, liar_problems = _load(root, cards_dir(args, root))
@@ -207,8 +214,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from harness.mutation import load_marks
-    from harness.report import terminal
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -237,9 +242,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from harness.cards import did_you_mean
-    from harness.report import terminal
-    from harness.status import status_rows
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -270,9 +272,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness.cards import select
-    from harness.report import terminal
-    from harness.status import status_exit_code, status_rows
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -302,8 +301,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from harness.report import terminal
-    from harness.report.view import history_marks
 
     root = project_root()
     ledger = _open_ledger(args, root)
@@ -318,8 +315,6 @@ def cmd_history(args: argparse.Namespace) -> int:
         known = {cid for (cid,) in ledger.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
         for card_id in args.ids:
             if card_id not in known:
-                from harness.cards import did_you_mean
-
                 raise UsageError(
                     f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
                     "`run_obligations.py history` lists the runs"
@@ -350,8 +345,6 @@ def _write_text(raw: str, text: str, what: str) -> None:
 
 def comparison_thresholds(args: argparse.Namespace, root: Path):
     """(card, witness, key) -> fraction from the cards as they are now (a card that does not load adds none)."""
-    from harness.cards import load_cards
-    from harness.compare import thresholds_from_cards
 
     try:
         return thresholds_from_cards(load_cards(cards_dir(args, root), root).cards)
@@ -361,10 +354,6 @@ def comparison_thresholds(args: argparse.Namespace, root: Path):
 
 def cmd_compare(args: argparse.Namespace) -> int:
     import json
-
-    from harness.compare import compare
-    from harness.compare_io import load_ref, open_ledger
-    from harness.report.compare import render_terminal, to_json, to_markdown
 
     root = project_root()
     reports = reports_dir(args, root)
@@ -394,8 +383,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         _write_text(args.markdown, to_markdown(cmp), "markdown")
     if args.html:
-        from harness.report.compare import to_html
-
         _write_text(args.html, to_html(cmp), "html")
     return 1 if (args.fail_on_regression and cmp.regressions) else 0
 
@@ -417,8 +404,6 @@ def _write_text_check(raw: str, what: str) -> Path:
 def _timings_problems(folder: Path, root: Path) -> list:
     from dataclasses import replace
 
-    from harness import timings
-
     try:
         timings.read(folder, root)
     except timings.TimingsInvalid as exc:
@@ -429,8 +414,6 @@ def _timings_problems(folder: Path, root: Path) -> list:
 def cmd_timings(args: argparse.Namespace) -> int:
     """``timings``: per card and liar, the expected seconds the scheduler would use and where each comes from;
     ``--write``: save the ledger's latest entry of each card as ``<cards>/timings.json``."""
-    from harness import timings
-    from harness.provenance import utc_now
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -513,8 +496,6 @@ def cmd_timings(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from harness.cards import display_path
-    from harness.scaffold import scaffold
 
     root = project_root()
     card_path, witness_rel = scaffold(root, cards_dir(args, root), args.id)

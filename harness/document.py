@@ -123,9 +123,9 @@ class ReplayedFrom:
 
 @dataclass(frozen=True)
 class MutantResult:
-    """One mutant of a card's claimed code and what the card's witnesses made of it (:mod:`harness.mutation`)."""
+    """One mutant of a card's claimed code and what the card's witnesses made of it (:mod:`harness.mutation.score`)."""
 
-    key: str  # path:line:col:operator[#n], rebuilds the mutant (harness.mutants.find)
+    key: str  # path:line:col:operator[#n], rebuilds the mutant (harness.mutation.generate.find)
     path: str
     line: int
     qualname: str
@@ -276,7 +276,7 @@ class RunHeader:
     summary: Summary
     numerics: str | None = None  # impl's numerics path (impl.linear.numerics_path()), when impl says
     launcher: str | None = None  # how witness processes started: "forkserver" or "subprocess" (None: not said)
-    executor: str | None = None  # where they ran (harness.executors: "local: ..." or "ray: ..."; None: not said)
+    executor: str | None = None  # where they ran (harness.execute.executor: "local: ..." or "ray: ..."; None: not said)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ function below, in order, and each hands the next a typed value:
   anything runs; :func:`plan` binds each card to its files and asks the
   ledger what ``--changed`` may replay and how long each process took last
   time (else ``obligations/timings.json``, :mod:`harness.timings`);
-- execute: :func:`harness.schedule.run_cards`, one fresh pytest process per
+- execute: :func:`harness.execute.schedule.run_cards`, one fresh pytest process per
   (card, liar);
 - judge: :func:`harness.verdict.evaluate` per card;
 - record: :func:`harness.report.data.build` makes the
@@ -32,24 +32,29 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import forkserver, provenance, timings, verdict
+from harness import provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
-from harness.cards import Card, LoadResult, Problem, display_path, find_card_files, load_cards, select
+from harness.cards import Card, LoadResult, Problem, card_bytes, display_path, find_card_files, load_cards, select
+from harness.compare import compare, thresholds_from_cards
+from harness.compare_io import load_ref, open_ledger
 from harness.document import CardResult, Claim, MutationResult, RunDocument
 from harness.errors import CardInvalid, LedgerError, UsageError
-from harness.executors import RAY, ExecutorSpec
-from harness.executors import make as make_executor
+from harness.execute import forkserver
+from harness.execute.cluster import check_reachable, close_session, import_ray
+from harness.execute.executor import RAY, ExecutorSpec
+from harness.execute.factory import make as make_executor
+from harness.execute.jobs import RunConfig, count_jobs
+from harness.execute.outcomes import CardRun
+from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
-from harness.mutate_run import MutateOptions, measure, recall
-from harness.mutation import Mark, load_marks
-from harness.outcomes import CardRun, count_jobs
+from harness.mutation.marks import Mark, load_marks
+from harness.mutation.stage import MutateOptions, measure, recall
 from harness.report import data, jsonfile
 from harness.report import folder as report_folder
 from harness.report.view import build_view
-from harness.run import RunConfig
-from harness.schedule import Expected, run_cards
 from harness.statuses import Gate, Verdict
+from harness.timings import Expected
 
 # ---------------------------------------------------------------- inputs and outputs
 
@@ -125,7 +130,7 @@ class Loaded:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RunPlan:
     """Every selected card with what it is bound to, and what the ledger already knows."""
 
     cards: tuple[Card, ...]
@@ -264,7 +269,7 @@ def plan(
     cards: Sequence[Card],
     reporter: Reporter | None,
     marks: Mapping[str, Mark] | None = None,
-) -> Plan:
+) -> RunPlan:
     """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
 
     A card is replayed when its last original PROVEN verdict of this profile
@@ -317,14 +322,14 @@ def plan(
                     measured[card.id] = last.expected
     expected, sources = timings.combine([c.id for c in cards if c.id not in replays], measured, hints)
     mutations = recall(req, cards, bound) if ledger is not None else {}
-    return Plan(tuple(cards), links, bound, replays, expected, mutations, marks, sources)
+    return RunPlan(tuple(cards), links, bound, replays, expected, mutations, marks, sources)
 
 
 # ---------------------------------------------------------------- execute and judge
 
 
 def execute(
-    req: RunRequest, the_plan: Plan, reporter: Reporter | None, launcher: str | None = None
+    req: RunRequest, the_plan: RunPlan, reporter: Reporter | None, launcher: str | None = None
 ) -> tuple[dict[str, CardRun], str]:
     """Run every card that is not replayed; (card id -> its runs, where they ran: the executor's description)."""
     cfg = RunConfig(
@@ -357,7 +362,7 @@ def execute(
 
 
 def judge(
-    the_plan: Plan, runs: Mapping[str, CardRun], measured: Mapping[str, MutationResult] | None = None
+    the_plan: RunPlan, runs: Mapping[str, CardRun], measured: Mapping[str, MutationResult] | None = None
 ) -> list[data.CardReport | data.Replayed]:
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
@@ -433,7 +438,6 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     """
     if req.executor.kind != RAY:
         return _prove(req, reporter, shown_cards)
-    from harness.cluster import check_reachable, close_session, import_ray
 
     import_ray()  # UsageError with the install hint before anything else
     if req.executor.address:
@@ -493,9 +497,6 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     )
     comparison = None
     if baseline is not None:
-        from harness.cards import card_bytes
-        from harness.compare import compare, thresholds_from_cards
-
         now = {c.id: raw.decode("utf-8") for c in doc.cards if (raw := card_bytes(c.fingerprint)) is not None}
         comparison = compare(
             baseline.doc,
@@ -517,7 +518,6 @@ def load_baseline(req: RunRequest):
     """The --baseline run (harness.compare_io.LoadedRun), or None; UsageError when it names nothing."""
     if not req.baseline:
         return None
-    from harness.compare_io import load_ref, open_ledger
 
     ledger = open_ledger(req.reports_dir)
     try:

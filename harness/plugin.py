@@ -12,8 +12,8 @@ no harness) and by the harness with ``-p harness.plugin``.
 - Hypothesis profiles ``ci`` (fast, derandomized, default) and ``release``
   (many more examples), chosen with ``--kvproof-profile`` or the
   ``KVPROOF_PROFILE`` environment variable.
-- With ``--kvproof-plan PLAN.json`` (a :class:`harness.protocol.Plan` written
-  by :mod:`harness.run`) the plugin applies the plan's liar before
+- With ``--kvproof-plan PLAN.json`` (a :class:`harness.protocol.JobPlan` written
+  by :mod:`harness.execute.process`) the plugin applies the plan's liar before
   collection and streams the events of :mod:`harness.protocol` to the
   plan's ``out`` file, flushed as it goes. It also arms :func:`faulthandler.dump_traceback_later` with the node's
   timeout, so a hang leaves the stack it hung in.
@@ -47,9 +47,9 @@ from typing import Any
 import pytest
 
 from harness import protocol
-from harness.protocol import Plan
+from harness.errors import LiarError
+from harness.protocol import OBSERVED_FIELDS, JobPlan, NodeResult
 from harness.statuses import Outcome
-from harness.verdict import OBSERVED_FIELDS, NodeResult
 
 PROFILES = ("ci", "release")
 _FLAKY = {"Flaky", "FlakyFailure", "FlakyReplay", "FlakyStrategyDefinition", "FlakyBackendFailure"}
@@ -254,7 +254,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import Phase, settings
 
     plan_path = config.getoption("kvproof_plan")
-    plan = Plan.read(plan_path) if plan_path else None
+    plan = JobPlan.read(plan_path) if plan_path else None
     profile = (
         config.getoption("kvproof_profile")
         or (plan.profile if plan else None)
@@ -349,7 +349,7 @@ class _NodeState:
 class _Recorder:
     """Streams node events to the plan's JSONL file; applies the plan's liar or mutant."""
 
-    def __init__(self, config: pytest.Config, plan: Plan, profile: str) -> None:
+    def __init__(self, config: pytest.Config, plan: JobPlan, profile: str) -> None:
         self.config = config
         self.plan = plan
         self.profile = profile
@@ -367,7 +367,6 @@ class _Recorder:
         self.out.flush()
 
     def _apply_liar(self, name: str) -> None:
-        from harness.errors import LiarError
         from harness.liars import apply
 
         try:
@@ -378,8 +377,7 @@ class _Recorder:
         self.emit(protocol.LiarApplied(name, True, target=applied.target))
 
     def _apply_mutant(self, key: str) -> None:
-        from harness.errors import LiarError
-        from harness.mutants import apply
+        from harness.mutation.generate import apply
 
         try:
             applied = apply(key, self.root)

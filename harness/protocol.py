@@ -1,6 +1,10 @@
-"""The runner <-> witness-process protocol, imported by both sides.
+"""The wire: every type that crosses the runner <-> witness-process boundary, imported by both sides.
 
-The runner (:mod:`harness.run`) writes a :class:`Plan` as JSON and starts
+The witness side (:mod:`harness.plugin`) imports this module, the status
+words (:mod:`harness.statuses`) and the errors (:mod:`harness.errors`) and
+nothing else of the harness; so does the fork server's zygote.
+
+The runner (:mod:`harness.execute.process`) writes a :class:`JobPlan` as JSON and starts
 ``pytest --kvproof-plan PLAN.json``; the plugin (:mod:`harness.plugin`)
 streams events back, one JSON line each, flushed as they happen, to
 ``plan.out``:
@@ -10,7 +14,7 @@ streams events back, one JSON line each, flushed as they happen, to
 - :class:`CollectError` for a module or folder that failed to collect;
 - :class:`NodeStarted` when a node begins (with its timeout);
 - :class:`NodeFinished` when it ends, carrying the node's
-  :class:`harness.verdict.NodeResult`.
+  :class:`NodeResult`.
 
 A node with a ``NodeStarted`` and no ``NodeFinished`` is the one that was
 running when the process hung or died. Which node a witness's ``test:``
@@ -25,7 +29,22 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.verdict import NodeResult
+# the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
+OBSERVED_FIELDS = ("observed", "min", "max", "nan")
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One pytest node's outcome, as streamed by the plugin (or synthesised by the runner when the process died)."""
+
+    nodeid: str
+    outcome: str  # passed | failed | error | skipped
+    duration: float = 0.0  # seconds, setup + call + teardown
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""  # one line: "AssertionError: ..." or the skip reason
+    failure: str = ""  # full text: traceback, Hypothesis falsifying example
+    location: str = ""  # "file.py:LINE" of the failure, when known
+    hypothesis: Mapping[str, Any] | None = None  # {seed, profile, example, reproduce}
 
 
 def node_matches(test: str, nodeid: str) -> bool:
@@ -38,7 +57,7 @@ def node_matches(test: str, nodeid: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Plan:
+class JobPlan:
     """What one witness process must do and where it reports. Times in seconds."""
 
     out: str  # events file (JSON lines)
@@ -49,7 +68,7 @@ class Plan:
     seed: int | None
     timeouts: Mapping[str, float] = field(default_factory=dict)  # witness test -> seconds
     default_timeout: float = 60.0
-    mutant: str | None = None  # a mutant key (harness.mutants), applied like a liar
+    mutant: str | None = None  # a mutant key (harness.mutation.generate), applied like a liar
 
     def timeout_for(self, nodeid: str) -> float:
         return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)), self.default_timeout)
@@ -58,7 +77,7 @@ class Plan:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
 
     @classmethod
-    def read(cls, path: str | Path) -> Plan:
+    def read(cls, path: str | Path) -> JobPlan:
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
 
 

@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from harness.cards import SCHEMA_PATH, display_path, find_card_files, load_card, valid_card_id
 from harness.errors import UsageError
 
 CARD_TEMPLATE = """\
@@ -53,7 +54,6 @@ def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
 
     Raises UsageError for a bad or taken id, or when either file exists.
     """
-    from harness.cards import SCHEMA_PATH, display_path, find_card_files, load_card, valid_card_id
 
     if not valid_card_id(card_id):
         raise UsageError(f"id={card_id!r}: expected a letter then letters, digits, '.', '_' or '-' (e.g. KV-T9)")

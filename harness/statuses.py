@@ -48,7 +48,7 @@ class LiarStatus(StrEnum):
 
 
 class MutantStatus(StrEnum):
-    """What a card's witnesses made of one mutant of the code it claims (:mod:`harness.mutation`)."""
+    """What a card's witnesses made of one mutant of the code it claims (:mod:`harness.mutation.score`)."""
 
     KILLED = "killed"  # a witness failed or errored under it
     TIMEOUT = "timeout"  # a witness ran past its (shortened) timeout: detected, shown apart

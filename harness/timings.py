@@ -1,6 +1,6 @@
 """Committed scheduling hints: ``<cards dir>/timings.json``, the expected process times of a run with no history.
 
-The scheduler (:mod:`harness.schedule`) starts the job with the longest
+The scheduler (:mod:`harness.execute.schedule`) starts the job with the longest
 expected chain first and runs the witnesses that caught a liar first under
 it. It learns both from the card's last recorded run in the ledger
 (``reports/ledger.sqlite``), which a fresh clone (CI) does not have: there
@@ -9,7 +9,7 @@ pytest-split's ``.test_durations``, ``timings.json`` next to the cards
 (``obligations/`` unless ``--cards`` / ``KVPROOF_CARDS_DIR`` say otherwise)
 carries those numbers in the repository: ``run_obligations.py timings
 --write`` writes it from the ledger's latest entry of each card (what
-:func:`harness.schedule.expected_from_entry` gives, seconds rounded to 0.1),
+:func:`harness.execute.schedule.expected_from_entry` gives, seconds rounded to 0.1),
 and :func:`harness.pipeline.plan` uses it for each card the ledger has no
 entry for (a ledger entry is newer and was measured on this machine, so it
 wins). ``run_obligations.py timings`` shows what the next run would use and
@@ -43,14 +43,16 @@ import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.cardcheck import Problem
+from harness.cards import display_path
+from harness.document import CardResult
 from harness.errors import HarnessError
 from harness.project import KVPROOF_HOME
-from harness.schedule import Expected, chain_s, expected_from_entry
+from harness.statuses import LiarStatus
 
 FILENAME = "timings.json"
 FORMAT = "kvproof-timings"
@@ -60,6 +62,35 @@ FIX = "delete it or rewrite it with `run_obligations.py timings --write`"
 
 # where a card's expected times came from
 LEDGER, FILE, UNKNOWN = "ledger", FILENAME, "unknown"
+
+
+UNKNOWN_S = 1.0  # expected seconds of a process never seen before
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Expected seconds of a card's processes, and which witnesses caught each liar, from its last recorded run."""
+
+    honest_s: float = UNKNOWN_S
+    liars_s: Mapping[str, float] = field(default_factory=dict)
+    caught_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # liar -> witness ids
+
+    def liar(self, name: str) -> float:
+        return self.liars_s.get(name, UNKNOWN_S)
+
+
+def expected_from_entry(entry: CardResult | None) -> Expected:
+    """Process durations from a card's result in an earlier run (None: unknown)."""
+    if entry is None:
+        return Expected()
+    liars = {lv.name: float(lv.duration_s or 0.0) for lv in entry.liars if lv.status != LiarStatus.NOT_RUN}
+    caught = {lv.name: tuple(lv.caught_by) for lv in entry.liars if lv.caught_by}
+    return Expected(entry.honest_s or UNKNOWN_S, liars, caught)
+
+
+def chain_s(exp: Expected, liars: Sequence[str]) -> float:
+    """A card's expected chain: its honest run, then (its liars start after it, side by side) its slowest liar."""
+    return exp.honest_s + max((exp.liar(n) for n in liars), default=0.0)
 
 
 class TimingsInvalid(HarnessError, ValueError):
@@ -104,7 +135,6 @@ def load(cards_dir: Path, root: Path) -> dict[str, Expected]:
 
 def read(cards_dir: Path, root: Path) -> Hints | None:
     """The hints file of ``cards_dir``, fully validated; None when there is none. Raises TimingsInvalid."""
-    from harness.cards import display_path
 
     path = path_in(cards_dir)
     if not path.exists() and not path.is_symlink():

@@ -17,7 +17,7 @@ Precedence, first match wins:
 8. VACUOUS    a liar survived: every witness passed under it
 9. VACUOUS    the card's mutation score, measured on the bytes it is bound
               to now, is below its ``mutation.min_score``: its witnesses would
-              pass too much wrong code (:mod:`harness.mutation`)
+              pass too much wrong code (:mod:`harness.mutation.score`)
 10. UNVERIFIED a liar's run was inconclusive (witnesses skipped under it)
 11. PROVEN    otherwise
 
@@ -33,32 +33,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.cards import Bound, Card, Witness
 from harness.checktext import check_text, reason_value, unevaluated_text
+from harness.protocol import OBSERVED_FIELDS, NodeResult
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 
-# the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
-OBSERVED_FIELDS = ("observed", "min", "max", "nan")
-
-
 # ---------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True)
-class NodeResult:
-    """One pytest node's outcome, as streamed by the plugin (or synthesised by run.py)."""
-
-    nodeid: str
-    outcome: str  # passed | failed | error | skipped
-    duration: float = 0.0  # seconds, setup + call + teardown
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    message: str = ""  # one line: "AssertionError: ..." or the skip reason
-    failure: str = ""  # full text: traceback, Hypothesis falsifying example
-    location: str = ""  # "file.py:LINE" of the failure, when known
-    hypothesis: Mapping[str, Any] | None = None  # {seed, profile, example, reproduce}
 
 
 @dataclass(frozen=True)
@@ -105,7 +88,7 @@ class LiarRun:
     apply_error: str = ""  # the liar could not be applied
     duration: float = 0.0
     node: str = ""  # where its process ran (a cluster node), "" on this machine
-    lost: str = ""  # its process never came back (harness.run.JobResult.lost): the liar is ERROR
+    lost: str = ""  # its process never came back (harness.execute.jobs.JobResult.lost): the liar is ERROR
 
 
 @dataclass(frozen=True)

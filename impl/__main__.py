@@ -6,6 +6,11 @@ import argparse
 import sys
 import time
 
+from impl.cache import CACHE_DESIGNS
+from impl.errors import ImplError
+from impl.linear import numerics_path
+from impl.model import load_model
+
 
 def _parse_window(text: str):
     try:
@@ -19,7 +24,6 @@ def _parse_window(text: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from impl.cache import CACHE_DESIGNS
 
     p = argparse.ArgumentParser(prog="python -m impl", description="kvproof's numpy SmolLM2 runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -38,14 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
 
-    from impl.errors import ImplError
-    from impl.model import load_model
-
     if args.n < 0:
         p.error(f"-n={args.n}: the number of new tokens must be >= 0")
     try:
-        from impl.linear import numerics_path
-
         numerics = numerics_path()  # a bad KVPROOF_KERNEL / KVPROOF_ATTENTION is an error before any output
         t0 = time.perf_counter()
         model = load_model(args.weights)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
+from impl.errors import SettingError, setting
+
 ENV = "KVPROOF_MALLOC"  # "auto" (default: keep where glibc's mallopt exists), "keep", or "system"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 MMAP_THRESHOLD = 32 << 20  # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit
@@ -36,7 +38,6 @@ _status: str | None = None
 def configure() -> str:
     """Apply the setting once per process; returns :func:`status`. SettingError for an unknown value."""
     global _status
-    from impl.errors import SettingError, setting
 
     choice = setting(
         ENV,

@@ -23,14 +23,12 @@ block back to the pool; any later use raises), like vLLM's ``free``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from impl.errors import CacheError
-from impl.rope import RopeTable
 
 Window = int | None  # a layer's attention window in positions; None = the layer sees everything
 
@@ -148,26 +146,3 @@ def normalize_window(window, n_layers: int) -> list[Window]:
         if w is not None and (isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1):
             raise CacheError(f"window={w!r} (layer {i}) is not allowed: use an int >= 1 or None")
     return [None if w is None else int(w) for w in ws]
-
-
-def make_cache(design: str, geometry: KVGeometry, ropes: Sequence[RopeTable], window=None, **options) -> KVStore:
-    """An empty cache of ``design`` ("contiguous", "paged" or "ring") for a model of ``geometry``.
-
-    ``ropes``: the model's RoPE table per layer (the contiguous cache
-    re-rotates survivors of an eviction; the ring takes its default
-    ``max_seq_len`` from their length). ``window``: None, one W or one per
-    layer (see ``normalize_window``). ``options`` go to the design's
-    ``build``: none for contiguous; ``block_size=``, ``pool=`` for paged;
-    ``hint=``, ``precision=``, ``max_seq_len=``, ``overflow=`` for ring.
-    Raises CacheError for an unknown design or a bad option value, TypeError
-    for an option the design does not take.
-    """
-    if design == "contiguous":
-        from impl.kv import KVCache as cls
-    elif design == "paged":
-        from impl.paged import PagedSequence as cls
-    elif design == "ring":
-        from impl.ring_store import RingKVStore as cls
-    else:
-        raise CacheError(f"cache={design!r} is not a cache design; use one of {', '.join(CACHE_DESIGNS)}")
-    return cls.build(geometry, ropes, normalize_window(window, geometry.n_layers), **options)

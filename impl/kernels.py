@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from impl.errors import SettingError, setting
+
 QTYPES = {"Q4_1": 2, "Q8_0": 8}  # GGUF block types kv_linear_q decodes (ggml type ids), 32 values a block
 QBLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
 NR = 16  # panel width in floats: the packed weight is (P, K, NR)
@@ -356,8 +358,6 @@ _state: dict[str, object] = {}
 def load() -> Kernel | None:
     """The kernel, or None when the numpy fallback is in force (see :func:`status`). Cached per process."""
     if "kernel" not in _state:
-        from impl.errors import setting
-
         choice = setting(
             ENV_CHOICE,
             ("auto", "c", "numpy"),
@@ -372,8 +372,6 @@ def load() -> Kernel | None:
                 kernel = Kernel(build())
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
                 if choice == "c":
-                    from impl.errors import SettingError
-
                     raise SettingError(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e
                 why = f"kernel unavailable: {e}"
         _state["kernel"], _state["why"] = kernel, why

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from impl import kernels
+from impl.attention import attention_path
 from impl.errors import SettingError, setting
 
 BLOCK_BYTES = 16 << 20  # numpy-gemv: one weight block; 16 MiB balances decode (few calls) and prefill (cache reuse)
@@ -99,7 +100,6 @@ def numerics_path() -> str:
     Bits are comparable only between runs that print the same linear, attention and rowwise parts
     (the decode part changes what is read, never the bits).
     """
-    from impl.attention import attention_path
 
     rowwise = (
         "kernel (rmsnorm: fma lane sums; rope: numpy's operations; silu: the kernel's exp)"

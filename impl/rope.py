@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from impl import kernels
+
 
 class RopeTable:
     """cos/sin for positions [0, max_pos) of one RoPE base.
@@ -44,7 +46,6 @@ class RopeTable:
     def apply(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``apply_rope(x, *self.rows(pos))`` for x (T, H, D): the same bits, in one native pass when
         impl.kernels' C kernel is loaded (no (T, D) row copies, no temporaries)."""
-        from impl import kernels
 
         k = kernels.load()
         if (

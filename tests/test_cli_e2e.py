@@ -150,7 +150,7 @@ def test_mixed_run_exits_1_with_every_verdict(mixed_run):
 
 def test_every_non_proven_card_gets_a_why_line(mixed_run):
     out = mixed_run[0].stdout
-    for card_id, (verdict, fragment) in EXPECTED.items():
+    for card_id, (verdict, _fragment) in EXPECTED.items():
         if verdict != "PROVEN":
             assert f"{verdict} {card_id}: " in out, card_id
     assert "liars: arith.off_by_one caught by weak; arith.float_add survived" in out

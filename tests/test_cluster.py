@@ -23,8 +23,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the cluster extra is not installed: make cluster")
 
-from harness.cluster import ORACLE, WEIGHTS, Resource, check_reachable, provide  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
+from harness.execute.cluster import ORACLE, WEIGHTS, Resource, check_reachable, provide  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -370,9 +370,9 @@ def test_mutate_on_a_local_cluster_scores_as_locally(project):
 def test_a_job_whose_worker_dies_twice_is_error_naming_both_nodes_and_a_bug_is_not_retried(tmp_path):
     """The retry rule on its own (no cluster): one retry after a lost worker, then ERROR with both attempts
     named; an exception raised by kvproof's own code on the node is not retried."""
-    from harness.cluster import RayExecutor, _Flight, _Session
-    from harness.executors import ExecutorSpec, Finished
-    from harness.run import Job, RunConfig
+    from harness.execute.cluster import RayExecutor, _Flight, _Session
+    from harness.execute.executor import ExecutorSpec, Finished
+    from harness.execute.jobs import Job, RunConfig
 
     class WorkerCrashedError(Exception):  # stands in for ray.exceptions.WorkerCrashedError (matched by name)
         pass
@@ -406,9 +406,9 @@ def test_a_job_whose_worker_dies_twice_is_error_naming_both_nodes_and_a_bug_is_n
 
 def test_a_lost_job_makes_the_card_error_and_a_lost_liar_is_never_caught(tmp_path):
     from harness.cards import Card, load_cards
+    from harness.execute.jobs import JobResult, RunConfig
+    from harness.execute.outcomes import after_honest, assemble, liar_run
     from harness.liars import scan
-    from harness.outcomes import after_honest, assemble, liar_run
-    from harness.run import JobResult, RunConfig
     from harness.verdict import evaluate, judge_liar
 
     sites, _ = scan(FIXTURE)

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl.attention import attend_one
-from impl.cache import KVGeometry, KVStore, make_cache
+from impl.cache import KVGeometry, KVStore
+from impl.designs import make_cache
 from impl.errors import CacheError
 from impl.kv import KVCache
 from impl.model.session import Session

@@ -12,7 +12,7 @@ import pytest
 from harness.binding import BoundFile, digest
 from harness.document import RunDocument
 from harness.ledger import SCHEMA_VERSION, Ledger, LedgerError, changed_files
-from harness.status import card_status, status_exit_code
+from harness.staleness import card_status, status_exit_code
 from harness.statuses import CardState
 
 NEVER_RUN, STALE = CardState.NEVER_RUN, CardState.STALE

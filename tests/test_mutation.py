@@ -1,4 +1,4 @@
-"""Mutation analysis (harness/mutation.py): what a card claims, how a mutant's run is classified, the score,
+"""Mutation analysis (harness/mutation/score.py): what a card claims, how a mutant's run is classified, the score,
 the equivalence marks and the verdict rule. The end-to-end run on the fixture project is tests/test_mutate_e2e.py."""
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import mutants, mutation
 from harness.cards import load_card
 from harness.document import MutantResult
-from harness.protocol import CollectError
-from harness.run import JobResult
+from harness.execute.jobs import JobResult
+from harness.mutation import generate as mutants
+from harness.mutation import score as mutation
+from harness.mutation.marks import Mark, load_marks
+from harness.protocol import CollectError, NodeResult
 from harness.statuses import MutantStatus, Outcome, Verdict
-from harness.verdict import CardOutcomes, NodeResult, WitnessOutcome, evaluate
+from harness.verdict import CardOutcomes, WitnessOutcome, evaluate
 
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +89,7 @@ def test_classification(scale_card, a_mutant, res, status, killer, detail):
 
 
 def test_a_marked_survivor_is_equivalent_with_its_reason_and_a_killed_one_stays_killed(scale_card, a_mutant):
-    mark = mutation.Mark(a_mutant.key, "no input can tell them apart", (), 3)
+    mark = Mark(a_mutant.key, "no input can tell them apart", (), 3)
     assert mutation.classify(scale_card, a_mutant, _res(), mark, FIXTURE).status == MutantStatus.EQUIVALENT
     assert mutation.classify(scale_card, a_mutant, _res(), mark, FIXTURE).detail == mark.reason
     killed = mutation.classify(scale_card, a_mutant, _res(Outcome.FAILED, message="AssertionError"), mark, FIXTURE)
@@ -203,7 +205,7 @@ def cards_copy(tmp_path):
 
 
 def test_the_fixture_marks_load(cards_copy):
-    marks, problems = mutation.load_marks(cards_copy / "cards-mutation", cards_copy, ["FX-SCALE", "FX-LOOP"])
+    marks, problems = load_marks(cards_copy / "cards-mutation", cards_copy, ["FX-SCALE", "FX-LOOP"])
     assert not problems and set(marks) == {"fakeimpl/scale.py:6:7:compare", "fakeimpl/scale.py:34:19:arith"}
     assert marks["fakeimpl/scale.py:34:19:arith"].applies("FX-SCALE")
     assert not marks["fakeimpl/scale.py:34:19:arith"].applies("FX-LOOP")
@@ -227,7 +229,8 @@ def test_the_fixture_marks_load(cards_copy):
             "marked twice",
         ),
         (
-            "equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n    why: x\n",
+            "equivalent:\n  - mutant: fakeimpl/scale.py:6:7:compare\n    reason: the same for every input\n"
+            "    why: x\n",
             "equivalent[0].why",
             "unknown field",
         ),
@@ -235,7 +238,7 @@ def test_the_fixture_marks_load(cards_copy):
 )
 def test_a_broken_marks_file_is_refused_with_file_line_and_field(cards_copy, text, field, message):
     (cards_copy / "cards-mutation" / "equivalent-mutants.yaml").write_text(text)
-    marks, problems = mutation.load_marks(cards_copy / "cards-mutation", cards_copy, ["FX-SCALE", "FX-LOOP"])
+    marks, problems = load_marks(cards_copy / "cards-mutation", cards_copy, ["FX-SCALE", "FX-LOOP"])
     assert marks == {}
     p = next(p for p in problems if p.field == field)
     assert message in p.message and p.line > 0 and p.path == "cards-mutation/equivalent-mutants.yaml"
@@ -244,7 +247,7 @@ def test_a_broken_marks_file_is_refused_with_file_line_and_field(cards_copy, tex
 def test_a_mark_for_code_that_moved_is_stale_and_only_that_mark_is_left_out(cards_copy):
     src = cards_copy / "fakeimpl" / "scale.py"
     src.write_text(src.read_text().replace("def count_up(n):", "def count_up(n):\n    pass"))  # Box moves down
-    marks, problems = mutation.load_marks(cards_copy / "cards-mutation", cards_copy)
+    marks, problems = load_marks(cards_copy / "cards-mutation", cards_copy)
     assert set(marks) == {"fakeimpl/scale.py:6:7:compare"}
     assert [p.kind for p in problems] == ["stale"] and "no such mutant now" in problems[0].message
 

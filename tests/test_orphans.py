@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import procs
 from harness.errors import HarnessError, UsageError
-from harness.run import RunConfig
+from harness.execute import procs
+from harness.execute.jobs import RunConfig
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, POSIX signals")
 
@@ -155,7 +155,7 @@ def test_sigkill_of_the_runner_leaves_no_process_and_the_next_run_sweeps_its_fol
     try:
         witness, *children = _wait_for_pids(fx.base / "slow.pids", runner)
         # the witness, its three sleepers and (with the default launcher) the run's fork server
-        witnesses = [line for line in fx.survivors() if "harness.forkserver" not in line]
+        witnesses = [line for line in fx.survivors() if "harness.execute.forkserver" not in line]
         assert len(witnesses) == 4 and all(_alive(p) for p in [witness, *children])
         assert fx.folders(runner.pid), "the run's scratch folder is named after its pid"
         os.kill(runner.pid, signal.SIGKILL)
@@ -210,10 +210,10 @@ def test_a_child_started_from_a_thread_that_ended_lives_while_its_runner_does(tm
         tmp_path,
         """
         import os, subprocess, sys, threading, time
-        from harness import procs
+        from harness.execute import procs
         def start():
             fd = procs.watchdog_fd()
-            code = "from harness.procs import watch_runner; watch_runner(); import time; time.sleep(60)"
+            code = "from harness.execute.procs import watch_runner; watch_runner(); import time; time.sleep(60)"
             p = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], pass_fds=(fd,),
                                  env={**os.environ, procs.WATCHDOG_ENV: str(fd)}, start_new_session=True)
             print(p.pid, flush=True)
@@ -242,7 +242,7 @@ def test_a_process_forked_from_the_runner_does_not_keep_the_pipe_open(tmp_path):
         tmp_path,
         """
         import os
-        from harness import procs
+        from harness.execute import procs
         fd = procs.watchdog_fd()
         write = procs._pipe[2]
         pid = os.fork()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from impl.cache import KVGeometry, make_cache
+from impl.cache import KVGeometry
+from impl.designs import make_cache
 from impl.errors import CacheError, ImplError
 from impl.model.session import Session
 from impl.paged import BlockPool, PagedSequence, PoolExhausted, SequenceReleased

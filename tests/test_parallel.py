@@ -1,7 +1,7 @@
 """``run -j N``: N witness processes at a time, same verdicts and card order as a serial run; Ctrl-C kills all.
 
 Runs on copies of tests/fixtures/project (KVPROOF_ROOT), plus direct calls of
-:func:`harness.schedule.run_cards` on its cards.
+:func:`harness.execute.schedule.run_cards` on its cards.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from harness.cards import load_cards
+from harness.execute.jobs import RunConfig
+from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
 from harness.liars import scan
-from harness.run import RunConfig
-from harness.schedule import Expected, expected_from_entry, run_cards
+from harness.timings import Expected, expected_from_entry
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -101,7 +102,9 @@ def test_one_job_starts_processes_in_serial_order_and_liars_run_only_after_their
     cfg = RunConfig(root=project)
     for jobs in (1, 3):
         started: list[str] = []
-        runs = run_cards(cards, cfg, jobs=jobs, on_start=lambda job, running: started.append(job.label))
+        runs = run_cards(
+            cards, cfg, jobs=jobs, on_start=lambda job, running, started=started: started.append(job.label)
+        )
         assert [r.card.id for r in runs] == [c.id for c in cards]
         assert all(r.outcomes.liars and all(lr.witnesses for lr in r.outcomes.liars) for r in runs)
         for c in cards:  # each card's honest run starts before its liars
@@ -163,7 +166,7 @@ def test_expected_durations_come_from_the_cards_last_entry():
 
 def _children_of(project: Path) -> list[str]:
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "harness._pytest_main" in line and str(project) in line]
+    return [line for line in out.splitlines() if "harness.execute.pytest_main" in line and str(project) in line]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from impl.cache import KVGeometry, make_cache
+from impl.cache import KVGeometry
+from impl.designs import make_cache
 from impl.errors import CacheError
 from impl.model.session import Session
 from impl.ring import RingCache, RingConfig, reserved_bytes, smollm2_windows

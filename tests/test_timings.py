@@ -1,7 +1,7 @@
 """obligations/timings.json: committed scheduling hints for runs with no ledger (a fresh clone, CI).
 
 Runs on copies of tests/fixtures/project (KVPROOF_ROOT): plan() on a request
-whose reports folder has no ledger, the scheduler (harness.schedule.run_cards)
+whose reports folder has no ledger, the scheduler (harness.execute.schedule.run_cards)
 fed with what plan() chose, and run_obligations.py run / validate / timings.
 """
 
@@ -17,9 +17,9 @@ from test_cli_e2e import _copy_project as _copy
 from test_cli_e2e import _no_traceback
 
 from harness import pipeline, timings
+from harness.execute.jobs import RunConfig
+from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
-from harness.run import RunConfig
-from harness.schedule import run_cards
 
 HINTS = Path("obligations") / "timings.json"
 
@@ -40,7 +40,7 @@ def _write_hints(root: Path, content: dict | str) -> Path:
     return path
 
 
-def _plan(root: Path, reports: Path) -> tuple[pipeline.Plan, list]:
+def _plan(root: Path, reports: Path) -> tuple[pipeline.RunPlan, list]:
     req = pipeline.RunRequest(
         root=root, cards_dir=root / "obligations", reports_dir=reports, reports_source="--reports"
     )
@@ -54,7 +54,8 @@ def _plan(root: Path, reports: Path) -> tuple[pipeline.Plan, list]:
 
 @pytest.fixture(scope="module")
 def hinted(tmp_path_factory):
-    """The fixture's last card hinted slow, its liar's third witness as the catcher; planned with no ledger, run -j 2."""
+    """The fixture's last card hinted slow, its liar's third witness as the catcher; planned with no ledger,
+    run -j 2."""
     root = _copy(tmp_path_factory.mktemp("hinted") / "project")
     _, cards = _plan(root, root / "no-reports")
     last = cards[-1]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from harness.cards import Bound, Card, Witness
+from harness.protocol import NodeResult
 from harness.statuses import Verdict
-from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, check_bound, evaluate
+from harness.verdict import CardOutcomes, LiarRun, WitnessOutcome, check_bound, evaluate
 
 ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS = (
     Verdict.ERROR,

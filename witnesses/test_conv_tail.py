@@ -110,9 +110,10 @@ def test_a_step_without_its_tail_differs(evidence):
 
 def test_seeded_tail_float64_inputs_memory_and_bad_arguments(evidence):
     """A tail seeded with earlier inputs continues exactly as the sequence convolution over (history; x);
-    float64 inputs, float64 taps and lists are cast to float32 first (the float32 result, dtype float32); the tail's nbytes
-    is reach * channels * 4 however long it runs; x that is not (T, channels) (feed), (channels,) (step), and
-    taps not (K >= 1, channels) or a dilation that is not an int >= 1 raise ConvError, leaving the tail as it was."""
+    float64 inputs, float64 taps and lists are cast to float32 first (the float32 result, dtype float32); the
+    tail's nbytes is reach * channels * 4 however long it runs; x that is not (T, channels) (feed), (channels,)
+    (step), and taps not (K >= 1, channels) or a dilation that is not an int >= 1 raise ConvError, leaving the
+    tail as it was."""
     from impl.conv import ConvError
 
     @given(p=convs, h=st.integers(0, 12))
@@ -165,7 +166,10 @@ def test_seeded_tail_float64_inputs_memory_and_bad_arguments(evidence):
             (taps, 1.0),
             (taps, True),
         ):
-            for make in (lambda: ConvTail(bad_taps, bad_d), lambda: causal_conv(x, bad_taps, bad_d)):
+            for make in (
+                lambda bad_taps=bad_taps, bad_d=bad_d: ConvTail(bad_taps, bad_d),
+                lambda bad_taps=bad_taps, bad_d=bad_d: causal_conv(x, bad_taps, bad_d),
+            ):
                 try:
                     make()
                 except ConvError:

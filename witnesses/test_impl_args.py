@@ -138,7 +138,9 @@ def test_ring_config_refuses_bad_windows_and_reaches(evidence):
                 want = max_seq_len if glob else min(int(w), max_seq_len)
                 assert cfg.cap(layer) == want, f"window={w!r} layer {layer}: cap {cfg.cap(layer)}, want {want}"
         for m in (0, -1, 2.0, True, None):
-            assert refuses(lambda: RingConfig(g, max_seq_len=m, window=None)), f"RingConfig(max_seq_len={m!r}) accepted"
+            assert refuses(lambda m=m: RingConfig(g, max_seq_len=m, window=None)), (
+                f"RingConfig(max_seq_len={m!r}) accepted"
+            )
             evidence.count("refused")
 
     prop()
@@ -192,7 +194,7 @@ def test_session_window_is_normalised_as_documented(evidence):
             )
             evidence.count("accepted")
         for window in bad:
-            assert refuses(lambda: Session(model, window=window)), (
+            assert refuses(lambda window=window: Session(model, window=window)), (
                 f"Session(window={window!r}) on {n_layers} layers was accepted"
             )
             evidence.count("refused")

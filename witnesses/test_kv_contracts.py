@@ -142,7 +142,7 @@ def test_truncate_keeps_exactly_the_prefix_and_later_writes_continue_at_n(eviden
                 assert list(got) == list(range(n0, n0 + t)), f"append after len {n0} got positions {list(got)}"
             else:
                 n = x % (len(c) + 1)  # every n in 0..len is reachable
-                accepts(lambda: c.truncate(n), f"truncate({n}) on len {len(c)}")
+                accepts(lambda c=c, n=n: c.truncate(n), f"truncate({n}) on len {len(c)}")
                 ref.truncate(n)
                 evidence.count("truncates")
                 evidence.count("truncates_to_len", int(n == len(ref) and n > 0))
@@ -169,7 +169,7 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
             append(base, ref, length, rng)
         for n in list(range(length + 1)) + [np.int64(length), np.int32(0)]:
             c, want = base.clone(), ref.copy()
-            accepts(lambda: c.truncate(n), f"truncate({n!r}) on len {length}")
+            accepts(lambda c=c, n=n: c.truncate(n), f"truncate({n!r}) on len {length}")
             want.truncate(int(n))
             assert len(c) == int(n) and type(len(c)) is int, f"truncate({n!r}) left len={len(c)!r}"
             assert rows_differing(c, want) == 0 and list(c.pos) == list(range(int(n)))
@@ -178,7 +178,7 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
         # next appends (past what an int8 holds) continue at n, n+1, ... and land after the kept rows
         for n in (np.int8(length), np.uint8(length // 2), np.int16(0)):
             c, want = base.clone(), ref.copy()
-            accepts(lambda: c.truncate(n), f"truncate({n!r}) on len {length}")
+            accepts(lambda c=c, n=n: c.truncate(n), f"truncate({n!r}) on len {length}")
             want.truncate(int(n))
             for t in (130, 130):
                 n0 = len(c)
@@ -188,7 +188,7 @@ def test_truncate_accepts_every_n_in_0_to_len_and_refuses_the_rest(evidence):
             evidence.count("accepted_narrow")
         before = snapshot(base)
         for n in [-1, -length - 1, length + 1, length + 5, *NOT_INTS]:
-            assert refuses(lambda: base.truncate(n)), f"truncate({n!r}) on a cache of len {length} was accepted"
+            assert refuses(lambda n=n: base.truncate(n)), f"truncate({n!r}) on a cache of len {length} was accepted"
             evidence.count("refused")
             assert snapshot(base) == before, f"a refused truncate({n!r}) changed the cache"
 
@@ -226,13 +226,15 @@ def test_evict_checks_its_arguments_and_clips_at_the_end(evidence):
             c = base.clone()
             verdict, what = evict_expectation(length, start, n)
             if verdict == "refuse":
-                assert refuses(lambda: c.evict(start, n)), (
+                assert refuses(lambda c=c, start=start, n=n: c.evict(start, n)), (
                     f"evict(start={start!r}, n={n!r}) on len {length} was accepted ({what})"
                 )
                 evidence.count("refused")
                 assert snapshot(c) == snapshot(base), f"a refused evict({start!r}, {n!r}) changed the cache"
                 continue
-            got = accepts(lambda: c.evict(start, n), f"evict(start={start!r}, n={n!r}) on len {length}")
+            got = accepts(
+                lambda c=c, start=start, n=n: c.evict(start, n), f"evict(start={start!r}, n={n!r}) on len {length}"
+            )
             assert got == what, f"evict({start}, {n}) on len {length} returned {got!r}, removed must be {what}"
             if what == 0:  # removing nothing is a no-op: no row (not even a K after start) is rewritten
                 assert snapshot(c) == snapshot(base), f"evict({start}, {n}) removed nothing but changed the cache"
@@ -290,7 +292,7 @@ def test_paged_truncate_keeps_the_prefix_releases_the_rest_and_refuses_out_of_ra
         before = state()
         for n in list(range(length + 1)) + [np.int64(length)]:
             f = seq.fork()
-            accepts(lambda: f.truncate(n), f"paged truncate({n!r}) on len {length}")
+            accepts(lambda f=f, n=n: f.truncate(n), f"paged truncate({n!r}) on len {length}")
             keep = -(-int(n) // bs)
             assert len(f) == int(n) and f.blocks == seq.blocks[:keep], (
                 f"truncate({n}) left len {len(f)} and blocks {f.blocks}; want {int(n)} and {seq.blocks[:keep]}"
@@ -308,7 +310,7 @@ def test_paged_truncate_keeps_the_prefix_releases_the_rest_and_refuses_out_of_ra
             assert state() == before, f"truncate({n}) of a fork, append, release: the pool did not come back"
             evidence.count("accepted")
         for n in [-1, -length - 1, length + 1, length + bs, *NOT_INTS]:
-            assert refuses(lambda: seq.truncate(n)), f"paged truncate({n!r}) on len {length} was accepted"
+            assert refuses(lambda n=n: seq.truncate(n)), f"paged truncate({n!r}) on len {length} was accepted"
             evidence.count("refused")
             assert state() == before, f"a refused paged truncate({n!r}) changed the sequence or the pool"
         free = pool.num_free

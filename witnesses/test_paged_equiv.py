@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.attention import causal_attention
-from impl.cache import KVGeometry, make_cache
+from impl.cache import KVGeometry
+from impl.designs import make_cache
 from impl.errors import CacheError
 from impl.kv import KVCache
 from impl.model.session import Session

@@ -172,10 +172,14 @@ class PagedMachine(RuleBasedStateMachine):
         p = self.pool
         for bad in (-1, p.num_blocks):  # ids outside the pool are refused, never wrapped or indexed past the end
             for verb in ("refcount", "incref", "decref"):
-                assert raises(CacheError, lambda: getattr(p, verb)(bad)), f"{verb}({bad}) was not refused"
+                assert raises(CacheError, lambda verb=verb, bad=bad: getattr(p, verb)(bad)), (
+                    f"{verb}({bad}) was not refused"
+                )
         for b in sorted(p.free_ids())[:1]:  # a free block has no holders to add or drop
             for verb in ("incref", "decref"):
-                assert raises(CacheError, lambda: getattr(p, verb)(b)), f"{verb}({b}) of a free block was not refused"
+                assert raises(CacheError, lambda verb=verb, b=b: getattr(p, verb)(b)), (
+                    f"{verb}({b}) of a free block was not refused"
+                )
 
     @invariant()
     def free_and_used_partition_the_pool(self):
@@ -193,7 +197,9 @@ class PagedMachine(RuleBasedStateMachine):
         for j, (seq, ref) in enumerate(self.live):
             assert len(seq) == len(ref) and cache_delta(seq, ref) == 0.0, f"sequence {j}: rows differ"
             n, bs = len(seq), self.pool.block_size
-            assert raises(CacheError, lambda: seq.rows("q"), "rows(name='q')"), f"sequence {j}: rows('q') served"
+            assert raises(CacheError, lambda seq=seq: seq.rows("q"), "rows(name='q')"), (
+                f"sequence {j}: rows('q') served"
+            )
             assert seq.nbytes == len(seq.blocks) * bs * BLOCK_BYTES_PER_ROW, f"sequence {j}: nbytes={seq.nbytes}"
             if n and seq.blocks == list(range(seq.blocks[0], seq.blocks[0] + len(seq.blocks))):
                 k, v, _ = seq.view(0, n)  # one run of consecutive ids: a view of the pool's storage, no copy

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.errors import OracleError, OracleMissing
+from harness.oracle.export import export_oracle
 from harness.oracle.store import (
     check_files,
     current_weights,
@@ -88,8 +89,6 @@ def _export(args: argparse.Namespace, root: Path, out: Console, err: Console) ->
             out.print(f"oracle: up to date at {escape(str(oracle.root))} (made {oracle.manifest['created_utc']})")
             return 0
     try:
-        from harness.oracle.export import export_oracle
-
         t0 = time.perf_counter()
         manifest = export_oracle(root, path, sha, console=err)
     except ImportError as e:

@@ -1,9 +1,12 @@
-"""Reports of one run, all rendered from the document of :mod:`harness.report.data`.
+"""PUBLISH: reports of one run, all rendered from the document of :mod:`harness.report.data`.
 
-- ``data``: verdicts -> the verdicts document (``verdicts.json``, ``--json``)
+- ``data``: verdicts -> the run document (``verdicts.json``, ``--json``)
 - ``view``: document + ledger history + ref sources -> the report view
 - ``terminal`` (rich), ``jsonfile``, ``markdown``, ``junit``, ``html``
-  (+ ``templates/``): renderers; they compute nothing
+  (+ ``templates/``), ``svg`` (the history and trend strips): renderers;
+  they compute nothing
+- ``changes``: the comparison of two runs (:mod:`harness.compare`) as
+  terminal, Markdown and HTML
 - ``folder``: writes ``reports/<UTC date-time>/`` whole, records the run in
   the ledger, points ``reports/latest`` at it
 """

@@ -39,7 +39,7 @@ from harness.document import (
     TimingRow,
     WitnessResult,
 )
-from harness.outcomes import CardRun
+from harness.execute.outcomes import CardRun
 from harness.provenance import Provenance
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
 from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict

@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cards import card_bytes
 from harness.document import RunDocument
+from harness.execute.procs import pid_alive
 from harness.ledger import FILENAME, Ledger, PastVerdict
-from harness.procs import pid_alive
+from harness.report import changes as compare_report
 from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
 
@@ -75,8 +77,6 @@ def write_cards(folder: Path, doc: RunDocument, root: Path | None = None) -> Non
     import hashlib
     import json
 
-    from harness.cards import card_bytes
-
     out = folder / CARDS
     out.mkdir()
     index, used = [], set()
@@ -111,8 +111,6 @@ def write_files(
     write_cards(folder, doc, root)
     if comparison is not None:
         import json
-
-        from harness.report import compare as compare_report
 
         (folder / "compare.json").write_text(
             json.dumps(compare_report.to_json(comparison), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

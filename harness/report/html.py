@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.project import KVPROOF_HOME
+
 TEMPLATES = Path(__file__).with_name("templates")
 
 
@@ -21,8 +23,6 @@ def _bytecode_cache():
     """jinja2's own bytecode cache in ``<checkout>/.cache/jinja2`` (compiling the report template took 0.4 s
     of every run); None (compile each time) where that folder cannot be made or written."""
     import jinja2
-
-    from harness.project import KVPROOF_HOME
 
     folder = KVPROOF_HOME / ".cache" / "jinja2"
     try:
@@ -33,7 +33,7 @@ def _bytecode_cache():
 
 
 @functools.lru_cache(maxsize=1)
-def _env():
+def environment():
     import jinja2
 
     return jinja2.Environment(
@@ -48,13 +48,13 @@ def _env():
 
 
 def render(view: Mapping[str, Any]) -> str:
-    return _env().get_template("report.html.j2").render(view=view, **view)
+    return environment().get_template("report.html.j2").render(view=view, **view)
 
 
 def redirect_page(target: str) -> str:
     """A page that sends the browser to ``target`` (``reports/latest.html`` where symlinks fail)."""
     return (
-        _env()
+        environment()
         .from_string(
             '<!doctype html><meta charset="utf-8"><title>kvproof: latest report</title>'
             '<meta http-equiv="refresh" content="0; url={{ t }}">'

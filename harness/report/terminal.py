@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.report.changes import render_terminal
 from harness.report.data import fraction, liars_fraction
 from harness.report.view import mutation_view, replayed_text
 from harness.statuses import CardState, Gate, Verdict
@@ -394,7 +395,6 @@ class TerminalReporter:
 
     def baseline(self, comparison) -> None:
         """The 'vs baseline' section: what changed against --baseline, and the regressions."""
-        from harness.report.compare import render_terminal
 
         self.console.print("[bold]vs baseline[/]")
         render_terminal(self.console, comparison)

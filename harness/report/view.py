@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.checktext import check_text, fmt_value, unevaluated_text
+from harness.compare import summary_counts
 from harness.document import RunDocument
 from harness.ledger import PastVerdict
 from harness.refs import RefSite, resolve_ref
+from harness.report.changes import changed_measures, liars_text, verdict_text
 from harness.report.data import replay_command
+from harness.report.svg import Bar, Point, measure_bars, trend
 from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
 from harness.verdict import observed_summary
 
@@ -516,7 +519,6 @@ def build_view(
 def trend_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Inline SVG trends of the card's headline measure (against its bound) and of its duration, over the
     ledger's earlier runs and this one; '' where fewer than two runs have a value."""
-    from harness.report.svg import Point, trend
 
     h = card.get("headline") or {}
     replayed = bool(card.get("replayed_from"))
@@ -547,9 +549,6 @@ def trend_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[
 
 def baseline_view(cmp: Any, cards: list[dict[str, Any]]) -> dict[str, Any]:
     """The 'vs baseline' column (per card, in ``cards``) and section: regressions, moved measures as bars."""
-    from harness.compare import summary_counts
-    from harness.report.compare import changed_measures, liars_text, verdict_text
-    from harness.report.svg import Bar, measure_bars
 
     by_id = {c.id: c for c in cmp.cards}
     for c in cards:

@@ -48,7 +48,7 @@ class Model:
         ``window``: None, an int W, or one per layer (None = no window).
         ``cache``: None or "contiguous" (impl.kv.KVCache), "paged"
         (impl.paged), "ring" (impl.ring), or a ready ``impl.cache.KVStore``;
-        ``cache_options`` go to ``impl.cache.make_cache`` (e.g.
+        ``cache_options`` go to ``impl.designs.make_cache`` (e.g.
         ``block_size=``, ``pool=`` for paged; ``hint=``, ``precision=`` for ring).
         """
         return Session(self.llama, window=window, cache=cache, **cache_options)

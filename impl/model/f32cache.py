@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from impl.model.config import ModelConfig
+from impl.model.weights import verified_sha256
 
 FORMAT = 2  # 2: the manifest carries the GGUF tensor index
 ALIGN = 4096
@@ -131,7 +132,6 @@ def load(gguf_sha256: str):
         # NOTE: hashed through the very map the arrays view (read-only): no copy of the file through
         # read(). Hashed when the file changed since it was last verified (weights.verified_sha256:
         # size, inode, mtime, ctime), so a warm load no longer reads all of it.
-        from impl.model.weights import verified_sha256
 
         if verified_sha256(data, entry / VERIFIED, lambda _p: hashlib.sha256(mm).hexdigest()) != man["data_sha256"]:
             return None

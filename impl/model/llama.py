@@ -91,7 +91,7 @@ class Llama:
         self.head = Linear(head)  # hidden -> vocab
         self.layers: list[Layer] = []
         for i in range(c.n_layers):
-            t = lambda name: tensors[f"blk.{i}.{name}.weight"]  # noqa: E731
+            t = lambda name, i=i: tensors[f"blk.{i}.{name}.weight"]  # noqa: E731
             self.layers.append(
                 Layer(
                     attn_norm=t("attn_norm").astype(np.float32),

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from impl.cache import KVStore, make_cache, normalize_window
+from impl.cache import KVStore, normalize_window
+from impl.designs import make_cache
 from impl.errors import CacheError
 from impl.model.llama import Llama
 
@@ -21,7 +22,7 @@ class Session:
     """Greedy decoding state over one KV cache of any design (``impl.cache.KVStore``).
 
     ``window``: None, one W, or one per layer (None = no window).
-    ``cache``: a design name for ``impl.cache.make_cache`` (None means
+    ``cache``: a design name for ``impl.designs.make_cache`` (None means
     "contiguous"), with its ``options``; or a ready ``KVStore``.
     ``last_logits`` (vocab,) predicts the token after everything fed so far.
     """

@@ -29,12 +29,12 @@ reason and the card is UNVERIFIED, never judged on other data.
 
 A task (:func:`node_task`) is a Ray streaming generator: it first yields
 where it runs (so the driver knows a job's node as it starts), then the
-:class:`harness.run.JobResult` of :func:`harness.run.execute`: per-witness
+:class:`harness.execute.jobs.JobResult` of :func:`harness.execute.process.execute`: per-witness
 timeouts, the watchdog, the fork server (one per Ray worker process, kept for
 its later tasks) all behave as locally. A worker that dies mid-job (killed,
 out of memory, its node lost) shows as a Ray error on the next item: the job
 runs once more, on whichever node Ray picks, and if that attempt dies too the
-job is ERROR with both nodes named (:attr:`harness.run.JobResult.lost`).
+job is ERROR with both nodes named (:attr:`harness.execute.jobs.JobResult.lost`).
 Ctrl-C cancels every task (``ray.cancel(force=True)`` kills the workers;
 their witness processes follow through the watchdog pipe).
 """
@@ -56,10 +56,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.executors import RAY, ExecutorSpec, Finished, Running, Started
+from harness.execute import procs
+from harness.execute.executor import RAY, ExecutorSpec, Finished, Running, Started
+from harness.execute.jobs import Job, JobResult, RunConfig
+from harness.execute.process import execute, launcher_name, open_launcher, witness_env
 from harness.files import sha256_file
+from harness.oracle.store import check_files, current_weights, read_manifest, resolve_oracle_dir
 from harness.project import KVPROOF_HOME
-from harness.run import Job, JobResult, RunConfig, execute, launcher_name
+from harness.provenance import numerics
 
 SHIP_MODES = ("auto", "always", "never")
 INSTALL_HINT = "pip install -e '.[cluster]'"
@@ -127,15 +131,11 @@ def driver_resources(cfg: RunConfig) -> list[Resource]:
     """The weights and oracle export the driver would give its witnesses, when it has them (not yet shipped)."""
     out = []
     try:  # the weights the project loads (harness.oracle.store knows how the project resolves them)
-        from harness.oracle.store import current_weights
-
         path, digest = current_weights()
         out.append(Resource(WEIGHTS, digest, str(path), path.name))
     except Exception:  # NOTE: no weights (a project that needs none, or not installed): nothing to provide
         pass
     try:
-        from harness.oracle.store import resolve_oracle_dir
-
         folder = resolve_oracle_dir(cfg.oracle_dir)  # as the witnesses resolve it (harness.binding.oracle_files)
         digest = oracle_digest(folder)
         if digest is not None:
@@ -220,7 +220,6 @@ def _matches(kind: str, path: Path, digest: str) -> str:
         got = oracle_digest(path)
         if got != digest:
             return f"the oracle export at {path} has manifest sha256 {str(got)[:12]}..., the driver's {digest[:12]}..."
-        from harness.oracle.store import check_files, read_manifest
 
         bad = check_files(path, read_manifest(path), hashes=True)
         if bad:
@@ -292,8 +291,6 @@ _NODE_NUMERICS: dict[str, str | None] = {}
 def _numerics(root: Path) -> str | None:
     """This worker's numerics line for the project at ``root`` (impl's kernels), computed once per worker."""
     if str(root) not in _NODE_NUMERICS:
-        from harness.provenance import numerics
-
         _NODE_NUMERICS[str(root)] = numerics(root)
     return _NODE_NUMERICS[str(root)]
 
@@ -317,9 +314,7 @@ def _launcher(cfg: RunConfig, scratch: Path):
         return None
     import atexit
 
-    from harness.run import _env, open_launcher
-
-    key = tuple(sorted(_env(cfg).items()))
+    key = tuple(sorted(witness_env(cfg).items()))
     if key not in _LAUNCHERS:
         for old in _LAUNCHERS.values():
             old.close()
@@ -335,8 +330,6 @@ _SCRATCH: list[Path] = []
 
 def _scratch() -> Path:
     if not _SCRATCH:
-        from harness import procs
-
         procs.sweep_owned("kvproof-node-run-")
         _SCRATCH.append(procs.owned_tempdir("kvproof-node-run-"))
     return _SCRATCH[0]
@@ -534,7 +527,6 @@ class RayExecutor:
         key = tuple((r.kind, r.digest) for r in resources) + (self.spec.ship,)
         if key not in self.session.shipped:
             self.session.shipped[key] = resources if self.spec.ship == "never" else ship(ray, resources)
-        from harness.provenance import numerics
 
         self.data = NodeData(tuple(self.session.shipped[key]), self.spec.ship, numerics(Path(self.cfg.root)))
         return self

@@ -9,7 +9,7 @@ from the seed (:func:`sample`).
 
 Operators (each changes one node in exactly one way, so a node and an
 operator name one mutant). The first ones match mutmut 3 and cosmic-ray
-(``harness/mutants.py`` is our own generator: mutmut rewrites a whole copy of
+(``harness/mutation/generate.py`` is our own generator: mutmut rewrites a whole copy of
 the project with trampolines and runs its own forked tests, cosmic-ray
 rewrites the file on disk behind a database session; kvproof swaps one
 compiled function into a fresh witness process instead, as it does a liar):
@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import liars
 from harness.errors import LiarError
 
 OPERATORS = ("arith", "compare", "boolop", "unary", "bool", "const+1", "const-1", "loopctl", "noloop", "minmax", "drop")
@@ -495,8 +496,6 @@ def apply(key: str, root: Path):
     """
     import importlib
     import inspect
-
-    from harness import liars
 
     path, *_ = parse_key(key)
     mutant, _, _ = find(root, key)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.binding import bound_files, oracle_files
 from harness.ledger import PastVerdict, changed_files
+from harness.mutation.score import score_digest
 from harness.statuses import CardState, Verdict
 
 
@@ -68,9 +70,6 @@ def status_exit_code(rows: Sequence[CardStatus]) -> int:
 def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> list[CardStatus]:
     """Each card's :class:`CardStatus` from ``ledger`` (None: no ledger yet) and the files as they are now."""
     from dataclasses import asdict, replace
-
-    from harness.binding import bound_files, oracle_files
-    from harness.mutation import score_digest
 
     rows = []
     for card in cards:

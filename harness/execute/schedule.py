@@ -1,8 +1,8 @@
 """Run many cards at once: N witness processes at a time, results in card order.
 
-The unit of work is one pytest process (:class:`harness.run.Job`): a card's
+The unit of work is one pytest process (:class:`harness.execute.jobs.Job`): a card's
 honest run, or its witnesses under one liar. A card's liar jobs become ready
-when its honest run held (:func:`harness.run.after_honest`), and may then run
+when its honest run held (:func:`harness.execute.outcomes.after_honest`), and may then run
 side by side with each other and with other cards' jobs. With ``jobs=1`` the
 order is the serial one (each card's honest run, then its liars, card after
 card), so ``-j 1`` and the old loop start the same processes in the same order.
@@ -26,19 +26,19 @@ the ``caught_by`` of timings.json) go first, the rest keep card order
 (:func:`liar_order`).
 
 Witness processes start from the run's fork server
-(:func:`harness.run.open_launcher`, :mod:`harness.forkserver`), opened when
+(:func:`harness.execute.process.open_launcher`, :mod:`harness.execute.forkserver`), opened when
 the run starts and closed when it ends, or as plain subprocesses.
 
-Where each job runs is the executor's business (:mod:`harness.executors`):
+Where each job runs is the executor's business (:mod:`harness.execute.executor`):
 the local one drives ``-j N`` processes from threads on this machine, the Ray
-one (:mod:`harness.cluster`) one task per job on a cluster. The loop here runs
+one (:mod:`harness.execute.cluster`) one task per job on a cluster. The loop here runs
 on the calling thread, which is also where Ctrl-C arrives. On Ctrl-C
 (KeyboardInterrupt, which SIGTERM is turned into by the CLI) the executor
 cancels every running job (process groups killed, cluster tasks cancelled),
 and the interrupt is re-raised: nothing is returned, so nothing is recorded.
 A run killed outright (SIGKILL) cannot clean up: its witness processes kill
-themselves (:func:`harness.procs.watch_runner`) and the next run removes its
-scratch folder (:func:`harness.procs.sweep_owned`).
+themselves (:func:`harness.execute.procs.watch_runner`) and the next run removes its
+scratch folder (:func:`harness.execute.procs.sweep_owned`).
 """
 
 from __future__ import annotations
@@ -50,46 +50,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.cards import Card
-from harness.document import CardResult
-from harness.executors import Executor, ExecutorSpec, Running, Started, blas_config
-from harness.executors import make as make_executor
-from harness.outcomes import CardRun, HonestPart, after_honest, assemble, honest_job, liar_job, liar_run, not_run
-from harness.run import Job, JobResult, RunConfig
-from harness.statuses import LiarStatus
+from harness.execute.executor import Executor, ExecutorSpec, Running, Started, blas_config
+from harness.execute.factory import make as make_executor
+from harness.execute.jobs import Job, JobResult, RunConfig, honest_job, liar_job
+from harness.execute.outcomes import CardRun, HonestPart, after_honest, assemble, liar_run, not_run
+from harness.timings import Expected, chain_s
 from harness.verdict import LiarRun
-
-UNKNOWN_S = 1.0  # expected seconds of a process never seen before
 
 
 def default_jobs() -> int:
     """Worker processes by default: the number of cores (at least 1)."""
     return max(1, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """Expected seconds of a card's processes, and which witnesses caught each liar, from its last recorded run."""
-
-    honest_s: float = UNKNOWN_S
-    liars_s: Mapping[str, float] = field(default_factory=dict)
-    caught_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # liar -> witness ids
-
-    def liar(self, name: str) -> float:
-        return self.liars_s.get(name, UNKNOWN_S)
-
-
-def expected_from_entry(entry: CardResult | None) -> Expected:
-    """Process durations from a card's result in an earlier run (None: unknown)."""
-    if entry is None:
-        return Expected()
-    liars = {lv.name: float(lv.duration_s or 0.0) for lv in entry.liars if lv.status != LiarStatus.NOT_RUN}
-    caught = {lv.name: tuple(lv.caught_by) for lv in entry.liars if lv.caught_by}
-    return Expected(entry.honest_s or UNKNOWN_S, liars, caught)
-
-
-def chain_s(exp: Expected, liars: Sequence[str]) -> float:
-    """A card's expected chain: its honest run, then (its liars start after it, side by side) its slowest liar."""
-    return exp.honest_s + max((exp.liar(n) for n in liars), default=0.0)
 
 
 def liar_order(job: Job, caught_by: Sequence[str]) -> Job:
@@ -248,7 +219,7 @@ def run_cards(
     cluster the cluster's CPUs unless ``executor.jobs_given``. With more than
     one, witness processes get one BLAS thread each (``cfg.blas_threads = 1``)
     unless ``cfg`` already says otherwise. ``on_start(job, running)`` is
-    called as a process starts (``running``, :class:`harness.executors.Running`,
+    called as a process starts (``running``, :class:`harness.execute.executor.Running`,
     includes it and names each job's node on a cluster); ``on_done(job, settled)``
     when one ends, ``settled`` the number of planned processes that will no
     longer run (finished, plus liars skipped because the honest run did not
@@ -310,4 +281,4 @@ def run_jobs(
     return [results[i] for i in range(len(jobs_list))]
 
 
-__all__ = ["Expected", "chain_s", "default_jobs", "expected_from_entry", "liar_order", "run_cards", "run_jobs"]
+__all__ = ["default_jobs", "liar_order", "run_cards", "run_jobs"]

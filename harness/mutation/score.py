@@ -8,7 +8,7 @@ For each selected card (``run_obligations.py mutate``):
    ``covers:``. Derived covers (the files of refs and witnesses) do not
    widen it: a card about ``KVCache.evict`` is not scored on
    ``KVCache.nbytes``.
-2. **generate** (:mod:`harness.mutants`) every mutant of those functions and
+2. **generate** (:mod:`harness.mutation.generate`) every mutant of those functions and
    **sample** at most ``--max-mutants`` per card, reproducibly from the seed.
 3. **run** each mutant as a generated liar: a fresh witness process with the
    one function swapped, the card's witnesses only, stopping at the first
@@ -37,160 +37,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
-from harness import mutants as gen
 from harness.binding import BoundFile, digest
-from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
 from harness.cards import EQUIVALENT_FILE, Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
-from harness.outcomes import witness_outcomes
-from harness.run import Job, JobResult
+from harness.execute.jobs import Job, JobResult
+from harness.execute.outcomes import witness_outcomes
+from harness.mutation import generate as gen
+from harness.mutation.marks import Mark
 from harness.statuses import MutantStatus, Outcome
 from harness.verdict import judge_witness
 
 TIMEOUT_FACTOR = 5.0
 TIMEOUT_SLACK_S = 10.0
 DEFAULT_MAX_MUTANTS = 40
-
-EQUIVALENT_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["equivalent"],
-    "properties": {
-        "equivalent": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["mutant", "reason"],
-                "properties": {
-                    "mutant": {
-                        "type": "string",
-                        "pattern": gen._KEY.pattern,
-                        "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N]",
-                        "x-allowed": "a mutant key such as impl/kv.py:131:12:compare",
-                    },
-                    "reason": {
-                        "type": "string",
-                        "minLength": 10,
-                        "description": "why no input can tell the mutant from the original",
-                        "x-allowed": "a sentence saying why the change cannot be observed",
-                    },
-                    "cards": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "uniqueItems": True,
-                        "description": "the cards the mark is for; absent: every card",
-                    },
-                },
-            },
-        },
-    },
-}
-
-
-# ---------------------------------------------------------------- equivalence marks
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A mutant marked equivalent: it cannot be told from the original, with the reason."""
-
-    key: str
-    reason: str
-    cards: tuple[str, ...]  # empty: every card
-    line: int
-
-    def applies(self, card_id: str) -> bool:
-        return not self.cards or card_id in self.cards
-
-
-def load_marks(
-    cards_dir: Path, root: Path, card_ids: Iterable[str] | None = None
-) -> tuple[dict[str, Mark], list[Problem]]:
-    """The marks of ``cards_dir/equivalent-mutants.yaml`` (none when it is absent) and its problems.
-
-    Checked like a card: YAML, the schema (with lines), duplicate keys and
-    card ids that are not cards (when ``card_ids`` is given): any of these
-    and the file gives no marks at all. A key that names no mutant of the
-    file as it is now (the code moved) is a problem of kind ``stale``: that
-    mark alone is left out.
-    """
-    path = cards_dir / EQUIVALENT_FILE
-    if not path.is_file():
-        return {}, []
-    shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        node, data = parse_yaml(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        return {}, [
-            Problem(
-                shown,
-                mark.line + 1 if mark else 0,
-                "",
-                "",
-                f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here",
-            )
-        ]
-    if node is None:
-        data, values, keys = {}, {}, {}
-    else:
-        values, keys, _ = line_index(node)
-    problems = schema_problems(data, shown, values, keys, schema=EQUIVALENT_SCHEMA)
-    if problems:
-        return {}, problems
-    known = set(card_ids) if card_ids is not None else None
-    marks: dict[str, Mark] = {}
-    for i, entry in enumerate(data["equivalent"]):
-        line = line_for(values, ("equivalent", i))
-        key = entry["mutant"]
-        if key in marks:
-            problems.append(
-                Problem(
-                    shown,
-                    line,
-                    f"equivalent[{i}].mutant",
-                    short(key),
-                    f"marked twice (first at line {marks[key].line}); keep one mark per mutant",
-                )
-            )
-            continue
-        try:
-            gen.find(root, key)
-        except LiarError as exc:
-            problems.append(
-                Problem(
-                    shown,
-                    line,
-                    f"equivalent[{i}].mutant",
-                    short(key),
-                    f"{exc}; remove the mark or mark the mutant's current key",
-                    kind="stale",
-                )
-            )
-            continue
-        for j, cid in enumerate(entry.get("cards") or []):
-            if known is not None and cid not in known:
-                problems.append(
-                    Problem(
-                        shown,
-                        line_for(values, ("equivalent", i, "cards", j)),
-                        f"equivalent[{i}].cards[{j}]",
-                        short(cid),
-                        "no card has this id",
-                    )
-                )
-        marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
-    return ({} if any(p.kind != "stale" for p in problems) else marks), problems
-
-
-# ---------------------------------------------------------------- what a score is bound to
 
 
 def without_floor(text: bytes) -> bytes:
@@ -485,7 +345,6 @@ __all__ = [
     "DEFAULT_MAX_MUTANTS",
     "EQUIVALENT_FILE",
     "Generated",
-    "Mark",
     "card_mutants",
     "claimed",
     "claimed_functions",
@@ -494,7 +353,6 @@ __all__ = [
     "score_digest",
     "without_floor",
     "impl_files",
-    "load_marks",
     "mutant_job",
     "mutant_timeouts",
     "recalled",

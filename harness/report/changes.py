@@ -7,6 +7,8 @@ import math
 from typing import Any
 
 from harness.compare import CardChange, Comparison, MeasureChange, summary_counts
+from harness.report.html import environment
+from harness.report.svg import Bar, measure_bars
 
 COMPARE_SCHEMA = "kvproof.compare"
 COMPARE_SCHEMA_VERSION = 1
@@ -193,8 +195,6 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
 def to_html(cmp: Comparison) -> str:
     """One self-contained page (no script, nothing fetched): summary, regressions, the moved measures as bars,
     and the table of changed cards."""
-    from harness.report.html import _env
-    from harness.report.svg import Bar, measure_bars
 
     def num(v: Any) -> float | None:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -222,7 +222,7 @@ def to_html(cmp: Comparison) -> str:
         for c in moved
     ]
     return (
-        _env()
+        environment()
         .get_template("compare.html.j2")
         .render(
             before=cmp.before.label,

@@ -1,4 +1,6 @@
-"""Plan and execute witness runs: one fresh pytest process per (card, liar).
+"""Execute one witness process: start it, watch it, and read back what it reported.
+
+The run uses one fresh pytest process per (card, liar).
 
 Process model
 -------------
@@ -24,134 +26,54 @@ module fixtures) the process gets ``startup_timeout`` seconds of silence.
 How a process starts (the launcher)
 -----------------------------------
 By default on Linux a witness process is forked from the run's fork server
-(:mod:`harness.forkserver`), a process that imported Hypothesis, numpy and
+(:mod:`harness.execute.forkserver`), a process that imported Hypothesis, numpy and
 pytest once and nothing of the project; elsewhere, or with
 ``KVPROOF_LAUNCHER=subprocess``, it is a plain ``python -m
-harness._pytest_main`` subprocess. Both run the same code with the same
+harness.execute.pytest_main`` subprocess. Both run the same code with the same
 environment, cwd, argv and session; the handle this module polls is a
-``Popen`` or a :class:`harness.forkserver.ForkChild`. A job that was running
+``Popen`` or a :class:`harness.execute.forkserver.ForkChild`. A job that was running
 when the fork server died is run again as a subprocess.
 
 Each process runs with the project root as cwd and first on PYTHONPATH,
 ``PYTHONHASHSEED=0``, in its own session (so a kill reaches its children).
 No witness process outlives the runner: each gets the read end of the
 runner's watchdog pipe and kills itself and its descendants when the runner
-is gone, even after a SIGKILL (:mod:`harness.procs`). Scratch files live in
+is gone, even after a SIGKILL (:mod:`harness.execute.procs`). Scratch files live in
 ``<TMPDIR>/kvproof-run-<pid>-*``; the next run removes those of dead runners.
-When several processes run at once (``-j N``, see :mod:`harness.schedule`)
+When several processes run at once (``-j N``, see :mod:`harness.execute.schedule`)
 each gets ``OPENBLAS_NUM_THREADS=1`` (and OMP/MKL): OpenBLAS' threads
 busy-wait, and two processes with two threads each on two cores ran 10-100x
 slower than one thread each.
 
 A card's run is three steps, so a scheduler can interleave cards:
-:func:`harness.outcomes.honest_job` -> :func:`execute` ->
-:func:`harness.outcomes.after_honest` (which liars to run) -> :func:`execute`
-per liar -> :func:`harness.outcomes.assemble`;
-:func:`harness.schedule.run_cards` runs them for many cards.
+:func:`harness.execute.jobs.honest_job` -> :func:`execute` ->
+:func:`harness.execute.outcomes.after_honest` (which liars to run) -> :func:`execute`
+per liar -> :func:`harness.execute.outcomes.assemble`;
+:func:`harness.execute.schedule.run_cards` runs them for many cards.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from harness import forkserver, procs, protocol
-from harness.cards import Card, Witness
-from harness.errors import Cancelled, UsageError
+from harness import protocol
+from harness.errors import Cancelled
+from harness.execute import forkserver, procs
+from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig
 from harness.project import KVPROOF_HOME
-from harness.protocol import Plan
+from harness.protocol import JobPlan, NodeResult
 from harness.statuses import Outcome
-from harness.verdict import NodeResult
 
 GRACE_S = 0.5
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-CAUGHT_EARLIER = "the liar was already caught: a liar run stops at the first witness that fails or errors under it"
-MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
-
-
-def check_timeout(name: str, value: object) -> float:
-    """``value`` as seconds if it is a finite number > 0 and at most :data:`MAX_TIMEOUT_S`, else UsageError."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not 0 < value <= MAX_TIMEOUT_S:
-        raise UsageError(
-            f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, such as 60"
-        )
-    return float(value)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How witnesses run. Times in seconds."""
-
-    root: Path
-    profile: str = "ci"
-    seed: int | None = 0  # passed to Hypothesis as --hypothesis-seed; None lets the profile decide
-    default_timeout: float = 60.0
-    startup_timeout: float = 60.0
-    liars: bool = True
-    oracle_dir: Path | None = None
-    python: str = sys.executable
-    blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
-    launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
-
-    def __post_init__(self) -> None:
-        check_timeout("default_timeout", self.default_timeout)
-        check_timeout("startup_timeout", self.startup_timeout)
-        if self.launcher is not None:
-            forkserver.choose(self.launcher)  # UsageError for a name that is no launcher
-
-
-@dataclass(frozen=True)
-class Job:
-    """One pytest process: a card's nodes, honest (liar None) or under one liar."""
-
-    card: Card
-    witnesses: tuple[Witness, ...]
-    liar: str | None = None
-    mutant: str | None = None  # a mutant key (harness.mutants): witnesses only, like a liar
-    timeouts: Mapping[str, float] | None = None  # witness test -> seconds, instead of the card's
-
-    @property
-    def label(self) -> str:
-        if self.mutant:
-            return f"{self.card.id} under mutant {self.mutant}"
-        return f"{self.card.id}" + (f" under liar {self.liar}" if self.liar else "")
-
-    @property
-    def stops_at_first_failure(self) -> bool:
-        """A liar or mutant is caught by the first witness that fails under it: the rest need not run."""
-        return bool(self.liar or self.mutant)
-
-    @property
-    def node_ids(self) -> list[str]:
-        return list(dict.fromkeys(w.test for w in self.witnesses))
-
-
-@dataclass
-class JobResult:
-    """What one process produced: node results plus anything that went wrong around them."""
-
-    results: dict[str, NodeResult] = field(default_factory=dict)
-    collect_errors: list[protocol.CollectError] = field(default_factory=list)
-    liar_error: str = ""
-    stopped: str = ""  # why nodes that never started did not run
-    exit_code: int | None = None
-    output_tail: str = ""
-    duration: float = 0.0
-    node: str = ""  # where it ran: "" on this machine (local executor); "host (ip, node 1a2b3c4d)" on a cluster
-    retried: str = ""  # why it ran more than once (a cluster worker died under an earlier attempt)
-    lost: str = ""  # no attempt came back (cluster workers died under each): the job is ERROR, this says where
-    unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
 
 
 # ---------------------------------------------------------------- one process
@@ -165,7 +87,7 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-exit_text = procs.exit_text  # what a process's exit code means, in words (shared with harness.forkserver)
+exit_text = procs.exit_text  # what a process's exit code means, in words (shared with harness.execute.forkserver)
 
 
 def pycache_dir(root: Path) -> Path:
@@ -173,7 +95,7 @@ def pycache_dir(root: Path) -> Path:
     return Path(root) / ".cache" / "pycache"
 
 
-def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
+def witness_env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(procs.WATCHDOG_ENV, None)
     env.pop(forkserver.SOCKET_ENV, None)
@@ -202,7 +124,7 @@ def _env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
 
 
 def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
-    """What :func:`harness._pytest_main.main` gets, in a subprocess or a fork."""
+    """What :func:`harness.execute.pytest_main.main` gets, in a subprocess or a fork."""
     args = [
         "-p",
         "harness.plugin",
@@ -226,7 +148,7 @@ def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bo
 
 
 def _command(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bool = False) -> list[str]:
-    return [cfg.python, "-m", "harness._pytest_main", *_pytest_args(cfg, plan, nodes, first_failure)]
+    return [cfg.python, "-m", "harness.execute.pytest_main", *_pytest_args(cfg, plan, nodes, first_failure)]
 
 
 def launcher_name(cfg: RunConfig) -> str:
@@ -241,7 +163,7 @@ def open_launcher(cfg: RunConfig, scratch: Path) -> forkserver.Launcher | None:
     """
     if launcher_name(cfg) != forkserver.FORKSERVER:
         return None
-    return forkserver.Launcher(cfg.python, _env(cfg), cfg.root, scratch / "forkserver.log", cfg.startup_timeout)
+    return forkserver.Launcher(cfg.python, witness_env(cfg), cfg.root, scratch / "forkserver.log", cfg.startup_timeout)
 
 
 class _EventTail:
@@ -302,14 +224,14 @@ def _start(
     Forked by ``launcher`` when there is one and it can; else a subprocess.
     """
     watchdog = procs.watchdog_fd()
-    env = _env(cfg, watchdog)
+    env = witness_env(cfg, watchdog)
     args = _pytest_args(cfg, plan, job.node_ids, first_failure=job.stops_at_first_failure)
     if launcher is not None:
         child = launcher.spawn(args, env, cfg.root, log)
         if child is not None:
             return child
     return subprocess.Popen(
-        [cfg.python, "-m", "harness._pytest_main", *args],
+        [cfg.python, "-m", "harness.execute.pytest_main", *args],
         cwd=cfg.root,
         env=env,
         stdout=logf,
@@ -393,7 +315,7 @@ def execute(
     timeouts = {w.test: (w.timeout or cfg.default_timeout) for w in job.witnesses}
     if job.timeouts is not None:
         timeouts.update(job.timeouts)
-    Plan(
+    JobPlan(
         str(events),
         str(stacks),
         str(cfg.root),

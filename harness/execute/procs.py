@@ -12,7 +12,7 @@ exited, however it died (SIGKILL included). The thread then kills the witness
 and everything it started (:func:`kill_tree`).
 
 Why not ``PR_SET_PDEATHSIG``: it fires when the *thread* that forked the child
-exits, not the process, and :mod:`harness.schedule` starts witness processes
+exits, not the process, and :mod:`harness.execute.schedule` starts witness processes
 from worker threads that end after each job; it is also Linux-only. The pipe
 has neither problem.
 
@@ -124,7 +124,7 @@ def watch_runner(environ: dict | None = None) -> threading.Thread | None:
         os.fstat(fd)
     except (ValueError, OSError):
         return None
-    _become_subreaper()
+    become_subreaper()
     thread = threading.Thread(target=_watch, args=(fd,), name="kvproof-watchdog", daemon=True)
     thread.start()
     return thread
@@ -144,7 +144,7 @@ def _watch(fd: int) -> None:
         # NOTE: the runner never writes; anything read is ignored
 
 
-def _become_subreaper() -> None:
+def become_subreaper() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:

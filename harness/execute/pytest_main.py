@@ -1,12 +1,12 @@
-"""Entry point of a witness subprocess: ``python -m harness._pytest_main [pytest args]``.
+"""Entry point of a witness subprocess: ``python -m harness.execute.pytest_main [pytest args]``.
 
-First thing, the watchdog (:func:`harness.procs.watch_runner`): when the
+First thing, the watchdog (:func:`harness.execute.procs.watch_runner`): when the
 runner that started this process dies, however it died, this process and
 everything it started are killed, so no witness outlives its runner; and
 when pytest is done, whatever the witnesses started and left running is
 killed too.
 
-The fork server (:mod:`harness.forkserver`) runs the same two steps in each
+The fork server (:mod:`harness.execute.forkserver`) runs the same two steps in each
 child it forks: :func:`preload` once in the server, :func:`main` per job.
 
 NOTE: imports heavy libraries *before* pytest installs its assertion-rewriting
@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from harness.procs import kill_descendants, watch_runner
+from harness.execute.procs import kill_descendants, watch_runner
 
 
 def preload() -> None:

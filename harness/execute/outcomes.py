@@ -1,9 +1,9 @@
-"""A card's processes -> its outcomes: which witness each node result belongs to, when liars run, the card's run.
+"""A card's job results -> its outcomes: which witness each node result belongs to, when liars run, the card's run.
 
-:func:`honest_job` -> :func:`harness.run.execute` -> :func:`after_honest`
-(which liars to run) -> ``execute`` per :func:`liar_job` -> :func:`liar_run`
--> :func:`assemble`; :mod:`harness.schedule` interleaves these steps across
-cards. Nothing here starts a process.
+:func:`harness.execute.jobs.honest_job` -> :func:`harness.execute.process.execute` -> :func:`after_honest`
+(which liars to run) -> ``execute`` per :func:`harness.execute.jobs.liar_job` -> :func:`liar_run`
+-> :func:`assemble`; :mod:`harness.execute.schedule` interleaves these steps across
+cards. Nothing here starts a process or builds a job.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from harness import protocol
 from harness.cards import Card, Witness
-from harness.run import Job, JobResult, RunConfig, exit_text
+from harness.execute.jobs import JobResult, RunConfig
+from harness.execute.procs import exit_text
+from harness.protocol import NodeResult
 from harness.statuses import Outcome
-from harness.verdict import CardOutcomes, LiarRun, NodeResult, WitnessOutcome, judge_witness
+from harness.verdict import CardOutcomes, LiarRun, WitnessOutcome, judge_witness
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,6 @@ class HonestPart:
     node: str = ""  # where the honest process ran
 
 
-def honest_job(card: Card) -> Job:
-    return Job(card, card.all_witnesses)
-
-
-def liar_job(card: Card, name: str) -> Job:
-    return Job(card, card.witnesses, name)
-
-
 def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     """Judge the honest run's witnesses; liars run only when every witness and control held."""
     wo = witness_outcomes(card.witnesses, res)
@@ -127,10 +121,3 @@ def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:
     """A card with link problems is ERROR without starting a process."""
     return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)
-
-
-def count_jobs(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = ()) -> int:
-    """Upper bound on processes for ``card`` (for the progress bar)."""
-    if link_problems:
-        return 1
-    return 1 + (len(card.liars) if cfg.liars else 0)

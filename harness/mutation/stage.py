@@ -1,9 +1,9 @@
-"""The mutation stage of a run: ``run_obligations.py mutate`` (see :mod:`harness.mutation` for the method).
+"""The mutation stage of a run: ``run_obligations.py mutate`` (see :mod:`harness.mutation.score` for the method).
 
 :func:`measure` runs after the cards' honest and liar runs (:func:`harness.pipeline.execute`):
 for every card whose honest run held it generates and samples the mutants
 of the code the card claims, runs each in the ``-j`` worker pool
-(:func:`harness.schedule.run_jobs`) against the card's witnesses only,
+(:func:`harness.execute.schedule.run_jobs`) against the card's witnesses only,
 classifies and scores them. With ``--changed`` a mutant whose result the
 ledger holds for the same bound bytes (same card digest, same key) is not
 run again. :func:`recall` is what a plain ``run`` does instead: it reads
@@ -18,19 +18,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from harness import mutants as gen
-from harness import mutation, provenance
+from harness import provenance
 from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
+from harness.execute.jobs import Job, JobResult, RunConfig
+from harness.execute.outcomes import CardRun
+from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
-from harness.outcomes import CardRun
-from harness.run import Job, JobResult, RunConfig
-from harness.schedule import run_jobs
+from harness.mutation import generate as gen
+from harness.mutation import score as mutation
+from harness.mutation.marks import Mark
 from harness.statuses import MutantStatus, Outcome
 
 if TYPE_CHECKING:
-    from harness.pipeline import Plan, Reporter, RunRequest
+    from harness.pipeline import Reporter, RunPlan, RunRequest
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,9 @@ def _open_ledger(req: RunRequest) -> Ledger | None:
 
 def measure(
     req: RunRequest,
-    the_plan: Plan,
+    the_plan: RunPlan,
     runs: Mapping[str, CardRun],
-    marks: Mapping[str, mutation.Mark],
+    marks: Mapping[str, Mark],
     reporter: Reporter | None,
     all_cards: Sequence[Card] = (),
 ) -> Measured:

@@ -1,0 +1,26 @@
+"""EXECUTE: run each card's witness processes and bring back what they reported.
+
+Read in this order:
+
+- ``jobs``: :class:`Job` (one pytest process: a card's honest run, or its
+  witnesses under one liar or mutant), :class:`RunConfig` (how every
+  process of a run starts), :class:`JobResult` (what one came back with),
+  and the builders of a card's jobs.
+- ``schedule``: which job starts next (longest expected chain first, the
+  liar-catching witness first) and when a card's liars may run.
+- ``executor``: the executor interface (where a job runs) and its events;
+  knows no implementation.
+- ``local`` (``-j N`` processes on this machine), ``cluster`` (Ray tasks),
+  ``factory`` (a spec -> one of them).
+- ``process``: one witness process, runner side: start it, watch its
+  events and timeouts, kill it, read its result.
+- ``outcomes``: a card's job results -> its witness outcomes and liar runs,
+  the input of the judge (:mod:`harness.verdict`).
+- ``forkserver`` (the runner's end: launcher, fork server handle, child
+  handle) and ``zygote`` (the zygote's end: preload once, fork per job).
+- ``pytest_main``: the entry point inside each witness process.
+- ``procs``: process helpers (watchdog pipe, process trees, owned temp
+  folders).
+
+The witness process talks back only through :mod:`harness.protocol`.
+"""

@@ -1,0 +1,120 @@
+"""Jobs: what one witness process must do, how witness processes run, and what one came back with.
+
+A :class:`Job` is one pytest process: a card's witnesses and controls
+(the honest run) or its witnesses under one liar or mutant. A
+:class:`RunConfig` says how every process of a run is started (profile,
+seed, timeouts, launcher, BLAS threads); a :class:`JobResult` is what
+one produced. :func:`honest_job`, :func:`liar_job` and :func:`count_jobs`
+build a card's jobs; :mod:`harness.execute.process` runs one,
+:mod:`harness.execute.outcomes` reads its result back into outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import protocol
+from harness.cards import Card, Witness
+from harness.errors import UsageError
+from harness.execute import forkserver
+from harness.protocol import NodeResult
+
+CAUGHT_EARLIER = "the liar was already caught: a liar run stops at the first witness that fails or errors under it"
+MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
+
+
+def check_timeout(name: str, value: object) -> float:
+    """``value`` as seconds if it is a finite number > 0 and at most :data:`MAX_TIMEOUT_S`, else UsageError."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= MAX_TIMEOUT_S:
+        raise UsageError(
+            f"{name}={value!r}: a timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, such as 60"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How witnesses run. Times in seconds."""
+
+    root: Path
+    profile: str = "ci"
+    seed: int | None = 0  # passed to Hypothesis as --hypothesis-seed; None lets the profile decide
+    default_timeout: float = 60.0
+    startup_timeout: float = 60.0
+    liars: bool = True
+    oracle_dir: Path | None = None
+    python: str = sys.executable
+    blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
+    launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
+
+    def __post_init__(self) -> None:
+        check_timeout("default_timeout", self.default_timeout)
+        check_timeout("startup_timeout", self.startup_timeout)
+        if self.launcher is not None:
+            forkserver.choose(self.launcher)  # UsageError for a name that is no launcher
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pytest process: a card's nodes, honest (liar None) or under one liar."""
+
+    card: Card
+    witnesses: tuple[Witness, ...]
+    liar: str | None = None
+    mutant: str | None = None  # a mutant key (harness.mutation.generate): witnesses only, like a liar
+    timeouts: Mapping[str, float] | None = None  # witness test -> seconds, instead of the card's
+
+    @property
+    def label(self) -> str:
+        if self.mutant:
+            return f"{self.card.id} under mutant {self.mutant}"
+        return f"{self.card.id}" + (f" under liar {self.liar}" if self.liar else "")
+
+    @property
+    def stops_at_first_failure(self) -> bool:
+        """A liar or mutant is caught by the first witness that fails under it: the rest need not run."""
+        return bool(self.liar or self.mutant)
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(dict.fromkeys(w.test for w in self.witnesses))
+
+
+@dataclass
+class JobResult:
+    """What one process produced: node results plus anything that went wrong around them."""
+
+    results: dict[str, NodeResult] = field(default_factory=dict)
+    collect_errors: list[protocol.CollectError] = field(default_factory=list)
+    liar_error: str = ""
+    stopped: str = ""  # why nodes that never started did not run
+    exit_code: int | None = None
+    output_tail: str = ""
+    duration: float = 0.0
+    node: str = ""  # where it ran: "" on this machine (local executor); "host (ip, node 1a2b3c4d)" on a cluster
+    retried: str = ""  # why it ran more than once (a cluster worker died under an earlier attempt)
+    lost: str = ""  # no attempt came back (cluster workers died under each): the job is ERROR, this says where
+    unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
+
+
+# ---------------------------------------------------------------- a card's jobs
+
+
+def honest_job(card: Card) -> Job:
+    return Job(card, card.all_witnesses)
+
+
+def liar_job(card: Card, name: str) -> Job:
+    return Job(card, card.witnesses, name)
+
+
+def count_jobs(card: Card, cfg: RunConfig, link_problems: tuple[str, ...] = ()) -> int:
+    """Upper bound on processes for ``card`` (for the progress bar)."""
+    if link_problems:
+        return 1
+    return 1 + (len(card.liars) if cfg.liars else 0)

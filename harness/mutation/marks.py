@@ -1,0 +1,159 @@
+"""Equivalence marks: mutants no input can tell from the original, named in ``obligations/equivalent-mutants.yaml``.
+
+Each mark holds the mutant's key, why it is equivalent, and the cards it is
+for (absent: every card). A marked mutant still runs; only a survivor counts
+as equivalent (:func:`harness.mutation.score.classify`). :func:`load_marks`
+validates the file like a card (schema, file:line problems) and names the
+marks whose mutant no longer exists, so ``validate`` can say which to renew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
+from harness.cards import EQUIVALENT_FILE
+from harness.errors import LiarError
+from harness.mutation import generate as gen
+
+EQUIVALENT_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["equivalent"],
+    "properties": {
+        "equivalent": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["mutant", "reason"],
+                "properties": {
+                    "mutant": {
+                        "type": "string",
+                        "pattern": gen._KEY.pattern,
+                        "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N]",
+                        "x-allowed": "a mutant key such as impl/kv.py:131:12:compare",
+                    },
+                    "reason": {
+                        "type": "string",
+                        "minLength": 10,
+                        "description": "why no input can tell the mutant from the original",
+                        "x-allowed": "a sentence saying why the change cannot be observed",
+                    },
+                    "cards": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "uniqueItems": True,
+                        "description": "the cards the mark is for; absent: every card",
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+# ---------------------------------------------------------------- equivalence marks
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A mutant marked equivalent: it cannot be told from the original, with the reason."""
+
+    key: str
+    reason: str
+    cards: tuple[str, ...]  # empty: every card
+    line: int
+
+    def applies(self, card_id: str) -> bool:
+        return not self.cards or card_id in self.cards
+
+
+def load_marks(
+    cards_dir: Path, root: Path, card_ids: Iterable[str] | None = None
+) -> tuple[dict[str, Mark], list[Problem]]:
+    """The marks of ``cards_dir/equivalent-mutants.yaml`` (none when it is absent) and its problems.
+
+    Checked like a card: YAML, the schema (with lines), duplicate keys and
+    card ids that are not cards (when ``card_ids`` is given): any of these
+    and the file gives no marks at all. A key that names no mutant of the
+    file as it is now (the code moved) is a problem of kind ``stale``: that
+    mark alone is left out.
+    """
+    path = cards_dir / EQUIVALENT_FILE
+    if not path.is_file():
+        return {}, []
+    shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        node, data = parse_yaml(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return {}, [
+            Problem(
+                shown,
+                mark.line + 1 if mark else 0,
+                "",
+                "",
+                f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here",
+            )
+        ]
+    if node is None:
+        data, values, keys = {}, {}, {}
+    else:
+        values, keys, _ = line_index(node)
+    problems = schema_problems(data, shown, values, keys, schema=EQUIVALENT_SCHEMA)
+    if problems:
+        return {}, problems
+    known = set(card_ids) if card_ids is not None else None
+    marks: dict[str, Mark] = {}
+    for i, entry in enumerate(data["equivalent"]):
+        line = line_for(values, ("equivalent", i))
+        key = entry["mutant"]
+        if key in marks:
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"equivalent[{i}].mutant",
+                    short(key),
+                    f"marked twice (first at line {marks[key].line}); keep one mark per mutant",
+                )
+            )
+            continue
+        try:
+            gen.find(root, key)
+        except LiarError as exc:
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"equivalent[{i}].mutant",
+                    short(key),
+                    f"{exc}; remove the mark or mark the mutant's current key",
+                    kind="stale",
+                )
+            )
+            continue
+        for j, cid in enumerate(entry.get("cards") or []):
+            if known is not None and cid not in known:
+                problems.append(
+                    Problem(
+                        shown,
+                        line_for(values, ("equivalent", i, "cards", j)),
+                        f"equivalent[{i}].cards[{j}]",
+                        short(cid),
+                        "no card has this id",
+                    )
+                )
+        marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
+    return ({} if any(p.kind != "stale" for p in problems) else marks), problems
+
+
+# ---------------------------------------------------------------- what a score is bound to
