@@ -155,7 +155,7 @@ def test_sigkill_of_the_runner_leaves_no_process_and_the_next_run_sweeps_its_fol
     try:
         witness, *children = _wait_for_pids(fx.base / "slow.pids", runner)
         # the witness, its three sleepers and (with the default launcher) the run's fork server
-        witnesses = [line for line in fx.survivors() if "harness.execute.forkserver" not in line]
+        witnesses = [line for line in fx.survivors() if "harness.execute.zygote" not in line]
         assert len(witnesses) == 4 and all(_alive(p) for p in [witness, *children])
         assert fx.folders(runner.pid), "the run's scratch folder is named after its pid"
         os.kill(runner.pid, signal.SIGKILL)
