@@ -4,14 +4,18 @@ A verdict holds for the exact bytes it was computed on: the card itself, its
 witness modules, the liar modules its liars live in, the support modules of
 its witnesses (every ``conftest.py`` pytest loads for them, and the other
 non-test modules beside them, such as ``witnesses/synthetic.py``), and its
-covered files. Later
-(ledger, ``status``, ``--changed``) a verdict is STALE or replayable by
-comparing these hashes; nothing here decides that.
+covered files; and what decides the numbers without being a file of the
+project (:func:`run_context`): the weights file (by its sha256) and the
+settings (every ``KVPROOF_*`` variable that is not a location or a process
+detail, and the numerics line of the implementation). Later (ledger,
+``status``, ``--changed``, ``--rerun-failed``) a verdict is STALE or
+replayable by comparing these hashes; nothing here decides that.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +23,38 @@ from pathlib import Path
 from harness.cards import Card, display_path
 from harness.files import sha256_file
 from harness.liars import LiarSite
-from harness.oracle.store import MANIFEST, resolve_oracle_dir
+from harness.oracle.store import MANIFEST, current_weights, resolve_oracle_dir
+
+SETTINGS_PATH = "(settings: KVPROOF_* and the numerics line)"  # the label of the settings entry
+# KVPROOF_* variables that say where things are or how processes start, never what is computed; every other
+# one (KVPROOF_KERNEL, KVPROOF_ATTENTION, KVPROOF_DECODE, ... and any added later) is bound
+NOT_NUMERICS = frozenset(
+    {
+        "KVPROOF_ROOT",
+        "KVPROOF_CARDS_DIR",
+        "KVPROOF_REPORTS_DIR",
+        "KVPROOF_HOME",
+        "KVPROOF_ORACLE_DIR",  # the oracle manifest is bound by its own sha256
+        "KVPROOF_GGUF",  # the weights are bound by their sha256
+        "KVPROOF_WEIGHTS_CACHE",
+        "KVPROOF_KERNEL_CACHE",
+        "KVPROOF_NODE_CACHE",
+        "KVPROOF_LAUNCHER",
+        "KVPROOF_PROFILE",
+        "KVPROOF_ARTIFACTS",
+        "KVPROOF_REGOLD",
+        "KVPROOF_WATCHDOG_FD",
+        "KVPROOF_FORKSERVER_FD",
+        "KVPROOF_ZYGOTE_BYTECODE",
+        "KVPROOF_ACCOUNT",
+    }
+)
 
 
 @dataclass(frozen=True)
 class BoundFile:
     path: str  # relative to the project root when inside it
-    role: str  # card | witness | liar | support | covers | oracle
+    role: str  # card | witness | liar | support | covers | oracle | weights | settings
     sha256: str | None  # None: the file is missing
 
 
@@ -39,10 +68,37 @@ def digest(files: Iterable[BoundFile]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
+def settings_text(numerics: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The settings a verdict is bound to, one ``NAME=value`` line each, then the numerics line
+    (:func:`harness.provenance.numerics`)."""
+    env = os.environ if environ is None else environ
+    lines = [f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("KVPROOF_") and k not in NOT_NUMERICS]
+    return "\n".join([*lines, f"numerics: {numerics or '-'}"])
+
+
+def run_context(root: Path, numerics: str | None, environ: Mapping[str, str] | None = None) -> tuple[BoundFile, ...]:
+    """What every card of a run is bound to besides its files: the settings and, for a project whose
+    ``impl`` loads model weights, the weights file it would load now (missing: sha256 None)."""
+    text = settings_text(numerics, environ)
+    out = [BoundFile(SETTINGS_PATH, "settings", hashlib.sha256(text.encode("utf-8")).hexdigest())]
+    if (root / "impl" / "model" / "weights.py").is_file():
+        try:
+            path, sha = current_weights()
+            out.append(BoundFile(display_path(path, root), "weights", sha))
+        except Exception as exc:  # NOTE: the project's own WeightsError; its witnesses say what is wrong
+            out.append(BoundFile(f"(weights: {type(exc).__name__})", "weights", None))
+    return tuple(out)
+
+
 def bound_files(
-    card: Card, root: Path, liars: Mapping[str, LiarSite], extra: tuple[tuple[Path, str], ...] = ()
+    card: Card,
+    root: Path,
+    liars: Mapping[str, LiarSite],
+    extra: tuple[tuple[Path, str], ...] = (),
+    context: tuple[BoundFile, ...] = (),
 ) -> tuple[BoundFile, ...]:
-    """The card file first, then witnesses, liars, support modules, covered files and ``extra``; no duplicates."""
+    """The card file first, then witnesses, liars, support modules, covered files, ``extra`` and the run's
+    ``context`` (:func:`run_context`); no duplicates."""
     entries: list[tuple[Path, str]] = [(card.source, "card")]
     entries += [(root / w.file, "witness") for w in card.all_witnesses]
     entries += [(liars[name].path, "liar") for name in card.liars if name in liars]
@@ -54,7 +110,7 @@ def bound_files(
         key = path.resolve()
         if key not in seen:
             seen[key] = BoundFile(display_path(path, root), role, sha256_file(path))
-    return tuple(seen.values())
+    return tuple(seen.values()) + tuple(context)
 
 
 def oracle_files(card: Card, oracle_dir: Path | None) -> tuple[tuple[Path, str], ...]:

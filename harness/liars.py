@@ -204,6 +204,7 @@ class Applied:
     target: str
     original: object
     undo: Callable[[], None]
+    source: str = ""  # the liar module's file: an exception raised there is the liar's own crash, not a catch
 
 
 def _load_module_file(path: Path) -> None:
@@ -332,6 +333,7 @@ def apply(name: str, root: Path) -> Applied:
     its module fails to import or does not register it, or the target
     cannot be imported or does not exist.
     """
-    spec = _load(name, _site(name, root))
+    site = _site(name, root)
+    spec = _load(name, site)
     target = _resolve(name, spec.target)
-    return Applied(name, spec.target, target.original, _swap(spec, target).undo)
+    return Applied(name, spec.target, target.original, _swap(spec, target).undo, str(Path(site.path).resolve()))

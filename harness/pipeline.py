@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import provenance, timings, verdict
-from harness.binding import BoundFile, bound_files, digest, oracle_files
+from harness.binding import BoundFile, bound_files, digest, oracle_files, run_context
 from harness.cards import Card, LoadResult, Problem, card_bytes, display_path, find_card_files, load_cards, select
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
@@ -45,6 +45,7 @@ from harness.execute.executor import RAY, ExecutorSpec
 from harness.execute.factory import make as make_executor
 from harness.execute.jobs import RunConfig, count_jobs
 from harness.execute.outcomes import CardRun
+from harness.execute.process import INHERITED_PYTEST_VARS
 from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
@@ -282,7 +283,8 @@ def plan(
     """
     hints = timings.load(req.cards_dir, req.root)
     links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.id)) for c in cards}
-    bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir)) for c in cards}
+    context = run_context(req.root, provenance.numerics(req.root))
+    bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir), context) for c in cards}
     replays: dict[str, data.Replayed] = {}
     measured: dict[str, Expected] = {}  # from the ledger
     marks = dict(marks or {})
@@ -455,11 +457,17 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     check_outputs(req)
     baseline = load_baseline(req)  # a baseline that names nothing is a UsageError before anything runs
     launcher = forkserver.choose()  # a bad KVPROOF_LAUNCHER is a UsageError before anything runs
-    prov = provenance.gather(req.root)
     t0 = time.monotonic()
     the_plan = plan(req, loaded, cards, reporter, marks)
+    prov = provenance.gather(req.root, {b.path for files in the_plan.bound.values() for b in files})
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
+        dropped = sorted(k for k in os.environ if k in INHERITED_PYTEST_VARS)
+        if dropped and the_plan.to_run:
+            reporter.note(
+                f"note: {', '.join(dropped)} from the environment do not reach witness processes "
+                "(kvproof passes its own pytest options; the project's pytest config file still applies)"
+            )
         if the_plan.to_run:
             reporter.note(
                 timings.schedule_line(the_plan.schedule_from, display_path(timings.path_in(req.cards_dir), req.root))

@@ -34,6 +34,7 @@ and anything raised in setup or teardown, is ``error``.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import json
 import math
@@ -289,6 +290,28 @@ def _is_assertion(exc: BaseException) -> bool:
     return isinstance(exc, (AssertionError, pytest.fail.Exception))
 
 
+_EXHAUSTED = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file grew past the size limit (ulimit -f)",
+    errno.ENOMEM: "out of memory",
+    errno.EMFILE: "too many open files",
+}
+
+
+def _exhausted(exc: BaseException) -> str:
+    """What resource ran out, when ``exc`` (or one it was raised from) says so; "" otherwise."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError):
+            return "out of memory"
+        if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
+            return _EXHAUSTED[exc.errno]
+        exc = exc.__cause__ or exc.__context__
+    return ""
+
+
 def _notes(exc: BaseException) -> list[str]:
     notes = list(getattr(exc, "__notes__", []) or [])
     if isinstance(exc, BaseExceptionGroup):
@@ -357,6 +380,8 @@ class _Recorder:
         self.out = open(plan.out, "a", encoding="utf-8", buffering=1)
         self.stacks = open(plan.stacks, "w", encoding="utf-8") if plan.stacks else None
         self.nodes: dict[str, _NodeState] = {}
+        self.liar_source = ""  # the applied liar's module file
+        self.session: pytest.Session | None = None
         if plan.liar:
             self._apply_liar(plan.liar)
         if plan.mutant:
@@ -374,6 +399,7 @@ class _Recorder:
         except LiarError as exc:
             self.emit(protocol.LiarApplied(name, False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
+        self.liar_source = applied.source
         self.emit(protocol.LiarApplied(name, True, target=applied.target))
 
     def _apply_mutant(self, key: str) -> None:
@@ -438,12 +464,18 @@ class _Recorder:
         # failed in some phase
         exc = call.excinfo.value if call.excinfo is not None else None
         is_failure = report.when == "call" and exc is not None and _is_assertion(exc)
-        state.outcome = Outcome.FAILED if is_failure else Outcome.ERROR
+        in_liar = bool(self.liar_source) and call.excinfo is not None and self._raised_in_liar(call.excinfo)
+        state.outcome = Outcome.FAILED if is_failure and not in_liar else Outcome.ERROR
         if call.excinfo is not None:
             first = (call.excinfo.exconly().strip().splitlines() or [""])[0]
         else:
             first = (report.longreprtext.strip().splitlines() or [""])[-1]
         prefix = "" if report.when == "call" else f"in {report.when}: "
+        if in_liar:
+            prefix = "raised inside the liar itself, not by a witness's check: " + prefix
+        exhausted = _exhausted(exc) if exc is not None else ""
+        if exhausted:
+            prefix = f"resource exhausted ({exhausted}): " + prefix
         state.message = _clip(prefix + first, 300)
         state.failure = _clip(report.longreprtext)
         if call.excinfo is not None:
@@ -458,12 +490,26 @@ class _Recorder:
             if found is not None:  # a @given test, or a property nested in the test body
                 state.hypothesis = {**(state.hypothesis or self._hypothesis_run()), **found}
 
+    def _raised_in_liar(self, excinfo: pytest.ExceptionInfo) -> bool:
+        """Was the exception raised in the liar module's own code (its innermost frame there)?"""
+        tb = excinfo.tb
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        return str(Path(tb.tb_frame.f_code.co_filename).resolve()) == self.liar_source
+
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         if self.stacks is not None:
             faulthandler.cancel_dump_traceback_later()
         state = self.nodes.pop(nodeid, None)
         if state is not None:
             self.emit(protocol.NodeFinished(state.result(nodeid)))
+            if self.plan.liar and state.outcome == Outcome.FAILED and self.session is not None:
+                # a liar is caught by the first witness whose check fails under it: the rest need not run
+                # (an error does not catch it, so the run goes on to a witness that can)
+                self.session.shouldfail = f"liar {self.plan.liar} caught by {nodeid}"  # as -x: exit code 1
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.out.close()

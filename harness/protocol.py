@@ -17,7 +17,15 @@ streams events back, one JSON line each, flushed as they happen, to
   :class:`NodeResult`.
 
 A node with a ``NodeStarted`` and no ``NodeFinished`` is the one that was
-running when the process hung or died. Which node a witness's ``test:``
+running when the process hung or died.
+
+The events are the plugin's account, written from inside the process the
+code under test runs in, so they are not trusted alone: the witness
+process's entry point (:mod:`harness.execute.pytest_main`) also writes
+pytest's own :class:`Account` (which test bodies ran and how they ended,
+pytest's exit code, hooks it refused) after pytest returns, to a file whose
+name only the runner and the entry point know (:data:`ACCOUNT_ENV`), and the
+runner cross-checks the two (:func:`harness.execute.process.cross_check`). Which node a witness's ``test:``
 names is decided once, by :func:`node_matches`.
 """
 
@@ -79,6 +87,51 @@ class JobPlan:
     @classmethod
     def read(cls, path: str | Path) -> JobPlan:
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+ACCOUNT_ENV = "KVPROOF_ACCOUNT"  # where the entry point writes the Account; popped before pytest starts
+
+# what pytest's own account says a test body did (Account.calls values)
+CALL_PASSED, CALL_FAILED, CALL_SKIPPED = "passed", "failed", "skipped"  # else "raised <ExceptionType>"
+
+
+@dataclass(frozen=True)
+class Account:
+    """pytest's own account of one witness process, kept apart from the plugin's event stream.
+
+    ``calls``: node id -> what its test body (the call phase) did, as the
+    outermost ``pytest_runtest_call`` wrapper saw it: passed, failed (an
+    assertion), skipped (skip or xfail) or ``raised <ExceptionType>``. A
+    node with no entry never ran its body. ``exit_code``: what
+    ``pytest.main`` returned. ``refused``: hooks that project code
+    implemented and kvproof refuses (they can rewrite outcomes); when
+    non-empty, no test ran.
+    """
+
+    exit_code: int
+    calls: Mapping[str, str] = field(default_factory=dict)
+    refused: tuple[str, ...] = ()
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(
+            json.dumps({"exit_code": self.exit_code, "calls": dict(self.calls), "refused": list(self.refused)}),
+            encoding="utf-8",
+        )
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, path: Path) -> Account | None:
+        """The account at ``path``; None when there is none (or it is not one: treated as missing)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                int(data["exit_code"]),
+                {str(k): str(v) for k, v in dict(data["calls"]).items()},
+                tuple(str(r) for r in data["refused"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
 
 @dataclass(frozen=True)

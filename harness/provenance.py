@@ -12,6 +12,7 @@ import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,18 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def git_state(root: Path) -> GitState:
-    """The commit and whether tracked files are modified; None for what git could not tell."""
+def git_state(root: Path, bound: Iterable[str] = ()) -> GitState:
+    """The commit and whether the tree is dirty: a tracked file modified, or a file a verdict is bound to
+    (``bound``, paths relative to ``root``) that git does not track. None for what git could not tell."""
     commit = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    if status == "":
+        inside = sorted(p for p in bound if not p.startswith(("/", "(")) and (root / p).is_file())
+        for i in range(0, len(inside), 200):  # NOTE: a bounded command line
+            untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", *inside[i : i + 200])
+            if untracked is None or untracked:
+                status = untracked
+                break
     return GitState(commit, bool(status) if status is not None else None)
 
 
@@ -70,11 +79,12 @@ class Provenance:
     versions: dict[str, Any]
 
 
-def gather(root: Path) -> Provenance:
-    """Everything about the run's surroundings, gathered now (before any witness starts)."""
+def gather(root: Path, bound: Iterable[str] = ()) -> Provenance:
+    """Everything about the run's surroundings, gathered now (before any witness starts); ``bound``: the
+    paths the run's verdicts are bound to (an untracked one makes the tree dirty)."""
     return Provenance(
         utc_now(),
-        git_state(root),
+        git_state(root, bound),
         Host(socket.gethostname(), platform.platform(), platform.machine()),
         library_versions(),
     )

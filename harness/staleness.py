@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.binding import bound_files, oracle_files
+from harness import provenance
+from harness.binding import bound_files, oracle_files, run_context
 from harness.ledger import PastVerdict, changed_files
 from harness.mutation.score import score_digest
 from harness.statuses import CardState, Verdict
@@ -72,10 +73,11 @@ def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> li
     from dataclasses import asdict, replace
 
     rows = []
+    context = run_context(root, provenance.numerics(root))
     for card in cards:
         last = ledger.last(card.id) if ledger is not None else None
         recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
-        now = bound_files(card, root, sites, oracle_files(card, oracle_dir))
+        now = bound_files(card, root, sites, oracle_files(card, oracle_dir), context)
         current = [asdict(b) for b in now] if last is not None else []
         row = card_status(card.id, card.title, last, recorded, current)
         measured = ledger.last_mutation(card.id) if ledger is not None else None

@@ -40,9 +40,9 @@ WORST_FIRST = (Outcome.FAILED, Outcome.ERROR, Outcome.NOT_RUN, Outcome.SKIPPED, 
 class LiarStatus(StrEnum):
     """What a liar run showed about a card's witnesses."""
 
-    CAUGHT = "caught"  # a witness failed or errored under the liar
+    CAUGHT = "caught"  # a witness check failed under the liar (an assertion or a bound)
     SURVIVED = "survived"  # every witness passed under it: the card is VACUOUS
-    INCONCLUSIVE = "inconclusive"  # witnesses skipped under it
+    INCONCLUSIVE = "inconclusive"  # witnesses skipped or errored under it: it proved nothing
     NOT_RUN = "not_run"
     ERROR = "error"  # the liar could not be applied
 

@@ -18,15 +18,20 @@ Precedence, first match wins:
 9. VACUOUS    the card's mutation score, measured on the bytes it is bound
               to now, is below its ``mutation.min_score``: its witnesses would
               pass too much wrong code (:mod:`harness.mutation.score`)
-10. UNVERIFIED a liar's run was inconclusive (witnesses skipped under it)
+10. UNVERIFIED a liar's run was inconclusive (witnesses skipped or errored under it)
 11. PROVEN    otherwise
 
 A mutation score never measured, or measured on other bytes (stale), does
 not change the verdict; the reports and ``status`` say so.
 
 FAILED outranks ERROR: a refutation stands even if another witness is broken.
-Under a liar, a witness that fails *or errors* catches it (the witnesses
-would not pass that wrong implementation); only skips are inconclusive.
+Under a liar, only a witness whose check fails (an assertion, or a bound on
+its evidence) catches it. A witness that errors under it (an exception that
+is no assertion, a timeout, an assertion raised inside the liar's own code)
+proved nothing: the liar is inconclusive, and the card says which. A crash
+is not a refutation: a witness that checks nothing would "catch" every liar
+that crashes. (Mutants differ: a mutant is killed by any failure or error,
+as in every mutation tool; :mod:`harness.mutation.score`.)
 """
 
 from __future__ import annotations
@@ -303,9 +308,16 @@ def judge_liar(card: Card, run: LiarRun | None, name: str) -> LiarVerdict:
         return LiarVerdict(name, LiarStatus.ERROR, why=f"was lost: {run.lost}")
     got = _by_id(run.witnesses)
     judged = tuple(judge_witness(w, got.get(w.id)) for w in card.witnesses)
-    caught_by = tuple(v.witness_id for v in judged if v.status in (Outcome.FAILED, Outcome.ERROR))
+    caught_by = tuple(v.witness_id for v in judged if v.status == Outcome.FAILED)
     if caught_by:
         return LiarVerdict(name, LiarStatus.CAUGHT, caught_by, "", judged)
+    errored = [v for v in judged if v.status == Outcome.ERROR]
+    if errored:
+        why = (
+            f"proved nothing: witness {errored[0].witness_id} errored under it ({errored[0].why}); "
+            "a liar is caught by a failed check, not by a crash"
+        )
+        return LiarVerdict(name, LiarStatus.INCONCLUSIVE, (), why, judged)
     if any(v.status in (Outcome.SKIPPED, Outcome.NOT_RUN) for v in judged):
         return LiarVerdict(name, LiarStatus.INCONCLUSIVE, (), "witnesses skipped or did not run under it", judged)
     return LiarVerdict(name, LiarStatus.SURVIVED, (), f"all {len(judged)} witness(es) passed under it", judged)

@@ -108,6 +108,7 @@ def test_cards_record_version_fingerprint_and_bound_files(good_run):
         "witnesses/liars/arith.py": "liar",
         "witnesses/conftest.py": "support",
         "fakeimpl/arith.py": "covers",
+        "(settings: KVPROOF_* and the numerics line)": "settings",
     }
     assert all(len(b["sha256"]) == 64 for b in acc["bound_files"])
     assert len(acc["witnesses"][0]["nodes"]) == 2  # parametrized: both nodes ran

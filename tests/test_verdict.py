@@ -173,10 +173,20 @@ TABLE = [
         LIARS,
         CardOutcomes(
             (wo("w1", node()),),
-            liars=(LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node("error", "y")),))),
+            liars=(LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node("failed", "y")),))),
         ),
         PROVEN,
         "2/2 liar(s) caught",
+    ),
+    (
+        "liar-that-only-errors-proves-nothing",
+        LIARS,
+        CardOutcomes(
+            (wo("w1", node()),),
+            liars=(LiarRun("m.a", (wo("w1", node("failed", "x")),)), LiarRun("m.b", (wo("w1", node("error", "y")),))),
+        ),
+        UNVERIFIED,
+        "liar m.b: proved nothing: witness w1 errored under it",
     ),
     (
         "liar-survives",
@@ -252,7 +262,7 @@ def test_liar_verdict_names_the_witnesses_that_caught_it():
         liars=(LiarRun("m.a", (wo("w1", node()), wo("w2", node("failed")), wo("w3", node("error")))),),
     )
     (liar,) = evaluate(card, outcomes).liars
-    assert liar.caught and liar.caught_by == ("w2", "w3")
+    assert liar.caught and liar.caught_by == ("w2",)  # w3 errored: a crash is no catch
 
 
 def test_verdict_is_deterministic_and_pure():

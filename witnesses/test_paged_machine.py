@@ -42,6 +42,15 @@ def raises(error: type[Exception], call, says: str = "") -> bool:
     return False
 
 
+def valid(call, what: str):
+    """``call()``'s result; a CacheError from an operation the model says is valid fails the witness (the claim
+    is that valid operations succeed), as an assertion rather than an error."""
+    try:
+        return call()
+    except CacheError as e:
+        raise AssertionError(f"{what}, a valid operation, raised {type(e).__name__}: {e}") from e
+
+
 STATS = Counter()  # summed over every run of the machine in this process
 
 
@@ -85,7 +94,9 @@ class PagedMachine(RuleBasedStateMachine):
         r = round_inputs(t, np.random.default_rng(seed))
         try:
             got = feed(seq, r)
-        except PoolExhausted as e:
+        except (CacheError, PoolExhausted) as e:
+            if not isinstance(e, PoolExhausted):
+                raise AssertionError(f"an append of {t} row(s), a valid operation, raised {e!r}") from e
             after = (list(seq.blocks), len(seq), [pool.refcount(b) for b in range(pool.num_blocks)], pool.num_free)
             assert need > before[3], f"PoolExhausted with need={need} <= free={before[3]}"
             assert (e.needed, e.free) == (need, before[3]), (e.needed, e.free, need, before[3])
@@ -102,7 +113,7 @@ class PagedMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 99))
     def fork(self, i):
         seq, ref = self.pick(i)
-        self.live.append((seq.fork(), ref.clone()))
+        self.live.append((valid(seq.fork, "fork()"), ref.clone()))
         STATS["forks"] += 1
 
     @precondition(lambda self: self.live and len(self.live) < MAX_LIVE)
@@ -116,7 +127,7 @@ class PagedMachine(RuleBasedStateMachine):
     def truncate(self, i, frac):
         seq, ref = self.pick(i)
         n = int(frac * len(seq))
-        seq.truncate(n)
+        valid(lambda: seq.truncate(n), f"truncate({n}) of a sequence of {len(seq)} rows")
         ref.truncate(n)
         STATS["truncates"] += 1
 
@@ -124,7 +135,7 @@ class PagedMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 99))
     def release(self, i):
         seq, _ = self.live.pop(i % len(self.live))
-        seq.release()
+        valid(seq.release, "release() of a live sequence")
         assert seq.blocks == [] and len(seq) == 0, "release() left rows or blocks"
         row = np.zeros((1, KV_DIM), np.float32)
         for verb, call in (
@@ -156,7 +167,8 @@ class PagedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.hog)
     @rule(i=st.integers(0, 99))
     def hog_free(self, i):
-        self.pool.decref(self.hog.pop(i % len(self.hog)))
+        b = self.hog.pop(i % len(self.hog))
+        valid(lambda: self.pool.decref(b), f"decref({b}) of a block the test holds")
 
     # ---- invariants ------------------------------------------------------------------------
     @invariant()
@@ -220,9 +232,9 @@ class PagedMachine(RuleBasedStateMachine):
         if self.pool is None:
             return
         for seq, _ in self.live:
-            seq.release()
+            valid(seq.release, "release() of a live sequence at the end")
         for b in self.hog:
-            self.pool.decref(b)
+            valid(lambda b=b: self.pool.decref(b), f"decref({b}) of a block the test holds, at the end")
         assert self.pool.num_free == self.pool.num_blocks, (
             f"releasing everything left {self.pool.num_blocks - self.pool.num_free} blocks in use"
         )

@@ -93,6 +93,7 @@ from typing import Any
 from harness.errors import UsageError
 from harness.execute import procs
 from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, TITLE_ROOM
+from harness.protocol import ACCOUNT_ENV
 
 FORKSERVER = "forkserver"
 SUBPROCESS = "subprocess"
@@ -427,7 +428,12 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text.splitlines()[-lines:])
 
 
-_VOLATILE = (procs.WATCHDOG_ENV, SOCKET_ENV, "PYTEST_CURRENT_TEST")  # differ from call to call, read by no import
+_VOLATILE = (
+    procs.WATCHDOG_ENV,
+    SOCKET_ENV,
+    ACCOUNT_ENV,
+    "PYTEST_CURRENT_TEST",
+)  # differ from call to call, read by no import
 
 
 def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
@@ -437,12 +443,17 @@ def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     return strip(a) == strip(b)
 
 
+MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
+
+
 class Launcher:
-    """A run's fork server, started on the first job; after it fails, every job starts as a plain subprocess.
+    """A run's fork server, started on the first job and started again when it is lost (a witness may kill
+    its parent); after :data:`MAX_LOSSES` losses, or when one cannot start, every job starts as a plain
+    subprocess.
 
     :meth:`spawn` returns None when the job must start as a subprocess
     instead (the zygote failed, or the job's environment is not the one the
-    zygote started with). The first failure is said once, on stderr.
+    zygote started with). Each loss is said once, on stderr.
     """
 
     name = FORKSERVER
@@ -460,18 +471,26 @@ class Launcher:
         self.say = say if say is not None else _say
         self.server: ForkServer | None = None
         self.failed = ""
+        self.losses = 0
         self._lock = threading.Lock()
 
     def _fail(self, why: str) -> None:
         with self._lock:
-            first, self.failed = not self.failed, self.failed or why
-        if first:
+            self.losses += 1
+            last = self.losses >= MAX_LOSSES and not self.failed
+            if last:
+                self.failed = why
+        if last:
             self.say(f"kvproof: {why}; the remaining witness processes start as plain subprocesses")
+        elif not self.failed:
+            self.say(f"kvproof: {why}; starting a new fork server for the next witness processes")
 
     def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild | None:
         with self._lock:
             if self.failed:
                 return None
+            if self.server is not None and not self.server.alive and not self.server.closing:
+                self.server = None  # lost (on_lost said so): the next job starts a new one
             if self.server is None:
                 try:
                     self.server = ForkServer(

@@ -55,6 +55,7 @@ per liar -> :func:`harness.execute.outcomes.assemble`;
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -72,6 +73,9 @@ from harness.protocol import JobPlan, NodeResult
 from harness.statuses import Outcome
 
 GRACE_S = 0.5
+# pytest settings a user's environment may carry (PYTEST_ADDOPTS=--setup-only would run no test body):
+# witness processes never inherit them; kvproof passes its own options (see inherited_pytest_settings)
+INHERITED_PYTEST_VARS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_DEBUG")
 POLL_S = 0.03
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -96,9 +100,10 @@ def pycache_dir(root: Path) -> Path:
 
 
 def witness_env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_PYTEST_VARS}
     env.pop(procs.WATCHDOG_ENV, None)
     env.pop(forkserver.SOCKET_ENV, None)
+    env.pop(protocol.ACCOUNT_ENV, None)
     # NOTE: bytecode. Some environments (this one) set PYTHONDONTWRITEBYTECODE=1, so no witness process
     # ever kept a .pyc and each one compiled every module it imported and had pytest re-rewrite every
     # witness module's asserts (about 0.4 s a process). Witness processes write bytecode, but only under
@@ -128,8 +133,10 @@ def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bo
     args = [
         "-p",
         "harness.plugin",
-        "--kvproof-plan",
-        str(plan),
+        # NOTE: one token. pytest finds the project's ini file from the common ancestor of every argument that
+        # does not start with "-": a plan path in /tmp as a separate token made that /tmp, so the project's
+        # pytest configuration (markers, filterwarnings, addopts) never applied to its witnesses
+        f"--kvproof-plan={plan}",
         "--rootdir",
         str(cfg.root),
         "--confcutdir",
@@ -217,15 +224,26 @@ Proc = subprocess.Popen | forkserver.ForkChild
 
 
 def _start(
-    job: Job, cfg: RunConfig, plan: Path, logf: BinaryIO, log: Path, launcher: forkserver.Launcher | None = None
+    job: Job,
+    cfg: RunConfig,
+    plan: Path,
+    logf: BinaryIO,
+    log: Path,
+    launcher: forkserver.Launcher | None = None,
+    account: Path | None = None,
 ) -> Proc:
     """Start the witness process in its own session, holding the read end of the runner's watchdog pipe.
 
-    Forked by ``launcher`` when there is one and it can; else a subprocess.
+    Forked by ``launcher`` when there is one and it can; else a subprocess. ``account``: where the entry
+    point writes pytest's own account (:class:`harness.protocol.Account`).
     """
     watchdog = procs.watchdog_fd()
     env = witness_env(cfg, watchdog)
-    args = _pytest_args(cfg, plan, job.node_ids, first_failure=job.stops_at_first_failure)
+    if account is not None:
+        env[protocol.ACCOUNT_ENV] = str(account)
+    # a mutant is killed by any failure or error: the first ends its run. A liar is caught only by a failed
+    # check, so its run goes on past an error (the plugin stops it at the first failure)
+    args = _pytest_args(cfg, plan, job.node_ids, first_failure=bool(job.mutant))
     if launcher is not None:
         child = launcher.spawn(args, env, cfg.root, log)
         if child is not None:
@@ -296,6 +314,90 @@ def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
         out.stopped = f"the interpreter died in {nodeid}"
 
 
+def _distrust(result: NodeResult, why: str) -> NodeResult:
+    return NodeResult(
+        result.nodeid,
+        Outcome.ERROR,
+        result.duration,
+        result.evidence,
+        why[:300],
+        why,
+        result.location,
+        result.hypothesis,
+    )
+
+
+def cross_check(out: JobResult, account: protocol.Account | None) -> None:
+    """Hold what the plugin streamed against pytest's own account; a disagreement is ERROR naming both.
+
+    The plugin runs inside the process the code under test runs in, so its "passed" stands only when
+    pytest's own account agrees: the account exists (the session ended normally), the node's test body
+    ran and passed, no project hook was refused, and pytest's exit code is what the results imply.
+    Only a streamed "passed" is questioned: a failure or skip cannot hide a wrong result.
+    """
+    if account is None:
+        why = (
+            "pytest's own account of this process is missing: it ended "
+            f"({exit_text(out.exit_code)}) without pytest finishing its session, so the results it "
+            "streamed cannot be trusted (a witness that calls os._exit, or one that forges events)"
+        )
+        for nodeid, r in out.results.items():
+            if r.outcome == Outcome.PASSED:
+                out.results[nodeid] = _distrust(r, why)
+        if not out.results and not out.stopped and out.exit_code == 0:
+            out.stopped = why
+        return
+    if account.refused:
+        why = (
+            "kvproof refuses project hooks that can rewrite test outcomes: "
+            + "; ".join(account.refused)
+            + " (move the behaviour into a fixture)"
+        )
+        for nodeid, r in out.results.items():
+            out.results[nodeid] = _distrust(r, why)
+        out.stopped = out.stopped or why
+        return
+    for nodeid, r in out.results.items():
+        if r.outcome != Outcome.PASSED:
+            continue
+        call = account.calls.get(nodeid)
+        if call is None:
+            why = (
+                "streamed as passed, but pytest's own account has no test body run for it (no call phase: "
+                "--setup-only or --setup-plan in the project's pytest options, or a hook that skipped it)"
+            )
+            out.results[nodeid] = _distrust(r, why)
+        elif call != protocol.CALL_PASSED:
+            why = (
+                f"streamed as passed, but pytest's own account says its test body {call}: the outcome was "
+                "rewritten between pytest and the plugin (a hook, or a patched harness)"
+            )
+            out.results[nodeid] = _distrust(r, why)
+    passed = out.results and all(r.outcome == Outcome.PASSED for r in out.results.values())
+    if passed and not out.collect_errors and account.exit_code != 0:
+        why = (
+            f"pytest returned exit code {account.exit_code} ({PYTEST_EXIT.get(account.exit_code, 'unknown')}) "
+            "although every streamed result says passed"
+        )
+        for nodeid, r in out.results.items():
+            out.results[nodeid] = _distrust(r, why)
+    if out.exit_code is not None and out.exit_code >= 0 and out.exit_code != (account.exit_code & 0xFF):
+        why = f"the process exited {out.exit_code}, but pytest returned {account.exit_code}"
+        for nodeid, r in out.results.items():
+            if r.outcome == Outcome.PASSED:
+                out.results[nodeid] = _distrust(r, why)
+
+
+PYTEST_EXIT = {
+    0: "all tests passed",
+    1: "tests failed",
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error",
+    5: "no tests collected",
+}
+
+
 def execute(
     job: Job,
     cfg: RunConfig,
@@ -326,12 +428,15 @@ def execute(
         cfg.default_timeout,
         job.mutant,
     ).write(plan)
+    account = workdir / f"account-{secrets.token_hex(8)}.json"  # a name only the runner and the entry point know
     t0 = time.monotonic()
+    lost_before = False
     while True:
         events.write_bytes(b"")
+        account.unlink(missing_ok=True)
         out = JobResult()
         with open(log, "wb") as logf:
-            proc = _start(job, cfg, plan, logf, log, launcher)
+            proc = _start(job, cfg, plan, logf, log, launcher, account)
             try:
                 watch = _wait(proc, job, cfg, events, out, cancel)
             finally:
@@ -340,12 +445,23 @@ def execute(
                 _kill_leftovers(proc)
         if not getattr(proc, "lost", False):
             break
-        launcher = None  # the fork server died under this job: it runs again, as a plain subprocess
+        if lost_before:
+            # NOTE: never again, and never as a plain subprocess: a witness that kills its parent would kill
+            # the runner itself there. The job is ERROR; the run goes on with a new fork server.
+            out.lost = (
+                "the fork server died twice while this job ran (a witness that kills its parent process does "
+                "that); it is not run again"
+            )
+            break
+        lost_before = True  # the fork server died under this job: it runs again, once, from a new one
     out.exit_code = proc.returncode
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
     _blame(out, watch, stacks)
-    caught = any(r.outcome in (Outcome.FAILED, Outcome.ERROR) for r in out.results.values())
+    if watch.timed_out is None and watch.running is None and not out.liar_error:
+        cross_check(out, protocol.Account.read(account))
+    catches = (Outcome.FAILED,) if job.liar else (Outcome.FAILED, Outcome.ERROR)
+    caught = any(r.outcome in catches for r in out.results.values())
     if job.stops_at_first_failure and caught and not out.stopped:
         out.stopped = CAUGHT_EARLIER
     return out

@@ -9,6 +9,16 @@ killed too.
 The fork server (:mod:`harness.execute.forkserver`) runs the same two steps in each
 child it forks: :func:`preload` once in the server, :func:`main` per job.
 
+pytest's own account: :func:`main` registers :class:`AccountKeeper`, which
+sees each test body from the outermost ``pytest_runtest_call`` wrapper and
+refuses hooks that project code implements on the run-test protocol (a
+conftest hookwrapper on ``pytest_runtest_makereport`` can rewrite a failure
+as a pass). After ``pytest.main`` returns it writes a
+:class:`harness.protocol.Account` where :data:`harness.protocol.ACCOUNT_ENV`
+said (the variable is removed before pytest starts); the runner
+cross-checks it against the plugin's events. docs/trust.md says what this
+does and does not stop.
+
 NOTE: imports heavy libraries *before* pytest installs its assertion-rewriting
 import hook; under the hook every import is inspected and Hypothesis alone
 takes about three times as long to import (0.6 s instead of 0.2 s), which is
@@ -17,11 +27,38 @@ paid once per card and per liar.
 
 from __future__ import annotations
 
+import inspect
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 
 from harness.execute.procs import kill_descendants, watch_runner
+from harness.protocol import ACCOUNT_ENV, CALL_FAILED, CALL_PASSED, CALL_SKIPPED, Account
+
+HARNESS_DIR = Path(__file__).resolve().parents[1]  # the harness package: its own hooks are not project code
+
+# Hooks that decide or carry a test's outcome. Project code (a conftest, a plugin module in the project)
+# implementing one could rewrite what pytest reports, so kvproof refuses the run instead.
+GUARDED_HOOKS = (
+    "pytest_runtestloop",
+    "pytest_runtest_protocol",
+    "pytest_runtest_setup",
+    "pytest_runtest_call",
+    "pytest_runtest_teardown",
+    "pytest_pyfunc_call",
+    "pytest_runtest_makereport",
+    "pytest_runtest_logreport",
+    "pytest_runtest_logstart",
+    "pytest_runtest_logfinish",
+    "pytest_report_teststatus",
+    "pytest_collectreport",
+    "pytest_sessionfinish",
+)
 
 
 def preload() -> None:
@@ -34,12 +71,70 @@ def preload() -> None:
         pass
 
 
-def main(args: Sequence[str]) -> int:
-    """Run pytest with ``args``, then kill whatever the witnesses started and left running; pytest's exit code."""
-    import pytest
+def _library_dirs() -> list[Path]:
+    dirs = [*site.getsitepackages(), site.getusersitepackages(), *sysconfig.get_paths().values()]
+    return [Path(d).resolve() for d in dirs if d]
 
-    code = pytest.main(list(args))
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, pytest.skip.Exception | pytest.xfail.Exception):
+        return CALL_SKIPPED
+    if isinstance(exc, AssertionError | pytest.fail.Exception):
+        return CALL_FAILED
+    return f"raised {type(exc).__name__}"
+
+
+class AccountKeeper:
+    """pytest's own account of this process (see the module docstring); registered by :func:`main`."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, str] = {}
+        self.refused: list[str] = []
+
+    def project_hooks(self, config: pytest.Config) -> list[str]:
+        """``file implements hook`` for each guarded hook implemented in the project, not in a library."""
+        root, libs, found = Path(config.rootpath).resolve(), _library_dirs(), []
+        for name in GUARDED_HOOKS:
+            for impl in getattr(config.hook, name).get_hookimpls():
+                try:
+                    src = Path(inspect.getsourcefile(impl.function) or "").resolve()
+                except TypeError:  # a builtin: not project code
+                    continue
+                if src.is_relative_to(HARNESS_DIR) or any(src.is_relative_to(d) for d in libs):
+                    continue
+                if src.is_relative_to(root):
+                    found.append(f"{src.relative_to(root).as_posix()} implements {name}")
+        return found
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        # NOTE: after collection, so every conftest pytest loads for the selected tests is registered
+        self.refused = self.project_hooks(session.config)
+        return True if self.refused else None  # a result ends the loop before any test runs
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        try:
+            result = yield
+        except BaseException as exc:
+            self.calls[item.nodeid] = _classify(exc)
+            raise
+        self.calls[item.nodeid] = CALL_PASSED
+        return result
+
+
+def main(args: Sequence[str]) -> int:
+    """Run pytest with ``args``, then kill whatever the witnesses started and left running; pytest's exit code.
+
+    Writes pytest's own :class:`~harness.protocol.Account` where
+    ``KVPROOF_ACCOUNT`` says (removed from the environment first).
+    """
+    account_path = os.environ.pop(ACCOUNT_ENV, None)
+    keeper = AccountKeeper()
+    code = pytest.main(list(args), plugins=[keeper])
     kill_descendants(os.getpid())  # nothing a witness started outlives it
+    if account_path:
+        Account(int(code), dict(keeper.calls), tuple(keeper.refused)).write(Path(account_path))
     return int(code)
 
 

@@ -1,0 +1,324 @@
+"""Hostile witnesses, one row per case: code that tries to vouch for itself must not get a verdict it did not earn.
+
+Each row runs ``run_obligations.py`` on a fresh copy of the fixture project with one hostile or careless
+witness, conftest, liar or setting added, and checks the card's verdict, that the reason names what
+happened, and that no row ends in a traceback or a lost run. docs/trust.md states the line these rows test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "project"
+ENTRY = REPO / "run_obligations.py"
+
+
+def _card(witness: str, liars: str = "") -> str:
+    return f"""\
+id: HOSTILE-1
+title: add is exact
+module: fakeimpl.arith
+regime: A
+theorem: add(2, 3) is 5.
+proof: fakeimpl.arith.add returns a + b.
+refs: [fakeimpl/arith.py::add]
+witnesses:
+  - id: checked
+    test: witnesses/test_hostile.py::{witness}
+    bounds: {{max_abs_delta: {{le: 0}}}}
+{liars}version: 1
+"""
+
+
+# a witness whose assertion fails: nothing may turn it into PROVEN
+FAILS = """
+def test_fails(evidence):
+    evidence.record("max_abs_delta", 0)
+    assert 2 + 2 == 5
+"""
+
+FORGES_ENCODE = """
+import harness.protocol as wire
+
+
+def test_fails(evidence):
+    real = wire.encode
+
+    def forged(event):
+        if isinstance(event, wire.NodeFinished) and event.result.outcome != "passed":
+            event = wire.NodeFinished(wire.NodeResult(event.result.nodeid, "passed", evidence={"max_abs_delta": 0}))
+        return real(event)
+
+    wire.encode = forged
+    evidence.record("max_abs_delta", 0)
+    assert 2 + 2 == 5
+"""
+
+FORGES_AND_EXITS = """
+import json
+import os
+import sys
+
+from harness.protocol import JobPlan
+
+
+def test_fails(request):
+    plan = JobPlan.read(request.config.getoption("kvproof_plan"))
+    line = {"event": "result", "nodeid": request.node.nodeid, "outcome": "passed", "evidence": {"max_abs_delta": 0}}
+    with open(plan.out, "a") as out:
+        out.write(json.dumps(line) + "\\n")
+    sys.stdout.flush()
+    os._exit(0)
+"""
+
+REWRITING_CONFTEST = """
+import pytest
+
+pytest_plugins = ["harness.plugin"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+"""
+
+# checks nothing: records 0 and calls add, so a liar that crashes inside add "fails" it
+CHECKS_NOTHING = """
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    add(2, 3)
+    evidence.record("max_abs_delta", 0)
+"""
+
+CRASHING_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.crashes", target="fakeimpl.arith:add", why="raises instead of adding")
+def add(a, b):
+    raise NotImplementedError("this liar crashes")
+"""
+
+ASSERTING_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.asserts", target="fakeimpl.arith:add", why="asserts in its own body")
+def add(a, b):
+    assert False, "the liar's own assertion"
+"""
+
+
+KILLS_PARENT = """
+import os
+import signal
+
+
+def test_fails(evidence):
+    evidence.record("max_abs_delta", 0)
+    os.kill(os.getppid(), signal.SIGKILL)
+"""
+
+DISK_FULL = """
+import errno
+
+
+def test_fails(evidence):
+    evidence.record("max_abs_delta", 0)
+    raise OSError(errno.ENOSPC, "No space left on device", "scratch.bin")
+"""
+
+
+def files(**texts: str) -> Callable[[Path], None]:
+    """A setup step writing each ``relative/path=text`` (``__`` in a key stands for ``/``)."""
+
+    def write(root: Path) -> None:
+        for rel, text in texts.items():
+            path = root / rel.replace("__", "/").replace("_DOT_", ".")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+
+    return write
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    setup: Callable[[Path], None]
+    verdict: str
+    says: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def card(witness: str, liars: str = "") -> dict[str, str]:
+    return {"cards-case__hostile_DOT_yaml": _card(witness, liars)}
+
+
+CASES = [
+    Case(
+        "baseline-failing-witness-is-failed",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FAILS),
+        "FAILED",
+    ),
+    Case(
+        "patched-encode-forges-a-pass",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FORGES_ENCODE),
+        "ERROR",
+        ("pytest's own account says its test body failed",),
+    ),
+    Case(
+        "forged-event-then-os-exit",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FORGES_AND_EXITS),
+        "ERROR",
+        ("pytest's own account of this process is missing",),
+    ),
+    Case(
+        "conftest-rewrites-failures-as-passes",
+        files(
+            **card("test_fails"), witnesses__test_hostile_DOT_py=FAILS, witnesses__conftest_DOT_py=REWRITING_CONFTEST
+        ),
+        "ERROR",
+        ("witnesses/conftest.py implements pytest_runtest_makereport",),
+    ),
+    Case(
+        "pytest-addopts-setup-only-is-not-inherited",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FAILS),
+        "FAILED",
+        env={"PYTEST_ADDOPTS": "--setup-only"},
+    ),
+    Case(
+        "project-ini-setup-plan-runs-no-body",
+        files(
+            **card("test_fails"),
+            witnesses__test_hostile_DOT_py=FAILS,
+            pytest_DOT_ini="[pytest]\naddopts = --setup-plan\n",
+        ),
+        "ERROR",
+        ("no test body run",),
+    ),
+    Case(
+        "liar-that-crashes-proves-nothing",
+        files(
+            **card("test_calls_add", "liars: [hostile.crashes]\n"),
+            witnesses__test_hostile_DOT_py=CHECKS_NOTHING,
+            witnesses__liars__hostile_DOT_py=CRASHING_LIAR,
+        ),
+        "UNVERIFIED",
+        ("hostile.crashes", "proved nothing", "NotImplementedError"),
+    ),
+    Case(
+        "liar-asserting-in-its-own-body-proves-nothing",
+        files(
+            **card("test_calls_add", "liars: [hostile.asserts]\n"),
+            witnesses__test_hostile_DOT_py=CHECKS_NOTHING,
+            witnesses__liars__hostile_DOT_py=ASSERTING_LIAR,
+        ),
+        "UNVERIFIED",
+        ("hostile.asserts", "raised inside the liar itself"),
+    ),
+]
+
+
+CASES += [
+    Case(
+        "witness-kills-its-parent-the-run-survives",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=KILLS_PARENT),
+        "ERROR",
+        ("the fork server died twice while this job ran",),
+    ),
+    Case(
+        "disk-full-is-named-in-the-reason",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=DISK_FULL),
+        "ERROR",
+        ("resource exhausted (the disk is full)",),
+    ),
+]
+
+
+def _copy_project(dest: Path) -> Path:
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__", "reports", ".hypothesis"))
+    return dest
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_witness(case: Case, tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "project")
+    case.setup(root)
+    env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200", **case.env}
+    for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), "run", "--cards", "cards-case", "--json", "v.json", "-j", "1"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    text = proc.stdout + proc.stderr
+    assert "Traceback (most recent call last)" not in proc.stderr, text
+    assert proc.returncode == (0 if case.verdict == "PROVEN" else 1), text
+    doc = json.loads((root / "v.json").read_text())
+    (entry,) = doc["cards"]
+    assert entry["verdict"] == case.verdict, text
+    shown = json.dumps(entry)
+    for needle in case.says:
+        assert needle in shown, f"{needle!r} not in the card's entry:\n{shown[:3000]}"
+
+
+def _run(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200", **env}
+    for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
+        full.pop(name, None)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=full, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_changed_replays_only_under_the_same_settings(tmp_path: Path) -> None:
+    """A KVPROOF_* setting decides the numbers (KVPROOF_ATTENTION, KVPROOF_KERNEL, ...): a verdict measured under
+    one value is not replayed under another, and `status` calls it STALE."""
+    root = _copy_project(tmp_path / "project")
+
+    def entry(*args: str, **env: str) -> dict:
+        proc = _run(root, "run", "FX-ADD", "--json", "v.json", *args, **env)
+        (card,) = json.loads((root / "v.json").read_text())["cards"]
+        assert card["verdict"] == "PROVEN", proc.stdout + proc.stderr
+        return card
+
+    first = entry(KVPROOF_ATTENTION="kernel")
+    assert "settings" in {b["role"] for b in first["bound_files"]}
+    assert entry("--changed", KVPROOF_ATTENTION="kernel")["replayed_from"] is not None
+    assert entry("--changed", KVPROOF_ATTENTION="numpy")["replayed_from"] is None
+    status = _run(root, "status", KVPROOF_ATTENTION="kernel")
+    assert "STALE" in status.stdout and "settings" in status.stdout, status.stdout
+
+
+def test_an_untracked_witness_makes_the_tree_dirty(tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "project")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-qm", "fixture"], cwd=root, check=True)
+    _run(root, "run", "FX-ADD", "--no-liars", "--json", "clean.json")
+    assert json.loads((root / "clean.json").read_text())["header"]["git"]["dirty"] is False
+    files(**card("test_fails"), witnesses__test_hostile_DOT_py=FAILS)(root)
+    (root / "clean.json").unlink()
+    _run(root, "run", "--cards", "cards-case", "--json", "v.json")
+    assert json.loads((root / "v.json").read_text())["header"]["git"]["dirty"] is True
