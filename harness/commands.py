@@ -47,11 +47,11 @@ def reports_dir(args: argparse.Namespace, root: Path) -> Path:
 
 
 def _open_ledger(args: argparse.Namespace, root: Path):
-    """The ledger for reading, or None when no run has written one yet."""
+    """The ledger for reading, or None when no run has written one yet (LedgerError when it is not a ledger)."""
     from harness.ledger import FILENAME, Ledger
 
     path = reports_dir(args, root) / FILENAME
-    return Ledger(path, create=False) if path.is_file() else None
+    return Ledger(path, create=False) if path.exists() else None
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -315,7 +315,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not args.ids:
             terminal.render_runs(console, ledger.runs(args.limit))
             return 0
-        known = {cid for (cid,) in ledger.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
+        known = ledger.card_ids()
         for card_id in args.ids:
             if card_id not in known:
                 from harness.cards import did_you_mean

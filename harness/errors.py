@@ -30,7 +30,28 @@ class LiarError(HarnessError, LookupError):
 
 
 class LedgerError(HarnessError, OSError):
-    """The ledger (``reports/ledger.sqlite``) cannot be opened, read or migrated."""
+    """The ledger (``reports/ledger.sqlite``) cannot be opened, read, written or migrated."""
+
+
+class LedgerDamaged(LedgerError):
+    """The ledger file is damaged: garbled pages, a missing table, a row that does not read back."""
+
+
+class LedgerLocked(LedgerError):
+    """Another process held the ledger's lock for longer than the wait (``KVPROOF_LEDGER_TIMEOUT``)."""
+
+
+class RunNotRecorded(LedgerError):
+    """A run's report folder was written complete but the ledger could not record the run.
+
+    ``kept`` is the folder, kept under a name that says so (``<name>.unrecorded``); ``cause`` is the
+    LedgerError, whose message names the ledger and the fix.
+    """
+
+    def __init__(self, cause: LedgerError, kept: object) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.kept = kept
 
 
 class Cancelled(HarnessError, RuntimeError):

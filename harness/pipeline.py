@@ -36,7 +36,7 @@ from harness import forkserver, provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
 from harness.cards import Card, LoadResult, Problem, display_path, find_card_files, load_cards, select
 from harness.document import CardResult, Claim, MutationResult, RunDocument
-from harness.errors import CardInvalid, LedgerError, UsageError
+from harness.errors import CardInvalid, LedgerError, RunNotRecorded, UsageError
 from harness.executors import RAY, ExecutorSpec
 from harness.executors import make as make_executor
 from harness.ledger import FILENAME, Ledger
@@ -231,11 +231,8 @@ def check_outputs(req: RunRequest) -> None:
     _writable_folder(reports, what, "give a folder you can write to with --reports DIR")
     try:
         Ledger(reports / FILENAME, create=True).close()
-    except LedgerError as exc:
-        raise UsageError(
-            f"{req.reports_source}: the ledger {reports / FILENAME} cannot be opened for writing: "
-            f"{exc}; fix its permissions, move it away, or give another --reports DIR"
-        ) from None
+    except LedgerError as exc:  # its message names the file and the fix (a damaged file, a lock held too long)
+        raise UsageError(f"{req.reports_source}: {exc}") from None
     path, arg = req.json_path, req.json_arg
     if path is None:
         return
@@ -411,6 +408,16 @@ def record(
         final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison)
         if reporter is not None:
             reporter.wrote("report", final / "index.html")
+    except RunNotRecorded as exc:
+        if reporter is not None:
+            also = f"; --json wrote {req.json_path}" if ok and req.json_path is not None else ""
+            reporter.error(
+                f"error: this run was not recorded in the ledger: {exc.cause}. Nothing measured is lost: its "
+                f"report is kept in {exc.kept}/ (index.html, verdicts.json){also}; compare it with "
+                f"`run_obligations.py compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
+                "it and the run exits 2: fix the ledger as said and run again"
+            )
+        return False, None  # said in full: the generic line below would tell the user to fix the output location
     except (OSError, LedgerError) as exc:
         ok = False
         if reporter is not None:
