@@ -158,6 +158,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         baseline=getattr(args, "baseline", None),
         fail_on_regression=getattr(args, "fail_on_regression", False),
         executor=executor_spec(args),
+        force=args.force,
     )
     if req.fail_on_regression and not req.baseline:
         raise UsageError(
@@ -335,15 +336,17 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _write_text(raw: str, text: str, what: str) -> None:
-    """Write ``text`` to ``raw`` ('-': stdout); a folder that does not exist or cannot be written is a UsageError."""
+    """Write ``text`` to ``raw`` ('-': stdout) atomically (checked before anything was read:
+    :func:`_write_text_check`); a file that cannot be written is a UsageError."""
     import sys
+
+    from harness.outputs import target, write_atomic
 
     if raw == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    path = _write_text_check(raw, what)
     try:
-        path.write_text(text, encoding="utf-8")
+        write_atomic(target(Path(raw)), text)
     except OSError as e:
         raise UsageError(f"--{what}={raw!r}: cannot write it ({e.strerror or e}); give a writable path") from e
 
@@ -362,15 +365,24 @@ def comparison_thresholds(args: argparse.Namespace, root: Path):
 def cmd_compare(args: argparse.Namespace) -> int:
     import json
 
+    from harness import outputs
     from harness.compare import compare
     from harness.compare_io import load_ref, open_ledger
     from harness.report.compare import render_terminal, to_json, to_markdown
 
     root = project_root()
     reports = reports_dir(args, root)
-    for raw, what in ((args.json, "json"), (args.markdown, "markdown"), (args.html, "html")):
-        if raw and raw != "-":
-            _write_text_check(raw, what)
+    try:
+        folder = cards_dir(args, root)
+    except UsageError:  # compare reads no card it cannot find; its outputs are kept out of the default folder
+        folder = root / "obligations"
+    places = outputs.Places(root, folder, reports)
+    chosen = [(args.json, "json"), (args.markdown, "markdown"), (args.html, "html")]
+    outputs.check_distinct(
+        (f"--{what}={raw!r}", _write_text_check(raw, what, places, args.force))
+        for raw, what in chosen
+        if raw and raw != "-"
+    )
     ledger = open_ledger(reports)
     try:
         a = load_ref(args.before, reports, ledger)
@@ -392,23 +404,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _write_text(args.json, json.dumps(to_json(cmp), indent=2, ensure_ascii=False), "json")
     if args.markdown:
-        _write_text(args.markdown, to_markdown(cmp), "markdown")
+        md = to_markdown(cmp)
+        _write_text(args.markdown, md if args.markdown == "-" else f"{outputs.MARKDOWN_MARKER}\n{md}", "markdown")
     if args.html:
         from harness.report.compare import to_html
 
-        _write_text(args.html, to_html(cmp), "html")
+        page = to_html(cmp)
+        if args.html != "-":  # the marker goes after the doctype: a comment before it can change how a browser reads
+            first, nl, rest = page.partition("\n")
+            page = f"{first}\n{outputs.HTML_MARKER}\n{rest}" if nl else f"{outputs.HTML_MARKER}\n{page}"
+        _write_text(args.html, page, "html")
     return 1 if (args.fail_on_regression and cmp.regressions) else 0
 
 
-def _write_text_check(raw: str, what: str) -> Path:
-    """The output path, or a UsageError for one that cannot be written (checked before anything is read)."""
+def _write_text_check(raw: str, what: str, places: Any, force: bool) -> Path:
+    """The output path, or a UsageError for one that cannot be written or would replace an input or an
+    existing file that is not a previous output of the same kind (:mod:`harness.outputs`; checked before
+    anything is read)."""
+    from harness import outputs
+
     path = Path(raw).expanduser()
     path = path if path.is_absolute() else Path.cwd() / path
     if path.is_dir():
         raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
     if not path.parent.is_dir():
         raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
-    return path
+    kind = {"json": outputs.COMPARE_JSON, "markdown": outputs.MARKDOWN, "html": outputs.HTML}[what]
+    return outputs.check_file(path, f"--{what}={raw!r}", kind, places, force=force)
 
 
 # ---------------------------------------------------------------- timings

@@ -378,6 +378,14 @@ class Ledger:
             )
         if version == SCHEMA_VERSION:
             return
+        if version == 0:  # a new, empty file; an SQLite database with tables of its own is someone else's
+            theirs = [n for (n,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if theirs:
+                raise LedgerError(
+                    f"{self.path} is an SQLite database but not a kvproof ledger (no schema version; tables "
+                    f"{', '.join(theirs[:5])}), so kvproof will not add its tables to it; move it away, or give "
+                    "another --reports DIR"
+                )
         with self.transaction():
             for step in MIGRATIONS[version:]:
                 step(self.conn)

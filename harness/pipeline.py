@@ -32,7 +32,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import forkserver, provenance, timings, verdict
+from harness import forkserver, outputs, provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files
 from harness.cards import Card, LoadResult, Problem, display_path, find_card_files, load_cards, select
 from harness.document import CardResult, Claim, MutationResult, RunDocument
@@ -79,6 +79,7 @@ class RunRequest:
     baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
+    force: bool = False  # --json may replace an existing file that is not a previous verdicts document
 
 
 class Reporter(Protocol):
@@ -220,14 +221,24 @@ def equivalence_marks(req: RunRequest, loaded: Loaded, reporter: Reporter | None
 
 
 def check_outputs(req: RunRequest) -> None:
-    """Prove every place the run writes to writable, before anything runs; UsageError names the first that is not.
+    """Prove every place the run writes to safe and writable, before anything runs; UsageError names the first
+    that is not.
 
-    The reports folder must exist or be creatable and be writable, the
-    ledger in it must open for writing (an old ledger is migrated here),
-    and ``--json PATH`` must be a file path in a writable folder.
+    No output may replace an input (:mod:`harness.outputs`): the reports
+    folder is not the cards folder or inside it, nor inside impl/ or
+    witnesses/; ``--json PATH`` is not inside those, a report folder, the
+    ledger or a source file, and an existing file there must be a previous
+    verdicts document (else ``--force``). Then the reports folder must exist
+    or be creatable and be writable, the ledger in it must open for writing
+    (an old ledger is migrated here), and ``--json PATH`` must be a file path
+    in a writable folder.
     """
     reports = req.reports_dir
     what = f"{req.reports_source}={str(reports)!r}"
+    places = outputs.Places(req.root, req.cards_dir, reports)
+    outputs.check_reports(reports, req.reports_source, places)
+    if req.json_path is not None and not req.json_path.is_dir():
+        outputs.check_file(req.json_path, f"--json={req.json_arg!r}", outputs.VERDICTS, places, force=req.force)
     _writable_folder(reports, what, "give a folder you can write to with --reports DIR")
     try:
         Ledger(reports / FILENAME, create=True).close()

@@ -150,7 +150,7 @@ def test_mixed_run_exits_1_with_every_verdict(mixed_run):
 
 def test_every_non_proven_card_gets_a_why_line(mixed_run):
     out = mixed_run[0].stdout
-    for card_id, (verdict, fragment) in EXPECTED.items():
+    for card_id, (verdict, _fragment) in EXPECTED.items():
         if verdict != "PROVEN":
             assert f"{verdict} {card_id}: " in out, card_id
     assert "liars: arith.off_by_one caught by weak; arith.float_add survived" in out
@@ -273,8 +273,9 @@ def test_seed_replays_the_same_release_example(project):
 
 def test_unknown_liar_and_broken_liar_target_are_errors_without_running(project, tmp_path):
     card = (FIXTURE / "obligations" / "fx-acc.yaml").read_text().replace("arith.acc_forgets", "arith.gone")
-    (tmp_path / "gone.yaml").write_text(card)
-    proc = kvproof(project, "--cards", str(tmp_path), "--json", str(tmp_path / "v.json"))
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "gone.yaml").write_text(card)
+    proc = kvproof(project, "--cards", str(tmp_path / "cards"), "--json", str(tmp_path / "v.json"))
     doc = json.loads((tmp_path / "v.json").read_text())
     assert proc.returncode == 1 and doc["cards"][0]["verdict"] == "ERROR"
     assert "target 'fakeimpl.arith:subtract'" in doc["cards"][0]["reason"]
@@ -316,8 +317,9 @@ def test_oracle_subcommand_is_dispatched():
 
 def test_a_liar_that_cannot_be_applied_is_an_error(project, tmp_path):
     card = (FIXTURE / "obligations" / "fx-add.yaml").read_text().replace("arith.off_by_one", "broken.import_fails")
-    (tmp_path / "broken.yaml").write_text(card)
-    proc = kvproof(project, "--cards", str(tmp_path), "--json", str(tmp_path / "v.json"))
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "broken.yaml").write_text(card)
+    proc = kvproof(project, "--cards", str(tmp_path / "cards"), "--json", str(tmp_path / "v.json"))
     card = json.loads((tmp_path / "v.json").read_text())["cards"][0]
     assert proc.returncode == 1 and card["verdict"] == "ERROR"
     assert "liar broken.import_fails could not be applied" in card["reason"]
