@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable
@@ -46,6 +47,7 @@ SOURCE_SUFFIXES = frozenset(
     ".py .pyi .pyx .c .h .cc .cpp .so .yaml .yml .toml .cfg .ini .sh .sqlite .gguf .j2 .lock".split()
 )
 LEDGER_NAME = "ledger.sqlite"
+_REPORT_FOLDER = re.compile(r"\d{4}-\d\d-\d\dT|latest$|\.partial-")  # harness.report.folder's names
 MARKDOWN_MARKER = "<!-- kvproof compare: written by run_obligations.py compare --markdown, which may overwrite it -->"
 HTML_MARKER = "<!-- kvproof compare: written by run_obligations.py compare --html, which may overwrite it -->"
 
@@ -102,7 +104,11 @@ def check_file(path: Path, option: str, kind: str, places: Places, *, force: boo
     reports = places.reports_dir.resolve()
     if real.parent == reports and real.name.startswith(LEDGER_NAME):
         refuse(f"{real} is the ledger (the history of every run) or one of its journal files")
-    if real.is_relative_to(reports) and real.parent != reports:
+    if (
+        real.is_relative_to(reports)
+        and real.parent != reports
+        and _REPORT_FOLDER.match(real.relative_to(reports).parts[0])
+    ):
         refuse(f"{real} is inside a report folder of {reports}/ (a report is never rewritten)")
     if not (real.exists() or real.is_symlink()):
         return real
