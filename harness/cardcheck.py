@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from harness.errors import YamlAliasRefused
 from harness.project import SCHEMA_PATH
 from harness.suggest import did_you_mean
 
@@ -68,7 +69,13 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML w
 
 def parse_yaml(text: str) -> tuple[Any, Any]:
     """(node, data) of one YAML document, parsed once: the node keeps every line number, the data is what
-    ``yaml.safe_load`` gives. Raises yaml.YAMLError (MarkedYAMLError with the line) on bad YAML."""
+    ``yaml.safe_load`` gives. Raises yaml.YAMLError (MarkedYAMLError with the line) on bad YAML, and
+    YamlAliasRefused for the first alias (``*name``), found in the event stream before anything is composed."""
+    # NOTE: an alias makes the node tree a graph: a dozen lines of nested aliases ("billion laughs") stand for
+    # 9**9 values, and every walk below (line index, schema, strings) would visit each. Cards never need one.
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            raise YamlAliasRefused(str(event.anchor), event.start_mark.line + 1)
     loader = _LOADER(text)
     try:
         node = loader.get_single_node()

@@ -35,7 +35,8 @@ from harness.cardcheck import (
     short,
 )
 from harness.checktext import bound_text
-from harness.errors import UsageError
+from harness.errors import InputRefused, UsageError, YamlAliasRefused
+from harness.inputs import CARD_LIMIT, read_bytes
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
 from harness.refs import resolve_ref, resolve_symbol, resolve_test
@@ -44,6 +45,7 @@ from harness.suggest import did_you_mean
 
 TOLERANCE_OPS = ("le", "lt")
 BOUND_OPS = ("le", "lt", "ge", "gt", "eq", "ne")
+ALIAS_MESSAGE = "YAML aliases (*{name}) are not allowed in a card; write the value out"
 
 # ---------------------------------------------------------------- data types
 
@@ -193,12 +195,16 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     """Load one card file. Returns (card or None, load problems, the id if readable)."""
     shown = display_path(path, root)
     try:
-        raw_bytes = path.read_bytes()
+        raw_bytes = read_bytes(path, CARD_LIMIT)
         text = raw_bytes.decode("utf-8")
+    except InputRefused as exc:
+        return None, [Problem(shown, 0, "", "", f"the card file {exc.why}; replace it with a card's YAML")], None
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Problem(shown, 0, "", "", f"cannot read the card: {exc}")], None
     try:
         node, data = parse_yaml(text)
+    except YamlAliasRefused as exc:
+        return None, [Problem(shown, exc.line, "", f"*{exc.name}", ALIAS_MESSAGE.format(name=exc.name))], None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
@@ -313,13 +319,20 @@ EQUIVALENT_FILE = (
 
 
 def find_card_files(cards_dir: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path."""
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path.
+
+    Anything of those names that is not a folder is listed, a FIFO or a device too: :func:`load_card`
+    refuses it by name rather than the run ignoring a card silently.
+    """
     if not cards_dir.is_dir():
         return []
     return sorted(
         p
         for p in cards_dir.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.is_file() and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir)
+        if p.suffix in (".yaml", ".yml")
+        and not p.is_dir()
+        and (p.exists() or p.is_symlink())
+        and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir)
     )
 
 

@@ -85,6 +85,12 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     run.add_argument("--no-liars", action="store_true", help="skip liar runs (cards with liars become UNVERIFIED)")
     run.add_argument("--json", metavar="PATH", help="write the verdicts document (obligations/verdicts.schema.json)")
     run.add_argument(
+        "--force",
+        action="store_true",
+        help="let --json replace an existing file that is not a previous verdicts document (never code, cards, "
+        "a report or the ledger)",
+    )
+    run.add_argument(
         "--oracle-dir", metavar="DIR", help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)"
     )
     run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
@@ -221,6 +227,12 @@ def _reading_parsers(sub) -> None:
         "--html",
         metavar="PATH",
         help="write it as one self-contained HTML page with a chart of the measures that moved",
+    )
+    cmp.add_argument(
+        "--force",
+        action="store_true",
+        help="let --json/--markdown/--html replace an existing file that is not a previous output of the same "
+        "kind (never code, cards, a report or the ledger)",
     )
     cmp.add_argument("--all", action="store_true", help="list unchanged cards too")
     cmp.add_argument(

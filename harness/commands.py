@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import timings
+from harness import outputs, timings
 from harness.cards import did_you_mean, display_path, load_cards, select
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
@@ -64,10 +65,10 @@ def reports_dir(args: argparse.Namespace, root: Path) -> Path:
 
 
 def _open_ledger(args: argparse.Namespace, root: Path):
-    """The ledger for reading, or None when no run has written one yet."""
+    """The ledger for reading, or None when no run has written one yet (LedgerError when it is not a ledger)."""
 
     path = reports_dir(args, root) / FILENAME
-    return Ledger(path, create=False) if path.is_file() else None
+    return Ledger(path, create=False) if path.exists() else None
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -167,6 +168,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         baseline=getattr(args, "baseline", None),
         fail_on_regression=getattr(args, "fail_on_regression", False),
         executor=executor_spec(args),
+        force=args.force,
     )
     if req.fail_on_regression and not req.baseline:
         raise UsageError(
@@ -312,7 +314,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not args.ids:
             terminal.render_runs(console, ledger.runs(args.limit))
             return 0
-        known = {cid for (cid,) in ledger.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
+        known = ledger.card_ids()
         for card_id in args.ids:
             if card_id not in known:
                 raise UsageError(
@@ -330,15 +332,13 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _write_text(raw: str, text: str, what: str) -> None:
-    """Write ``text`` to ``raw`` ('-': stdout); a folder that does not exist or cannot be written is a UsageError."""
-    import sys
-
+    """Write ``text`` to ``raw`` ('-': stdout) atomically (checked before anything was read:
+    :func:`_write_text_check`); a file that cannot be written is a UsageError."""
     if raw == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    path = _write_text_check(raw, what)
     try:
-        path.write_text(text, encoding="utf-8")
+        outputs.write_atomic(outputs.target(Path(raw)), text)
     except OSError as e:
         raise UsageError(f"--{what}={raw!r}: cannot write it ({e.strerror or e}); give a writable path") from e
 
@@ -357,9 +357,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     root = project_root()
     reports = reports_dir(args, root)
-    for raw, what in ((args.json, "json"), (args.markdown, "markdown"), (args.html, "html")):
-        if raw and raw != "-":
-            _write_text_check(raw, what)
+    try:
+        folder = cards_dir(args, root)
+    except UsageError:  # compare reads no card it cannot find; its outputs are kept out of the default folder
+        folder = root / "obligations"
+    places = outputs.Places(root, folder, reports)
+    chosen = [(args.json, "json"), (args.markdown, "markdown"), (args.html, "html")]
+    outputs.check_distinct(
+        (f"--{what}={raw!r}", _write_text_check(raw, what, places, args.force))
+        for raw, what in chosen
+        if raw and raw != "-"
+    )
     ledger = open_ledger(reports)
     try:
         a = load_ref(args.before, reports, ledger)
@@ -381,21 +389,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _write_text(args.json, json.dumps(to_json(cmp), indent=2, ensure_ascii=False), "json")
     if args.markdown:
-        _write_text(args.markdown, to_markdown(cmp), "markdown")
+        md = to_markdown(cmp)
+        _write_text(args.markdown, md if args.markdown == "-" else f"{outputs.MARKDOWN_MARKER}\n{md}", "markdown")
     if args.html:
-        _write_text(args.html, to_html(cmp), "html")
+        page = to_html(cmp)
+        if args.html != "-":  # the marker goes after the doctype: a comment before it can change how a browser reads
+            first, nl, rest = page.partition("\n")
+            page = f"{first}\n{outputs.HTML_MARKER}\n{rest}" if nl else f"{outputs.HTML_MARKER}\n{page}"
+        _write_text(args.html, page, "html")
     return 1 if (args.fail_on_regression and cmp.regressions) else 0
 
 
-def _write_text_check(raw: str, what: str) -> Path:
-    """The output path, or a UsageError for one that cannot be written (checked before anything is read)."""
+def _write_text_check(raw: str, what: str, places: Any, force: bool) -> Path:
+    """The output path, or a UsageError for one that cannot be written or would replace an input or an
+    existing file that is not a previous output of the same kind (:mod:`harness.outputs`; checked before
+    anything is read)."""
     path = Path(raw).expanduser()
     path = path if path.is_absolute() else Path.cwd() / path
     if path.is_dir():
         raise UsageError(f"--{what}={raw!r} is a folder; give a file path (or '-' for stdout)")
     if not path.parent.is_dir():
         raise UsageError(f"--{what}={raw!r}: the folder {path.parent} does not exist; create it or give another path")
-    return path
+    kind = {"json": outputs.COMPARE_JSON, "markdown": outputs.MARKDOWN, "html": outputs.HTML}[what]
+    return outputs.check_file(path, f"--{what}={raw!r}", kind, places, force=force)
 
 
 # ---------------------------------------------------------------- timings

@@ -24,6 +24,7 @@ from typing import Any
 import cattrs
 
 from harness.binding import BoundFile, digest
+from harness.errors import DocumentInvalid
 from harness.statuses import Gate, Kind, LiarStatus, MutantStatus, Outcome, Verdict
 
 SCHEMA = "kvproof.verdicts"
@@ -336,6 +337,63 @@ class RunDocument:
             "timing", {"wall_s": None, "jobs": None, "process_s": 0.0, "processes": 0, "replayed": 0, "cards": []}
         )  # documents of the first kvproof versions had no timing
         return _CONVERTER.structure(data, cls)
+
+
+# ---------------------------------------------------------------- reading back
+
+_MISSING = object()
+
+
+def check_document(data: Any) -> None:
+    """Raise DocumentInvalid unless ``data`` reads as a verdicts document of a schema version this kvproof knows.
+
+    What a reader (``compare``, ``run --baseline``) relies on before it uses a document written elsewhere:
+    ``header.schema`` is ``kvproof.verdicts``, ``header.schema_version`` an integer from 1 to
+    :data:`SCHEMA_VERSION`, ``cards`` a list of objects, each with a non-empty string ``id`` (unique) and a
+    known ``verdict``, and ``header.summary.total`` (when given) the number of cards. A document without
+    ``cards`` is not an empty run: it is refused.
+    """
+
+    def refuse(field: str, value: Any, allowed: str) -> None:
+        if value is _MISSING:
+            raise DocumentInvalid(field, None, allowed, missing=True)
+        raise DocumentInvalid(field, value, allowed)
+
+    if not isinstance(data, Mapping):
+        refuse("(the document)", type(data).__name__, "a verdicts document is a JSON object with header and cards")
+    header = data.get("header", _MISSING)
+    if not isinstance(header, Mapping):
+        refuse("header", header, "an object: the run's header")
+    if header.get("schema", _MISSING) != SCHEMA:
+        refuse("header.schema", header.get("schema", _MISSING), f"must be {SCHEMA!r}")
+    version = header.get("schema_version", _MISSING)
+    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
+        refuse(
+            "header.schema_version",
+            version,
+            f"this kvproof reads versions 1 to {SCHEMA_VERSION}; a newer kvproof wrote it (update kvproof), "
+            "or the file was edited",
+        )
+    cards = data.get("cards", _MISSING)
+    if not isinstance(cards, list):
+        refuse("cards", cards, "a list of card entries (an empty run has cards: [])")
+    seen: dict[str, int] = {}
+    for i, card in enumerate(cards):
+        if not isinstance(card, Mapping):
+            refuse(f"cards[{i}]", card, "each card entry is an object")
+        cid = card.get("id", _MISSING)
+        if not isinstance(cid, str) or not cid:
+            refuse(f"cards[{i}].id", cid, "a non-empty string, the card's id")
+        if cid in seen:
+            refuse(f"cards[{i}].id", cid, f"the same id as cards[{seen[cid]}]; a run has one entry per card")
+        seen[cid] = i
+        verdict = card.get("verdict", _MISSING)
+        if verdict not in tuple(Verdict):
+            refuse(f"cards[{i}].verdict", verdict, f"one of {', '.join(Verdict)}")
+    summary = header.get("summary")
+    total = summary.get("total") if isinstance(summary, Mapping) else None
+    if total is not None and total != len(cards):
+        refuse("header.summary.total", total, f"the number of entries in cards ({len(cards)})")
 
 
 # ---------------------------------------------------------------- JSON

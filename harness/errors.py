@@ -30,7 +30,28 @@ class LiarError(HarnessError, LookupError):
 
 
 class LedgerError(HarnessError, OSError):
-    """The ledger (``reports/ledger.sqlite``) cannot be opened, read or migrated."""
+    """The ledger (``reports/ledger.sqlite``) cannot be opened, read, written or migrated."""
+
+
+class LedgerDamaged(LedgerError):
+    """The ledger file is damaged: garbled pages, a missing table, a row that does not read back."""
+
+
+class LedgerLocked(LedgerError):
+    """Another process held the ledger's lock for longer than the wait (``KVPROOF_LEDGER_TIMEOUT``)."""
+
+
+class RunNotRecorded(LedgerError):
+    """A run's report folder was written complete but the ledger could not record the run.
+
+    ``kept`` is the folder, kept under a name that says so (``<name>.unrecorded``); ``cause`` is the
+    LedgerError, whose message names the ledger and the fix.
+    """
+
+    def __init__(self, cause: LedgerError, kept: object) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.kept = kept
 
 
 class Cancelled(HarnessError, RuntimeError):
@@ -51,3 +72,43 @@ class OracleCorrupt(OracleError, ValueError):
 
 class OracleStale(OracleError, ValueError):
     """The oracle export is intact but was made for other weights, prompts or format."""
+
+
+class InputRefused(HarnessError, OSError):
+    """A file the harness reads is not what it claims to be: a folder, a FIFO, a device, or too large.
+
+    ``why`` completes the sentence "``path`` ..." ("is a FIFO (named pipe), not a regular file").
+    """
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"{path} {why}")
+        self.path = path
+        self.why = why
+
+
+class YamlAliasRefused(HarnessError, ValueError):
+    """A YAML alias (``*name``) in a card or the equivalence marks, refused before anything expands it.
+
+    Aliases let a few lines stand for billions of values ("billion laughs"); cards never need them.
+    """
+
+    def __init__(self, name: str, line: int) -> None:
+        super().__init__(f"YAML alias *{name} at line {line}")
+        self.name = name
+        self.line = line
+
+
+class DocumentInvalid(HarnessError, ValueError):
+    """A run document read back (a verdicts.json, a run in the ledger) does not fit its schema version or itself.
+
+    ``field`` is a JSON path (``header.schema_version``, ``cards[3].id``), ``value`` what is there (shown
+    with ``repr``), ``allowed`` what may be there.
+    """
+
+    def __init__(self, field: str, value: object, allowed: str, *, missing: bool = False) -> None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        super().__init__(f"{field} is missing; {allowed}" if missing else f"{field}={shown}: {allowed}")
+        self.field = field
+        self.value = value
+        self.allowed = allowed

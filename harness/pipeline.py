@@ -32,13 +32,13 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import provenance, timings, verdict
+from harness import outputs, provenance, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files, run_context
 from harness.cards import Card, LoadResult, Problem, card_bytes, display_path, find_card_files, load_cards, select
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
 from harness.document import CardResult, Claim, MutationResult, RunDocument
-from harness.errors import CardInvalid, LedgerError, UsageError
+from harness.errors import CardInvalid, LedgerError, RunNotRecorded, UsageError
 from harness.execute import forkserver
 from harness.execute.cluster import check_reachable, close_session, import_ray
 from harness.execute.executor import RAY, ExecutorSpec
@@ -85,6 +85,7 @@ class RunRequest:
     baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
+    force: bool = False  # --json may replace an existing file that is not a previous verdicts document
 
 
 class Reporter(Protocol):
@@ -226,22 +227,29 @@ def equivalence_marks(req: RunRequest, loaded: Loaded, reporter: Reporter | None
 
 
 def check_outputs(req: RunRequest) -> None:
-    """Prove every place the run writes to writable, before anything runs; UsageError names the first that is not.
+    """Prove every place the run writes to safe and writable, before anything runs; UsageError names the first
+    that is not.
 
-    The reports folder must exist or be creatable and be writable, the
-    ledger in it must open for writing (an old ledger is migrated here),
-    and ``--json PATH`` must be a file path in a writable folder.
+    No output may replace an input (:mod:`harness.outputs`): the reports
+    folder is not the cards folder or inside it, nor inside impl/ or
+    witnesses/; ``--json PATH`` is not inside those, a report folder, the
+    ledger or a source file, and an existing file there must be a previous
+    verdicts document (else ``--force``). Then the reports folder must exist
+    or be creatable and be writable, the ledger in it must open for writing
+    (an old ledger is migrated here), and ``--json PATH`` must be a file path
+    in a writable folder.
     """
     reports = req.reports_dir
     what = f"{req.reports_source}={str(reports)!r}"
+    places = outputs.Places(req.root, req.cards_dir, reports)
+    outputs.check_reports(reports, req.reports_source, places)
+    if req.json_path is not None and not req.json_path.is_dir():
+        outputs.check_file(req.json_path, f"--json={req.json_arg!r}", outputs.VERDICTS, places, force=req.force)
     _writable_folder(reports, what, "give a folder you can write to with --reports DIR")
     try:
         Ledger(reports / FILENAME, create=True).close()
-    except LedgerError as exc:
-        raise UsageError(
-            f"{req.reports_source}: the ledger {reports / FILENAME} cannot be opened for writing: "
-            f"{exc}; fix its permissions, move it away, or give another --reports DIR"
-        ) from None
+    except LedgerError as exc:  # its message names the file and the fix (a damaged file, a lock held too long)
+        raise UsageError(f"{req.reports_source}: {exc}") from None
     path, arg = req.json_path, req.json_arg
     if path is None:
         return
@@ -418,6 +426,16 @@ def record(
         final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison)
         if reporter is not None:
             reporter.wrote("report", final / "index.html")
+    except RunNotRecorded as exc:
+        if reporter is not None:
+            also = f"; --json wrote {req.json_path}" if ok and req.json_path is not None else ""
+            reporter.error(
+                f"error: this run was not recorded in the ledger: {exc.cause}. Nothing measured is lost: its "
+                f"report is kept in {exc.kept}/ (index.html, verdicts.json){also}; compare it with "
+                f"`run_obligations.py compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
+                "it and the run exits 2: fix the ledger as said and run again"
+            )
+        return False, None  # said in full: the generic line below would tell the user to fix the output location
     except (OSError, LedgerError) as exc:
         ok = False
         if reporter is not None:

@@ -50,7 +50,8 @@ from typing import Any, NamedTuple
 from harness.cardcheck import Problem
 from harness.cards import display_path
 from harness.document import CardResult
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputRefused
+from harness.inputs import HINTS_LIMIT, read_text
 from harness.project import KVPROOF_HOME
 from harness.statuses import LiarStatus
 
@@ -141,7 +142,9 @@ def read(cards_dir: Path, root: Path) -> Hints | None:
         return None
     shown = display_path(path, root)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, HINTS_LIMIT)
+    except InputRefused as exc:
+        raise TimingsInvalid(Problem(shown, 0, "", "", f"it {exc.why}")) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TimingsInvalid(
             Problem(shown, 0, "", "", f"cannot read it ({getattr(exc, 'strerror', None) or exc})")

@@ -274,8 +274,9 @@ def test_seed_replays_the_same_release_example(project):
 
 def test_unknown_liar_and_broken_liar_target_are_errors_without_running(project, tmp_path):
     card = (FIXTURE / "obligations" / "fx-acc.yaml").read_text().replace("arith.acc_forgets", "arith.gone")
-    (tmp_path / "gone.yaml").write_text(card)
-    proc = kvproof(project, "--cards", str(tmp_path), "--json", str(tmp_path / "v.json"))
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "gone.yaml").write_text(card)
+    proc = kvproof(project, "--cards", str(tmp_path / "cards"), "--json", str(tmp_path / "v.json"))
     doc = json.loads((tmp_path / "v.json").read_text())
     assert proc.returncode == 1 and doc["cards"][0]["verdict"] == "ERROR"
     assert "target 'fakeimpl.arith:subtract'" in doc["cards"][0]["reason"]
@@ -317,8 +318,9 @@ def test_oracle_subcommand_is_dispatched():
 
 def test_a_liar_that_cannot_be_applied_is_an_error(project, tmp_path):
     card = (FIXTURE / "obligations" / "fx-add.yaml").read_text().replace("arith.off_by_one", "broken.import_fails")
-    (tmp_path / "broken.yaml").write_text(card)
-    proc = kvproof(project, "--cards", str(tmp_path), "--json", str(tmp_path / "v.json"))
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "broken.yaml").write_text(card)
+    proc = kvproof(project, "--cards", str(tmp_path / "cards"), "--json", str(tmp_path / "v.json"))
     card = json.loads((tmp_path / "v.json").read_text())["cards"][0]
     assert proc.returncode == 1 and card["verdict"] == "ERROR"
     assert "liar broken.import_fails could not be applied" in card["reason"]

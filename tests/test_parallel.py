@@ -75,10 +75,12 @@ def test_parallel_run_gives_the_serial_verdicts_in_card_order(project):
 
 
 def test_more_than_one_job_gives_each_witness_process_one_blas_thread(project, tmp_path):
-    (tmp_path / "probe.yaml").write_text(_card_yaml("FX-PROBE", "witnesses/test_text.py::test_records_blas_threads"))
+    cards = tmp_path / "cards"  # outputs never go into the cards folder (harness.outputs)
+    cards.mkdir()
+    (cards / "probe.yaml").write_text(_card_yaml("FX-PROBE", "witnesses/test_text.py::test_records_blas_threads"))
     seen = {}
     for jobs in ("1", "2"):
-        proc = kvproof(project, "run", "--cards", str(tmp_path), "-j", jobs, "--json", str(tmp_path / f"{jobs}.json"))
+        proc = kvproof(project, "run", "--cards", str(cards), "-j", jobs, "--json", str(tmp_path / f"{jobs}.json"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         doc = json.loads((tmp_path / f"{jobs}.json").read_text())
         seen[jobs] = doc["cards"][0]["witnesses"][0]["evidence"]["blas_threads"]
@@ -102,9 +104,7 @@ def test_one_job_starts_processes_in_serial_order_and_liars_run_only_after_their
     cfg = RunConfig(root=project)
     for jobs in (1, 3):
         started: list[str] = []
-        runs = run_cards(
-            cards, cfg, jobs=jobs, on_start=lambda job, running, started=started: started.append(job.label)
-        )
+        runs = run_cards(cards, cfg, jobs=jobs, on_start=lambda job, _running, seen=started: seen.append(job.label))
         assert [r.card.id for r in runs] == [c.id for c in cards]
         assert all(r.outcomes.liars and all(lr.witnesses for lr in r.outcomes.liars) for r in runs)
         for c in cards:  # each card's honest run starts before its liars

@@ -17,7 +17,8 @@ import yaml
 
 from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
 from harness.cards import EQUIVALENT_FILE
-from harness.errors import LiarError
+from harness.errors import InputRefused, LiarError, YamlAliasRefused
+from harness.inputs import HINTS_LIMIT, read_text
 from harness.mutation import generate as gen
 
 EQUIVALENT_SCHEMA = {
@@ -85,14 +86,30 @@ def load_marks(
     mark alone is left out.
     """
     path = cards_dir / EQUIVALENT_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}, []
     shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, HINTS_LIMIT)
         node, data = parse_yaml(text)
+    except InputRefused as exc:
+        return {}, [
+            Problem(
+                shown, 0, "", "", f"the equivalence marks file {exc.why}; replace it with the YAML file or remove it"
+            )
+        ]
     except (OSError, UnicodeDecodeError) as exc:
         return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
+    except YamlAliasRefused as exc:
+        return {}, [
+            Problem(
+                shown,
+                exc.line,
+                "",
+                f"*{exc.name}",
+                f"YAML aliases (*{exc.name}) are not allowed in the equivalence marks; write the value out",
+            )
+        ]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return {}, [

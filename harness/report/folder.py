@@ -18,6 +18,12 @@ partial folder is removed (or, after a SIGKILL, left hidden under its
 ``.partial-`` name and removed by the next run). Interrupted between the
 rename and COMMIT: the folder is moved out of the way again, so the ledger
 and the folders agree. A folder under its final name is always complete.
+
+When the ledger cannot record the run (a lock held too long, a full disk,
+an I/O error, a damaged file: :class:`harness.errors.LedgerError`), the
+complete folder is kept as ``reports/<name>.unrecorded/`` and
+:class:`harness.errors.RunNotRecorded` says where: nothing measured is
+lost, and ``latest`` and the ledger still agree.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 
 from harness.cards import card_bytes
 from harness.document import RunDocument
+from harness.errors import LedgerError, RunNotRecorded
 from harness.execute.procs import pid_alive
 from harness.ledger import FILENAME, Ledger, PastVerdict
 from harness.report import changes as compare_report
@@ -38,6 +45,7 @@ from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
 
 PARTIAL = ".partial-"
+UNRECORDED = ".unrecorded"  # suffix of a complete report folder whose run the ledger could not record
 LATEST = "latest"
 FILES = ("verdicts.json", "verdicts.md", "junit.xml", "index.html")
 CARDS = "cards"  # the card files as run, and cards/index.json
@@ -161,11 +169,17 @@ def publish(
     reports.mkdir(parents=True, exist_ok=True)
     sweep_partials(reports)
     own = ledger is None
-    ledger = ledger or Ledger(reports / FILENAME)
+    unusable: LedgerError | None = None  # the ledger failed before the run could be recorded: keep the report
+    past: dict[str, Sequence[PastVerdict]] = {}
+    trends: dict[str, Any] = {}
     try:
+        ledger = ledger or Ledger(reports / FILENAME)
         ids = [c.id for c in doc.cards]
-        past: dict[str, Sequence[PastVerdict]] = ledger.histories(ids, limit=HISTORY_LIMIT - 1)
+        past = ledger.histories(ids, limit=HISTORY_LIMIT - 1)
         trends = {cid: ledger.trend(cid, HISTORY_LIMIT - 1) for cid in ids}
+    except LedgerError as exc:
+        unusable = exc
+    try:
         base = folder_name(doc.header.started)
         for _attempt in range(5):
             name = _free_name(reports, base)
@@ -187,10 +201,16 @@ def publish(
                     root,
                     comparison,
                 )
+                if unusable is not None:
+                    raise unusable
                 ledger.record(doc, report_dir=name, before_commit=move_into_place)
             except BaseException as exc:
                 if moved:  # COMMIT did not happen: take the folder back out of sight
                     os.rename(final, tmp)
+                if isinstance(exc, LedgerError) and (tmp / "index.html").is_file():
+                    kept = reports / _free_name(reports, name + UNRECORDED)
+                    os.rename(tmp, kept)  # complete, but in no ledger: kept under a name that says so
+                    raise RunNotRecorded(exc, kept) from None
                 retry = isinstance(exc, OSError) and not moved and final.exists()  # lost the race for the name
                 if not retry:
                     raise
@@ -203,5 +223,5 @@ def publish(
             return final
         raise OSError(f"could not find a free report folder name near {base} in {reports}")
     finally:
-        if own:
+        if own and ledger is not None:
             ledger.close()
