@@ -105,6 +105,13 @@ class Card:
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
     min_score: float | None = None  # mutation.min_score: the least mutation score the card must meet
     explicit_covers: bool = False  # covers: written in the card (not derived from refs and witnesses)
+    subject: str = "default"  # the subject a cell of this card is about (harness.subjects); id is then CARD@SUBJECT
+    card_id: str = ""  # the card's own id when this is a cell of another subject ("" : same as id)
+
+    @property
+    def base_id(self) -> str:
+        """The card's own id (a cell's ``id`` is ``CARD@SUBJECT`` for subjects other than the default)."""
+        return self.card_id or self.id
 
     @property
     def all_witnesses(self) -> tuple[Witness, ...]:
@@ -316,10 +323,13 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
 EQUIVALENT_FILE = (
     "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation.score), not a card
 )
+# the YAML files beside the cards that are not cards: equivalence marks, configurations (harness.subjects),
+# third-party targets (harness.targets)
+SIDE_FILES = (EQUIVALENT_FILE, "configurations.yaml", "targets.yaml")
 
 
 def find_card_files(cards_dir: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path.
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the side files (:data:`SIDE_FILES`), sorted by path.
 
     Anything of those names that is not a folder is listed, a FIFO or a device too: :func:`load_card`
     refuses it by name rather than the run ignoring a card silently.
@@ -332,7 +342,7 @@ def find_card_files(cards_dir: Path) -> list[Path]:
         if p.suffix in (".yaml", ".yml")
         and not p.is_dir()
         and (p.exists() or p.is_symlink())
-        and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir)
+        and not (p.name in SIDE_FILES and p.parent == cards_dir)
     )
 
 

@@ -153,6 +153,14 @@ def _run_parser(sub) -> None:
         "since); replay the others' latest PROVEN verdict, marked as replayed",
     )
     run.add_argument(
+        "--matrix",
+        nargs="*",
+        metavar="NAME",
+        default=None,
+        help="prove every selected card under each configuration of <cards>/configurations.yaml (names or "
+        "globs; none: all): one verdict per (card, configuration) cell; --profile release implies it",
+    )
+    run.add_argument(
         "--baseline",
         metavar="REF",
         help="compare this run with REF (a run id, latest/previous, a report folder or a "

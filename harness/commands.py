@@ -169,6 +169,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         fail_on_regression=getattr(args, "fail_on_regression", False),
         executor=executor_spec(args),
         force=args.force,
+        matrix=_matrix(args),
     )
     if req.fail_on_regression and not req.baseline:
         raise UsageError(
@@ -177,6 +178,14 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         )
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
     return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
+
+
+def _matrix(args: Any) -> tuple[str, ...] | None:
+    """--matrix NAMES as given; none given: every configuration under --profile release, else a plain run."""
+    given = getattr(args, "matrix", None)
+    if given is not None:
+        return tuple(given)
+    return () if args.profile == "release" else None
 
 
 def executor_spec(args: Any) -> ExecutorSpec:

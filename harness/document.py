@@ -28,7 +28,7 @@ from harness.errors import DocumentInvalid
 from harness.statuses import Gate, Kind, LiarStatus, MutantStatus, Outcome, Verdict
 
 SCHEMA = "kvproof.verdicts"
-SCHEMA_VERSION = 3  # 2: honest_s, bound_digest, evidence_per_node; 3: mutation, claims
+SCHEMA_VERSION = 4  # 2: honest_s, bound_digest, evidence_per_node; 3: mutation, claims; 4: header.subjects
 
 
 # ---------------------------------------------------------------- one card
@@ -241,6 +241,19 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class SubjectInfo:
+    """A subject of a ``--matrix`` run: a configuration as probed on this machine (harness.subjects.Subject)."""
+
+    name: str
+    reason: str
+    settings: Mapping[str, str]
+    required: bool
+    runnable: bool
+    why_not: str = ""
+    numerics: str | None = None
+
+
+@dataclass(frozen=True)
 class GitState:
     commit: str | None
     dirty: bool | None
@@ -278,6 +291,7 @@ class RunHeader:
     numerics: str | None = None  # impl's numerics path (impl.linear.numerics_path()), when impl says
     launcher: str | None = None  # how witness processes started: "forkserver" or "subprocess" (None: not said)
     executor: str | None = None  # where they ran (harness.execute.executor: "local: ..." or "ray: ..."; None: not said)
+    subjects: tuple[SubjectInfo, ...] = ()  # run --matrix: the configurations (a card's cells are CARD@NAME)
 
 
 @dataclass(frozen=True)

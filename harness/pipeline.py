@@ -32,12 +32,12 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import outputs, provenance, timings, verdict
+from harness import outputs, provenance, subjects, timings, verdict
 from harness.binding import BoundFile, bound_files, digest, oracle_files, run_context
 from harness.cards import Card, LoadResult, Problem, card_bytes, display_path, find_card_files, load_cards, select
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
-from harness.document import CardResult, Claim, MutationResult, RunDocument
+from harness.document import CardResult, Claim, MutationResult, RunDocument, SubjectInfo
 from harness.errors import CardInvalid, LedgerError, RunNotRecorded, UsageError
 from harness.execute import forkserver
 from harness.execute.cluster import check_reachable, close_session, import_ray
@@ -55,6 +55,7 @@ from harness.report import data, jsonfile
 from harness.report import folder as report_folder
 from harness.report.view import build_view
 from harness.statuses import Gate, Verdict
+from harness.subjects import Subject
 from harness.timings import Expected
 
 # ---------------------------------------------------------------- inputs and outputs
@@ -86,6 +87,7 @@ class RunRequest:
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
     force: bool = False  # --json may replace an existing file that is not a previous verdicts document
+    matrix: tuple[str, ...] | None = None  # run --matrix [NAME ...]: every card under these configurations (() all)
 
 
 class Reporter(Protocol):
@@ -144,6 +146,7 @@ class RunPlan:
     marks: Mapping[str, Mark] = field(default_factory=dict)  # equivalence marks (mutate)
     schedule_from: Mapping[str, str] = field(default_factory=dict)  # card to run -> where its expected times came
     # from: "ledger", "timings.json" or "unknown" (harness.timings)
+    subjects: tuple[Subject, ...] = ()  # run --matrix: every selected configuration as probed (runnable or not)
 
     @property
     def to_run(self) -> list[Card]:
@@ -201,6 +204,31 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
             f"(`run_obligations.py validate` lists them); running the selection:",
         )
     return selected
+
+
+def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:
+    """The configurations a ``--matrix`` run proves, each probed on this machine (none for a plain run);
+    ConfigurationsInvalid (exit 2) for a malformed configurations file, UsageError for a name it lacks."""
+    if req.matrix is None:
+        return ()
+    found = subjects.load(req.cards_dir, req.root)
+    chosen = found.select(req.matrix)
+    if reporter is not None:
+        reporter.note(f"matrix: probing {len(chosen)} configuration(s): {', '.join(c.name for c in chosen)}")
+    return tuple(subjects.probe(c, found.probe, req.root) for c in chosen)
+
+
+def expand(cards: Sequence[Card], subs: Sequence[Subject]) -> list[Card]:
+    """Every (card, runnable subject) as a cell card (``CARD@SUBJECT``, the default keeps the card's id), card
+    by card; the cards themselves when there are no subjects."""
+    runnable_here = [s for s in subs if s.runnable]
+    if not subs:
+        return list(cards)
+    return [
+        replace(c, id=subjects.cell_id(c.id, s.name), subject=s.name, card_id=c.id)
+        for c in cards
+        for s in runnable_here
+    ]
 
 
 def equivalence_marks(req: RunRequest, loaded: Loaded, reporter: Reporter | None) -> dict[str, Mark]:
@@ -278,6 +306,7 @@ def plan(
     cards: Sequence[Card],
     reporter: Reporter | None,
     marks: Mapping[str, Mark] | None = None,
+    subs: Sequence[Subject] = (),
 ) -> RunPlan:
     """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
 
@@ -289,10 +318,17 @@ def plan(
     TimingsInvalid, before anything runs, when that file is malformed), else
     they are unknown.
     """
-    hints = timings.load(req.cards_dir, req.root)
-    links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.id)) for c in cards}
-    context = run_context(req.root, provenance.numerics(req.root))
-    bound = {c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir), context) for c in cards}
+    hints = dict(timings.load(req.cards_dir, req.root))
+    hints.update({c.id: hints[c.base_id] for c in cards if c.id != c.base_id and c.base_id in hints})
+    links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.base_id)) for c in cards}
+    contexts = {subjects.DEFAULT: run_context(req.root, provenance.numerics(req.root))}
+    for s in subs:  # each configuration's own settings and numerics line
+        if s.runnable and s.name != subjects.DEFAULT:
+            contexts[s.name] = run_context(req.root, s.numerics, {**os.environ, **s.settings})
+    bound = {
+        c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir), contexts[c.subject])
+        for c in cards
+    }
     replays: dict[str, data.Replayed] = {}
     measured: dict[str, Expected] = {}  # from the ledger
     marks = dict(marks or {})
@@ -332,7 +368,7 @@ def plan(
                     measured[card.id] = last.expected
     expected, sources = timings.combine([c.id for c in cards if c.id not in replays], measured, hints)
     mutations = recall(req, cards, bound) if ledger is not None else {}
-    return RunPlan(tuple(cards), links, bound, replays, expected, mutations, marks, sources)
+    return RunPlan(tuple(cards), links, bound, replays, expected, mutations, marks, sources, tuple(subs))
 
 
 # ---------------------------------------------------------------- execute and judge
@@ -350,6 +386,7 @@ def execute(
         liars=req.liars,
         oracle_dir=req.oracle_dir,
         launcher=launcher,
+        subject_env={s.name: dict(s.settings) for s in the_plan.subjects if s.runnable},
     )
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
@@ -470,13 +507,13 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
 
 def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proof:
     loaded = load(req.root, req.cards_dir, shown_cards or str(req.cards_dir))
-    cards = runnable(loaded, req.ids, req.tags, reporter)
+    cards = expand(runnable(loaded, req.ids, req.tags, reporter), subs := resolve_subjects(req, reporter))
     marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
     check_outputs(req)
     baseline = load_baseline(req)  # a baseline that names nothing is a UsageError before anything runs
     launcher = forkserver.choose()  # a bad KVPROOF_LAUNCHER is a UsageError before anything runs
     t0 = time.monotonic()
-    the_plan = plan(req, loaded, cards, reporter, marks)
+    the_plan = plan(req, loaded, cards, reporter, marks, subs)
     prov = provenance.gather(req.root, {b.path for files in the_plan.bound.values() for b in files})
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
@@ -512,6 +549,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
         numerics=provenance.numerics(req.root),
         launcher=launcher,
         executor=where,
+        subjects=tuple(SubjectInfo(**s.to_json()) for s in the_plan.subjects),
     )
     doc = data.build(
         prov,

@@ -444,6 +444,7 @@ def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
 
 
 MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
+MAX_ENVIRONMENTS = 12  # zygotes for environments other than the run's (one per --matrix configuration)
 
 
 class Launcher:
@@ -451,9 +452,15 @@ class Launcher:
     its parent); after :data:`MAX_LOSSES` losses, or when one cannot start, every job starts as a plain
     subprocess.
 
+    A job whose environment differs from the run's (a ``--matrix``
+    configuration's settings, e.g. ``KVPROOF_KERNEL=numpy``) gets a zygote of
+    its own, started with that environment on its first job (at most
+    :data:`MAX_ENVIRONMENTS` of them), so what an interpreter reads once at
+    start-up is what a fresh process with those settings would read.
+
     :meth:`spawn` returns None when the job must start as a subprocess
-    instead (the zygote failed, or the job's environment is not the one the
-    zygote started with). Each loss is said once, on stderr.
+    instead (the zygote failed, or there are too many environments). Each
+    loss is said once, on stderr.
     """
 
     name = FORKSERVER
@@ -470,6 +477,7 @@ class Launcher:
         self.python, self.env, self.cwd, self.log, self.ready_timeout = python, dict(env), cwd, log, ready_timeout
         self.say = say if say is not None else _say
         self.server: ForkServer | None = None
+        self.others: dict[tuple, ForkServer] = {}  # environment (its stable items) -> its zygote
         self.failed = ""
         self.losses = 0
         self._lock = threading.Lock()
@@ -501,18 +509,39 @@ class Launcher:
                     self.say(f"kvproof: {exc}; witness processes start as plain subprocesses")
                     return None
             server = self.server
-        if not _same_env(env, server.env):
-            return None
+            if not _same_env(env, server.env):
+                server = self._other(env)
+                if server is None:
+                    return None
         try:
             return server.spawn(args, env, cwd, log)
         except Unavailable:
             return None  # the zygote is gone (on_lost said so) or this one fork failed
 
+    def _other(self, env: Mapping[str, str]) -> ForkServer | None:
+        """The zygote for an environment other than the run's, started on first use (lock held)."""
+        key = tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE))
+        server = self.others.get(key)
+        if server is not None and not server.alive and not server.closing:
+            server = None  # lost: start it again
+        if server is None:
+            if len(self.others) >= MAX_ENVIRONMENTS and key not in self.others:
+                return None
+            log = self.log.with_name(f"{self.log.stem}-{len(self.others) + 1}{self.log.suffix}")
+            try:
+                server = ForkServer(self.python, dict(key), self.cwd, log, self.ready_timeout, on_lost=self._fail)
+            except Unavailable as exc:
+                self.say(f"kvproof: {exc}; witness processes of that environment start as plain subprocesses")
+                return None
+            self.others[key] = server
+        return server
+
     def close(self) -> None:
         with self._lock:
-            server, self.server = self.server, None
+            servers = [s for s in (self.server, *self.others.values()) if s is not None]
+            self.server, self.others = None, {}
             self.failed = self.failed or "closed"
-        if server is not None:
+        for server in servers:
             server.close()
 
 

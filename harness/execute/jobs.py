@@ -51,6 +51,7 @@ class RunConfig:
     python: str = sys.executable
     blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
     launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
+    subject_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # subject -> its settings
 
     def __post_init__(self) -> None:
         check_timeout("default_timeout", self.default_timeout)

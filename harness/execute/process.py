@@ -99,7 +99,9 @@ def pycache_dir(root: Path) -> Path:
     return Path(root) / ".cache" / "pycache"
 
 
-def witness_env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
+def witness_env(cfg: RunConfig, watchdog: int | None = None, subject: str = "default") -> dict[str, str]:
+    """The environment of a witness process of ``subject`` (its settings applied last, over -j's BLAS
+    threads: a configuration may ask for OMP_NUM_THREADS=4)."""
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_PYTEST_VARS}
     env.pop(procs.WATCHDOG_ENV, None)
     env.pop(forkserver.SOCKET_ENV, None)
@@ -125,6 +127,7 @@ def witness_env(cfg: RunConfig, watchdog: int | None = None) -> dict[str, str]:
     if cfg.blas_threads is not None:
         for name in BLAS_THREAD_VARS:
             env[name] = str(cfg.blas_threads)
+    env.update(cfg.subject_env.get(subject, {}))
     return env
 
 
@@ -238,7 +241,7 @@ def _start(
     point writes pytest's own account (:class:`harness.protocol.Account`).
     """
     watchdog = procs.watchdog_fd()
-    env = witness_env(cfg, watchdog)
+    env = witness_env(cfg, watchdog, job.card.subject)
     if account is not None:
         env[protocol.ACCOUNT_ENV] = str(account)
     # a mutant is killed by any failure or error: the first ends its run. A liar is caught only by a failed

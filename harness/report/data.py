@@ -34,6 +34,7 @@ from harness.document import (
     RunHeader,
     Slowest,
     SlowestLiar,
+    SubjectInfo,
     Summary,
     Timing,
     TimingRow,
@@ -42,6 +43,7 @@ from harness.document import (
 from harness.execute.outcomes import CardRun
 from harness.provenance import Provenance
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
+from harness.subjects import split
 from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict
 
 REGIMES = ("N", "A", "C", "D")
@@ -324,6 +326,14 @@ class RunSettings:
     numerics: str | None = None
     launcher: str | None = None
     executor: str | None = None
+    subjects: tuple[SubjectInfo, ...] = ()  # run --matrix: every configuration, runnable here or not
+
+
+def required_cell(card_id: str, subjects: Iterable[SubjectInfo]) -> bool:
+    """Does the cell ``card_id`` (``CARD@SUBJECT``) count for the gate? Cells of a configuration marked
+    ``required: false`` do not; every other cell does."""
+    _, name = split(card_id)
+    return next((s.required for s in subjects if s.name == name), True)
 
 
 def build(
@@ -345,7 +355,8 @@ def build(
     cards = tuple(replayed_result(r) if isinstance(r, Replayed) else card_result(r, settings) for r in reports)
     counts = {k: sum(c.verdict == k for c in cards) for k in VERDICTS}
     by_regime = {r: {k: sum(c.verdict == k and c.regime == r for c in cards) for k in VERDICTS} for r in REGIMES}
-    gate = Gate.PASS if cards and all(c.verdict == Verdict.PROVEN for c in cards) else Gate.FAIL
+    counted = [c for c in cards if required_cell(c.id, settings.subjects)]
+    gate = Gate.PASS if counted and all(c.verdict == Verdict.PROVEN for c in counted) else Gate.FAIL
     not_proven = tuple(NotProven(c.id, c.verdict, c.reason) for c in cards if c.verdict != Verdict.PROVEN)
     summary = Summary(len(cards), counts, by_regime, gate, not_proven, sum(1 for c in cards if c.replayed_from))
     header = RunHeader(
@@ -370,5 +381,6 @@ def build(
         numerics=settings.numerics,
         launcher=settings.launcher,
         executor=settings.executor,
+        subjects=settings.subjects,
     )
     return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)

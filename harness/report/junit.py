@@ -21,7 +21,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from harness.report.view import NOT_RUNNABLE
 from harness.statuses import Verdict
+from harness.subjects import split
 
 _CONTROL = str.maketrans({chr(i): " " for i in range(32) if chr(i) not in "\t\n\r"})
 
@@ -70,15 +72,16 @@ def _body(card: Mapping[str, Any]) -> str:
 
 
 def render(view: Mapping[str, Any]) -> str:
-    head, cards = view["header"], view["cards"]
+    head, cards, grid = view["header"], view["cards"], view.get("grid")
     failures = sum(c["verdict"] in (Verdict.FAILED, Verdict.VACUOUS, Verdict.UNVERIFIED) for c in cards)
     errors = sum(c["verdict"] == "ERROR" for c in cards)
     total_time = sum(c["duration_s"] for c in cards)
+    not_runnable = sum(c["verdict"] == NOT_RUNNABLE for row in (grid or {}).get("rows", ()) for c in row["cells"])
     common = {
-        "tests": str(len(cards)),
+        "tests": str(len(cards) + not_runnable),
         "failures": str(failures),
         "errors": str(errors),
-        "skipped": "0",
+        "skipped": str(not_runnable),
         "time": f"{total_time:.3f}",
     }
     root = ET.Element("testsuites", {"name": "kvproof", **common})
@@ -101,15 +104,25 @@ def render(view: Mapping[str, Any]) -> str:
                 "time": f"{c['duration_s']:.3f}",
             },
         )
-        if c["replayed"]:
+        if c["replayed"] or grid:
             props = ET.SubElement(case, "properties")
+        if c["replayed"]:
             ET.SubElement(
                 props, "property", {"name": "kvproof.replayed_from", "value": _text(c["replayed_from"]["started"])}
             )
+        if grid:
+            ET.SubElement(props, "property", {"name": "kvproof.configuration", "value": _text(split(c["id"])[1])})
         if c["verdict"] != Verdict.PROVEN:
             tag = "error" if c["verdict"] == Verdict.ERROR else "failure"
             el = ET.SubElement(case, tag, {"type": c["verdict"], "message": _text(f"{c['verdict']}: {c['reason']}")})
             el.text = _text(_body(c))
         ET.SubElement(case, "system-out").text = _text(_lines(c))
+    for row in grid["rows"] if grid else ():  # a configuration this machine cannot run: a visible skipped cell
+        for cell in row["cells"]:
+            if cell["verdict"] == NOT_RUNNABLE:
+                case = ET.SubElement(
+                    suite, "testcase", {"classname": "kvproof.matrix", "name": _text(f"{row['id']}@{cell['subject']}")}
+                )
+                ET.SubElement(case, "skipped", {"message": _text(f"not runnable here: {cell['reason']}")})
     ET.indent(root, space="  ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -124,6 +124,22 @@ def _claims(claims: Mapping[str, Any]) -> list[str]:
     )
 
 
+def _grid(grid: Mapping[str, Any]) -> list[str]:
+    """The card x configuration grid of a --matrix run, then what each configuration is."""
+    names = [s["name"] + ("" if s["required"] else " (survey)") for s in grid["subjects"]]
+    out = ["", "## Card x configuration", "", "| card | over all | " + " | ".join(map(_cell, names)) + " |"]
+    out.append("|---|---|" + "---|" * len(names))
+    for row in grid["rows"]:
+        cells = [c["verdict"] if c["verdict"] in (Verdict.PROVEN, "–") else f"**{c['verdict']}**" for c in row["cells"]]
+        over = row["verdict"] if row["verdict"] == Verdict.PROVEN else f"**{row['verdict']}**"
+        out.append(f"| {_cell(row['id'])} | {over} | " + " | ".join(cells) + " |")
+    out.append("")
+    for s in grid["subjects"]:
+        what = _inline(s["numerics"] or s["reason"]) if s["runnable"] else f"not runnable here: {_inline(s['why_not'])}"
+        out.append(f"- **{_inline(s['name'])}** (`{_code(s['settings_text'])}`): {what}")
+    return out
+
+
 def render(view: Mapping[str, Any]) -> str:
     head, summary = view["header"], view["summary"]
     dirty = " (dirty)" if head["dirty"] else ""
@@ -166,6 +182,8 @@ def render(view: Mapping[str, Any]) -> str:
             )
             + " |"
         )
+    if view.get("grid"):
+        out += _grid(view["grid"])
     if summary["changes"]:
         out += ["", "## Changes since the last run", ""]
         out += [f"- **{_inline(ch['id'])}** {ch['text']}" for ch in summary["changes"]]

@@ -16,7 +16,7 @@ from rich.table import Table
 from harness.report.changes import render_terminal
 from harness.report.data import fraction, liars_fraction
 from harness.report.view import mutation_view, replayed_text
-from harness.statuses import CardState, Gate, Verdict
+from harness.statuses import VERDICTS, CardState, Gate, Verdict
 
 STYLE = {
     Verdict.PROVEN: "bold green",
@@ -65,9 +65,37 @@ def render_mutation(console: Console, card_id: str, m: Mapping[str, Any], indent
         console.print(f"{indent}    … {more} more survivor(s): see index.html", style="dim")
 
 
+def render_grid(console: Console, grid: Mapping[str, Any]) -> None:
+    """A ``--matrix`` run: one row per card, one column per configuration, then what each configuration is."""
+    table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
+    table.add_column("card", no_wrap=True)
+    table.add_column("over all", no_wrap=True)
+    for sub in grid["subjects"]:
+        table.add_column(escape(sub["name"]) + ("" if sub["required"] else " (survey)"), no_wrap=True)
+    for row in grid["rows"]:
+        cells = [
+            verdict_text(c["verdict"]) if c["verdict"] in VERDICTS else f"[dim]{c['verdict']}[/]" for c in row["cells"]
+        ]
+        over = verdict_text(row["verdict"]) if row["verdict"] in VERDICTS else row["verdict"]
+        table.add_row(escape(row["id"]), over, *cells)
+    console.print(table)
+    for sub in grid["subjects"]:
+        what = (
+            escape(sub["numerics"] or sub["reason"])
+            if sub["runnable"]
+            else f"[yellow]not runnable here[/]: {escape(sub['why_not'])}"
+        )
+        console.print(f"  [bold]{escape(sub['name'])}[/] ({escape(sub['settings_text'])}): {what}", soft_wrap=True)
+
+
 def render_run(console: Console, view: Mapping[str, Any]) -> None:
-    """The results table, then one or two lines per card that is not PROVEN, then the gate (from the report view)."""
+    """The results table (a ``--matrix`` run: the card x configuration grid), then one or two lines per card
+    or cell that is not PROVEN, then the gate (from the report view)."""
     head, s = view["header"], view["summary"]
+    if view.get("grid"):
+        render_grid(console, view["grid"])
+        _render_rest(console, view, head, s)
+        return
     table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
     for name, kw in (
         ("id", {"no_wrap": True}),
@@ -99,6 +127,10 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
             *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()),
         )
     console.print(table)
+    _render_rest(console, view, head, s)
+
+
+def _render_rest(console: Console, view: Mapping[str, Any], head: Mapping[str, Any], s: Mapping[str, Any]) -> None:
     for c in view["cards"]:
         if c["verdict"] == Verdict.PROVEN:
             continue
@@ -118,8 +150,9 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
     counts = ", ".join(f"{k['n']} {k['verdict']}" for k in s["counts"] if k["n"])
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
+    what = f"cell(s) of {len(view['grid']['rows'])} card(s)" if view.get("grid") else "card(s)"
     console.print(
-        f"gate {gate}: {counts} of {s['total']} card(s){replayed} in {head['duration']} "
+        f"gate {gate}: {counts} of {s['total']} {what}{replayed} in {head['duration']} "
         f"(profile {head['profile']}, seed {head['seed']})"
     )
 

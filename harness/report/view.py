@@ -31,6 +31,7 @@ from harness.report.changes import changed_measures, liars_text, verdict_text
 from harness.report.data import replay_command
 from harness.report.svg import Bar, Point, measure_bars, trend
 from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
+from harness.subjects import split
 from harness.verdict import observed_summary
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
@@ -451,6 +452,46 @@ def card_view(
     return out
 
 
+# worst first: a card's verdict over its cells is the worst of its required, runnable cells
+_RANK = {Verdict.FAILED: 0, Verdict.ERROR: 1, Verdict.VACUOUS: 2, Verdict.UNVERIFIED: 3, Verdict.PROVEN: 4}
+NOT_RUNNABLE = "n/a here"
+
+
+def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The card x configuration grid of a ``--matrix`` run (None for a plain run): one row per card, one cell
+    per configuration (its verdict, or "n/a here" with the reason when this machine cannot run it), and
+    the card's verdict over the grid (its worst required cell)."""
+    subs = head.get("subjects") or []
+    if not subs:
+        return None
+    rows: dict[str, dict[str, Any]] = {}
+    for c in cards:
+        base, name = split(c["id"])
+        row = rows.setdefault(base, {"id": base, "title": c["title"], "cells": {}})
+        row["cells"][name] = {
+            "verdict": c["verdict"],
+            "anchor": c["anchor"],
+            "reason": c["reason"] if c["verdict"] != Verdict.PROVEN else "",
+        }
+    required = {s["name"] for s in subs if s["required"] and s["runnable"]}
+    for row in rows.values():
+        for s in subs:
+            if not s["runnable"]:
+                row["cells"][s["name"]] = {"verdict": NOT_RUNNABLE, "anchor": "", "reason": s["why_not"]}
+        counted = [cell["verdict"] for name, cell in row["cells"].items() if name in required]
+        row["verdict"] = min(counted, key=lambda v: _RANK.get(v, 0)) if counted else NOT_RUNNABLE
+        row["cells"] = [{"subject": s["name"], **row["cells"].get(s["name"], {"verdict": "–"})} for s in subs]
+    return {
+        "subjects": [
+            {**s, "settings_text": " ".join(f"{k}={v}" for k, v in s["settings"].items()) or "no settings"}
+            for s in subs
+        ],
+        "rows": list(rows.values()),
+        "proven_on": [s["name"] for s in subs if s["runnable"]],
+        "not_runnable": [s for s in subs if not s["runnable"]],
+    }
+
+
 def build_view(
     run: RunDocument,
     past: Mapping[str, Sequence[PastVerdict]] | None = None,
@@ -508,6 +549,7 @@ def build_view(
             "mutation": any(c["mutation"] for c in cards),
         },
         "cards": cards,
+        "grid": grid_view(cards, head),
         "claims": claims_view(doc.get("claims") or ()),
         "not_proven": not_proven,
         "report_dir": report_dir,

@@ -1,0 +1,235 @@
+"""Subjects: what a verdict is about. Here, impl under one configuration (``<cards dir>/configurations.yaml``).
+
+A configuration is a named set of settings (environment variables such as
+``KVPROOF_KERNEL=numpy`` or ``OMP_NUM_THREADS=4``) with the reason it
+exists, the CPU features it needs, and whether its cells count for the gate.
+``run --matrix [NAME ...]`` runs every selected card under every selected
+configuration: each (card, configuration) is a *cell* with its own jobs,
+verdict, binding and history. A cell's id is the card's id for the default
+configuration (so a plain run and a matrix run share one history) and
+``CARD@NAME`` for the others (:func:`cell_id`).
+
+Before anything runs each configuration is *probed* (:func:`probe`): its CPU
+features are checked against ``/proc/cpuinfo`` and the file's ``probe``
+function (``module:function``, e.g. ``impl.linear:numerics_path``) is
+called in a fresh interpreter under the configuration's settings. Its
+result is the configuration's numerics line; an exception (a setting the
+implementation refuses, a kernel build this CPU cannot execute) makes the
+configuration *not runnable here*, a visible cell with the reason, never a
+silent omission, and never a failed gate.
+
+The file (schema: ``obligations/configurations.schema.json``)::
+
+    probe: impl.linear:numerics_path
+    configurations:
+      - name: numpy
+        reason: what every machine without a C compiler runs
+        settings: {KVPROOF_KERNEL: numpy}
+
+A malformed file is refused before anything runs (:class:`ConfigurationsInvalid`,
+exit 2, each problem with its file, line, field and value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import yaml
+
+from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
+from harness.errors import CardInvalid, UsageError
+from harness.project import KVPROOF_HOME
+
+FILENAME = "configurations.yaml"
+SCHEMA_PATH = KVPROOF_HOME / "obligations" / "configurations.schema.json"
+DEFAULT = "default"
+SEPARATOR = "@"  # CARD@CONFIGURATION
+PROBE_TIMEOUT_S = 300.0  # a probe may compile a kernel build
+
+
+class ConfigurationsInvalid(CardInvalid):
+    """The configurations file is malformed: every problem, each with file, line, field and value."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One named configuration as the file declares it."""
+
+    name: str
+    reason: str
+    settings: Mapping[str, str] = field(default_factory=dict)
+    cpu: tuple[str, ...] = ()  # /proc/cpuinfo flags it needs (e.g. avx512f)
+    required: bool = True  # its cells count for the gate when it is runnable here
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A configuration as probed on this machine: runnable or not (and why), and its numerics line."""
+
+    name: str
+    reason: str
+    settings: Mapping[str, str]
+    required: bool
+    runnable: bool
+    why_not: str = ""  # when not runnable: what this machine lacks or what the probe raised
+    numerics: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "reason": self.reason,
+            "settings": dict(self.settings),
+            "required": self.required,
+            "runnable": self.runnable,
+            "why_not": self.why_not,
+            "numerics": self.numerics,
+        }
+
+
+@dataclass(frozen=True)
+class Configurations:
+    probe: str | None
+    items: tuple[Configuration, ...]
+    path: Path | None = None
+
+    def names(self) -> list[str]:
+        return [c.name for c in self.items]
+
+    def select(self, patterns: Sequence[str]) -> list[Configuration]:
+        """The configurations ``patterns`` name (globs; none: all), default first; UsageError for a pattern
+        that names none."""
+        if not patterns:
+            return list(self.items)
+        chosen = [c for c in self.items if any(fnmatchcase(c.name, p) for p in patterns)]
+        for p in patterns:
+            if not any(fnmatchcase(c.name, p) for c in self.items):
+                raise UsageError(
+                    f"--matrix {p!r} names no configuration; the configurations are: {', '.join(self.names())}"
+                )
+        return sorted(chosen, key=lambda c: c.name != DEFAULT)
+
+
+def cell_id(card_id: str, subject: str) -> str:
+    """The id of (card, subject): the card's own id for the default subject, ``CARD@SUBJECT`` otherwise."""
+    return card_id if subject == DEFAULT else f"{card_id}{SEPARATOR}{subject}"
+
+
+def split(cell: str) -> tuple[str, str]:
+    """(card id, subject) of a cell id."""
+    card, sep, subject = cell.partition(SEPARATOR)
+    return (card, subject) if sep else (card, DEFAULT)
+
+
+def path_in(cards_dir: Path) -> Path:
+    return cards_dir / FILENAME
+
+
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def load(cards_dir: Path, root: Path) -> Configurations:
+    """The configurations next to the cards; only ``default`` when there is no file. Raises
+    ConfigurationsInvalid with every problem."""
+    path = path_in(cards_dir)
+    if not path.exists():
+        return Configurations(None, (Configuration(DEFAULT, "the implementation as it runs by default"),))
+    shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    if not path.is_file():
+        raise ConfigurationsInvalid([Problem(shown, 0, "", "", "is not a regular file; make it a YAML file")])
+    try:
+        node, data = parse_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationsInvalid([Problem(shown, 0, "", "", f"cannot read it: {exc}")]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        msg = f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here"
+        raise ConfigurationsInvalid([Problem(shown, line, "", "", msg)]) from None
+    values, keys, dupes = line_index(node) if node is not None else ({}, {}, [])
+    problems = [Problem(shown, ln, f, "", "appears twice; keep one") for f, ln in dupes]
+    problems += schema_problems(data, shown, values, keys, schema=_schema())
+    if problems:
+        raise ConfigurationsInvalid(problems)
+    items, seen = [], {}
+    for i, entry in enumerate(data["configurations"]):
+        line = line_for(values, ("configurations", i))
+        name = entry["name"]
+        if name in seen:
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"configurations[{i}].name",
+                    short(name),
+                    f"used twice (first at line {seen[name]}); give each configuration its own name",
+                )
+            )
+            continue
+        seen[name] = line
+        settings = {k: str(v) for k, v in (entry.get("settings") or {}).items()}
+        cpu = tuple(r.removeprefix("cpu:") for r in entry.get("requires", ()))
+        items.append(Configuration(name, entry["reason"], settings, cpu, entry.get("required", True), line))
+    if DEFAULT not in seen:
+        problems.append(
+            Problem(
+                shown,
+                0,
+                "configurations",
+                "",
+                f"has no configuration named {DEFAULT!r}; add one (settings: {{}}): a plain run is about it",
+            )
+        )
+    if problems:
+        raise ConfigurationsInvalid(problems)
+    return Configurations(data.get("probe"), tuple(items), path)
+
+
+def cpu_flags() -> set[str] | None:
+    """This CPU's feature flags from /proc/cpuinfo; None where there is no such file."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def probe(cfg: Configuration, probe_ref: str | None, root: Path, python: str = sys.executable) -> Subject:
+    """``cfg`` as this machine can run it (see the module docstring)."""
+    flags = cpu_flags() if cfg.cpu else set()
+    if cfg.cpu and flags is not None:
+        missing = [f for f in cfg.cpu if f not in flags]
+        if missing:
+            why = f"this CPU lacks {', '.join(missing)}"
+            return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, why)
+    if not probe_ref:
+        return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, True)
+    module, _, func = probe_ref.partition(":")
+    code = (
+        "import importlib, sys\n"
+        f"fn = getattr(importlib.import_module({module!r}), {func!r})\n"
+        "try:\n    print(fn())\n"
+        "except Exception as exc:\n    print(f'{type(exc).__name__}: {exc}', file=sys.stderr); sys.exit(3)\n"
+    )
+    env = {**os.environ, **cfg.settings, "PYTHONPATH": os.pathsep.join([str(root), str(KVPROOF_HOME)])}
+    try:
+        done = subprocess.run(
+            [python, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, f"the probe did not finish: {exc}")
+    if done.returncode != 0:
+        lines = (done.stderr.strip() or f"exit code {done.returncode}").splitlines()
+        return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, lines[-1][:400])
+    return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, True, "", done.stdout.strip() or None)
