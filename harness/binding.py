@@ -68,18 +68,28 @@ def digest(files: Iterable[BoundFile]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def settings_text(numerics: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The settings a verdict is bound to, one ``NAME=value`` line each, then the numerics line
-    (:func:`harness.provenance.numerics`)."""
-    env = os.environ if environ is None else environ
-    lines = [f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("KVPROOF_") and k not in NOT_NUMERICS]
+def settings_text(
+    numerics: str | None, environ: Mapping[str, str] | None = None, declared: Mapping[str, str] | None = None
+) -> str:
+    """The settings a verdict is bound to, one ``NAME=value`` line each (every numerics ``KVPROOF_*`` variable
+    of ``environ``, and every ``declared`` setting of the cell's configuration, whatever its name), then the
+    numerics line (:func:`harness.provenance.numerics`)."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(declared or {})
+    names = {k for k in env if k.startswith("KVPROOF_") and k not in NOT_NUMERICS} | set(declared or {})
+    lines = [f"{k}={env[k]}" for k in sorted(names)]
     return "\n".join([*lines, f"numerics: {numerics or '-'}"])
 
 
-def run_context(root: Path, numerics: str | None, environ: Mapping[str, str] | None = None) -> tuple[BoundFile, ...]:
+def run_context(
+    root: Path,
+    numerics: str | None,
+    environ: Mapping[str, str] | None = None,
+    declared: Mapping[str, str] | None = None,
+) -> tuple[BoundFile, ...]:
     """What every card of a run is bound to besides its files: the settings and, for a project whose
     ``impl`` loads model weights, the weights file it would load now (missing: sha256 None)."""
-    text = settings_text(numerics, environ)
+    text = settings_text(numerics, environ, declared)
     out = [BoundFile(SETTINGS_PATH, "settings", hashlib.sha256(text.encode("utf-8")).hexdigest())]
     if (root / "impl" / "model" / "weights.py").is_file():
         try:

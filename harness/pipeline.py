@@ -324,7 +324,7 @@ def plan(
     contexts = {subjects.DEFAULT: run_context(req.root, provenance.numerics(req.root))}
     for s in subs:  # each configuration's own settings and numerics line
         if s.runnable and s.name != subjects.DEFAULT:
-            contexts[s.name] = run_context(req.root, s.numerics, {**os.environ, **s.settings})
+            contexts[s.name] = run_context(req.root, s.numerics, os.environ, s.settings)
     bound = {
         c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir), contexts[c.subject])
         for c in cards
@@ -409,7 +409,11 @@ def execute(
 
 
 def judge(
-    the_plan: RunPlan, runs: Mapping[str, CardRun], measured: Mapping[str, MutationResult] | None = None
+    the_plan: RunPlan,
+    runs: Mapping[str, CardRun],
+    measured: Mapping[str, MutationResult] | None = None,
+    *,
+    floors: bool = False,
 ) -> list[data.CardReport | data.Replayed]:
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
@@ -429,7 +433,14 @@ def judge(
             out.append(data.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
             continue
         out.append(
-            data.CardReport(c, runs[c.id], verdict.evaluate(c, runs[c.id].outcomes, use), the_plan.bound[c.id], m)
+            data.CardReport(
+                c,
+                runs[c.id],
+                # a mutation score measures the witnesses, on the default configuration: floors judge its cells
+                verdict.evaluate(c, runs[c.id].outcomes, use, floors=floors and c.subject == subjects.DEFAULT),
+                the_plan.bound[c.id],
+                m,
+            )
         )
     return out
 
@@ -554,7 +565,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     doc = data.build(
         prov,
         settings,
-        judge(the_plan, runs, measured),
+        judge(the_plan, runs, measured, floors=req.profile == "release"),
         finished=provenance.utc_now(),
         wall_s=time.monotonic() - t0,
         claims=claims,

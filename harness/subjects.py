@@ -44,7 +44,8 @@ from pathlib import Path
 import yaml
 
 from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
-from harness.errors import CardInvalid, UsageError
+from harness.errors import CardInvalid, InputRefused, UsageError, YamlAliasRefused
+from harness.inputs import HINTS_LIMIT, read_text
 from harness.project import KVPROOF_HOME
 
 FILENAME = "configurations.yaml"
@@ -146,9 +147,14 @@ def load(cards_dir: Path, root: Path) -> Configurations:
     if not path.is_file():
         raise ConfigurationsInvalid([Problem(shown, 0, "", "", "is not a regular file; make it a YAML file")])
     try:
-        node, data = parse_yaml(path.read_text(encoding="utf-8"))
+        node, data = parse_yaml(read_text(path, HINTS_LIMIT))
+    except InputRefused as exc:
+        raise ConfigurationsInvalid([Problem(shown, 0, "", "", f"{exc.why}; replace it with the YAML file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationsInvalid([Problem(shown, 0, "", "", f"cannot read it: {exc}")]) from None
+    except YamlAliasRefused as exc:
+        msg = f"YAML aliases (*{exc.name}) are not allowed in the configurations; write the value out"
+        raise ConfigurationsInvalid([Problem(shown, exc.line, "", f"*{exc.name}", msg)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 0

@@ -19,6 +19,8 @@ Precedence, first match wins:
               to now, is below its ``mutation.min_score``: its witnesses would
               pass too much wrong code (:mod:`harness.mutation.score`)
 10. UNVERIFIED a liar's run was inconclusive (witnesses skipped or errored under it)
+10b. UNVERIFIED the release profile, a card with ``mutation.min_score`` and no score measured on the
+              bytes it is bound to now (a floor that nobody measured does not hold by default)
 11. PROVEN    otherwise
 
 A mutation score never measured, or measured on other bytes (stale), does
@@ -347,12 +349,14 @@ def m_where(m: Any) -> str:
     return f"{m.path}:{m.line} {m.qualname}: {m.change}"
 
 
-def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None) -> CardVerdict:
+def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None, *, floors: bool = False) -> CardVerdict:
     """Decide the card's verdict; see the module docstring for the precedence.
 
     ``mutation``: the card's :class:`harness.document.MutationResult` for the
     bytes it is bound to now, if measured; ``holds`` False (score below the
     card's ``mutation.min_score``) makes an otherwise PROVEN card VACUOUS.
+    ``floors`` (the release profile): a card with a ``min_score`` and no such
+    score is UNVERIFIED, not PROVEN.
     """
     if outcomes.link_problems:
         probs = list(outcomes.link_problems)
@@ -403,6 +407,12 @@ def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None) -> CardVe
     inconclusive = [v for v in lv if v.status == LiarStatus.INCONCLUSIVE]
     if inconclusive:
         return result(Verdict.UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
+    if floors and card.min_score is not None and mutation is None:
+        return result(
+            Verdict.UNVERIFIED,
+            f"mutation score not measured on these bytes (min_score {card.min_score:g}; the release profile "
+            "enforces it): run `run_obligations.py mutate --profile release`",
+        )
     parts = [f"{len(wv)} witness(es) passed"]
     if cv:
         parts.append(f"{len(cv)} control(s) showed their difference")

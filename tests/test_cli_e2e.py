@@ -85,7 +85,7 @@ def test_json_document_matches_its_schema(good_run, mixed_run):
 
 def test_json_header_records_provenance(good_run):
     head = good_run[1]["header"]
-    assert head["schema_version"] == 3 and head["profile"] == "ci" and head["seed"] == 0
+    assert head["schema_version"] == 4 and head["profile"] == "ci" and head["seed"] == 0
     assert head["versions"]["python"] and "numpy" in head["versions"] and "blas" in head["versions"]
     assert head["command"].startswith("run_obligations.py run --json good.json")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", head["started"])

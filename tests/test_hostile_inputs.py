@@ -683,7 +683,7 @@ CASES = [
             "verdicts-of-an-unknown-schema-version",
             ("compare", "edited.json", "v.json"),
             2,
-            ("edited.json", "header.schema_version=99", "versions 1 to 3"),
+            ("edited.json", "header.schema_version=99", "versions 1 to 4"),
             edited(lambda d: d["header"].update(schema_version=99)),
         ),
         (

@@ -271,3 +271,55 @@ def test_trends_and_the_baseline_column_are_drawn_and_fit_desktop_and_phone(brow
     labels = browser.js("[...document.querySelectorAll('svg.trend')].map(s => s.getAttribute('aria-label'))")
     assert any("FX-ADD max_abs_delta" in x for x in labels) or any("FX-ADD time" in x for x in labels)
     print(f"screenshots: {' '.join(map(str, shots))}")
+
+
+@pytest.fixture()
+def matrix_view(tmp_path):
+    """The fixture run as a --matrix run: its cards as the default cells, a copy of them as the cells of a
+    `numpy` configuration, and an `avx512` configuration this machine (by the document) cannot run."""
+    import copy
+
+    from test_report import PROJECT, load_doc
+
+    from harness.document import RunDocument
+    from harness.report.view import build_view
+
+    doc = load_doc()
+    numpy_cells = copy.deepcopy(doc["cards"])
+    for c in numpy_cells:
+        c["id"] = f"{c['id']}@numpy"
+    doc["cards"] += numpy_cells
+    doc["header"]["summary"]["total"] = len(doc["cards"])
+    doc["header"]["subjects"] = [
+        {"name": "default", "reason": "as it runs", "settings": {}, "required": True, "runnable": True},
+        {"name": "numpy", "reason": "the fallback", "settings": {"KVPROOF_KERNEL": "numpy"}, "required": True,
+         "runnable": True, "numerics": "linear: numpy-gemv every row"},
+        {"name": "avx512", "reason": "the AVX-512 build", "settings": {"KVPROOF_KERNEL_ISA": "avx512"},
+         "required": True, "runnable": False, "why_not": "this CPU lacks avx512f"},
+    ]  # fmt: skip
+    return build_view(RunDocument.from_json(doc), {}, root=PROJECT, report_dir="2026-01-05T10-00-00Z")
+
+
+def test_the_card_by_configuration_grid_is_drawn_with_a_cell_per_configuration(browser, matrix_view, tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text(html.render(matrix_view), encoding="utf-8")
+    for domain in ("Page", "Runtime", "Network"):
+        browser.page(f"{domain}.enable")
+    browser.page("Page.navigate", url=page.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    heads = browser.js("[...document.querySelectorAll('#matrix thead th')].map(e => e.textContent.trim())")
+    assert heads == ["card", "over all", "default", "numpy", "avx512"]
+    rows = browser.js(
+        "[...document.querySelectorAll('#matrix tbody tr')].map(r => [...r.cells].map(c => c.textContent.trim()))"
+    )
+    assert len(rows) == 11 and ["FX-ADD", "PROVEN", "PROVEN", "PROVEN", "n/a here"] in rows
+    assert ["FX-FALSIFIED", "FAILED", "FAILED", "FAILED", "n/a here"] in rows
+    # a cell links to its card's section; the n/a cell says why
+    target = browser.js("document.querySelector('#matrix tbody a').getAttribute('href')")
+    assert browser.js(f"!!document.querySelector('{target}')")
+    assert "this CPU lacks avx512f" in browser.js("document.getElementById('matrix').textContent")
+    art = Path(os.environ.get("KVPROOF_ARTIFACTS", tmp_path))
+    art.mkdir(parents=True, exist_ok=True)
+    print(f"screenshot: {browser.screenshot(art / 'report-matrix.png', 1200)}")
+    errors = [e for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
+    assert errors == []

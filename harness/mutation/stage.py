@@ -30,6 +30,7 @@ from harness.mutation import generate as gen
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
 from harness.statuses import MutantStatus, Outcome
+from harness.subjects import DEFAULT
 
 if TYPE_CHECKING:
     from harness.pipeline import Reporter, RunPlan, RunRequest
@@ -104,6 +105,8 @@ def measure(
     timeouts: dict[str, dict[str, float]] = {}
     _say(reporter, "mutate: generating the mutants of the code each card claims ...")
     for card in the_plan.cards:
+        if card.subject != DEFAULT:
+            continue  # a score measures the witnesses: on the default configuration only (run --matrix cells)
         replay = the_plan.replays.get(card.id)
         held, took = _honest_times(card, runs.get(card.id), replay.entry if replay else None)
         if not held:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.report.data import fraction, liars_fraction
+from harness.report.view import NOT_RUNNABLE
 from harness.statuses import Verdict
 
 
@@ -130,7 +131,10 @@ def _grid(grid: Mapping[str, Any]) -> list[str]:
     out = ["", "## Card x configuration", "", "| card | over all | " + " | ".join(map(_cell, names)) + " |"]
     out.append("|---|---|" + "---|" * len(names))
     for row in grid["rows"]:
-        cells = [c["verdict"] if c["verdict"] in (Verdict.PROVEN, "–") else f"**{c['verdict']}**" for c in row["cells"]]
+        cells = [
+            c["verdict"] if c["verdict"] in (Verdict.PROVEN, "–", NOT_RUNNABLE) else f"**{c['verdict']}**"
+            for c in row["cells"]
+        ]
         over = row["verdict"] if row["verdict"] == Verdict.PROVEN else f"**{row['verdict']}**"
         out.append(f"| {_cell(row['id'])} | {over} | " + " | ".join(cells) + " |")
     out.append("")

@@ -1,0 +1,161 @@
+"""run --matrix: each card under each configuration, one verdict per (card, configuration) cell.
+
+End to end on a copy of the fixture project with a configurations file of its own: a configuration
+whose setting a witness reads, one this CPU cannot run (a visible "n/a here" cell that does not fail
+the gate), one that is not required (its FAILED cell is shown and does not fail the gate); the grid
+in every report format; a malformed configurations file refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.cards import Card
+from harness.subjects import cell_id, split
+from harness.verdict import CardOutcomes, evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "project"
+ENTRY = REPO / "run_obligations.py"
+
+CARD = """\
+id: MX-1
+title: the setting reaches the witness
+module: fakeimpl.arith
+regime: A
+theorem: every witness process of a cell runs with its configuration's settings.
+proof: the runner applies a configuration's settings last to each witness process's environment.
+refs: [fakeimpl/arith.py::add]
+witnesses:
+  - id: sees-setting
+    test: witnesses/test_matrix_env.py::test_sees_its_setting
+version: 1
+"""
+
+WITNESS = """
+import os
+
+
+def test_sees_its_setting(evidence):
+    evidence.record("shout", os.environ.get("FX_SHOUT", ""))
+    assert os.environ.get("FX_SHOUT", "") in ("", "1"), "an unexpected value"
+    assert os.environ.get("FX_BREAK") != "1", "this configuration breaks the claim on purpose"
+"""
+
+CONFIGS = """\
+configurations:
+  - name: default
+    reason: as it runs
+    settings: {}
+  - name: shout
+    reason: a setting the witness reads
+    settings: {FX_SHOUT: 1}
+  - name: never
+    reason: needs a CPU feature no machine has
+    requires: [cpu:no_such_feature_anywhere]
+  - name: broken
+    reason: a configuration that breaks the claim, kept out of the gate
+    settings: {FX_BREAK: "1"}
+    required: false
+"""
+
+
+def _project(tmp_path: Path, configs: str = CONFIGS) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__", "reports"))
+    (root / "cards-mx").mkdir()
+    (root / "cards-mx" / "mx-1.yaml").write_text(CARD)
+    (root / "cards-mx" / "configurations.yaml").write_text(configs)
+    (root / "witnesses" / "test_matrix_env.py").write_text(WITNESS)
+    return root
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KVPROOF_ROOT": str(root), "COLUMNS": "200"}
+    for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cell_ids_keep_the_default_cards_own_id():
+    assert cell_id("KV-T2", "default") == "KV-T2" and cell_id("KV-T2", "numpy") == "KV-T2@numpy"
+    assert split("KV-T2@numpy") == ("KV-T2", "numpy") and split("KV-T2") == ("KV-T2", "default")
+
+
+def test_matrix_runs_each_cell_with_its_settings_and_shows_the_grid_everywhere(tmp_path):
+    root = _project(tmp_path)
+    proc = _run(root, "run", "--cards", "cards-mx", "--matrix", "--json", "v.json")
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text
+    assert proc.returncode == 0, text  # the broken cell is not required; the never cell cannot run here
+    doc = json.loads((root / "v.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in doc["cards"]}
+    assert verdicts == {"MX-1": "PROVEN", "MX-1@shout": "PROVEN", "MX-1@broken": "FAILED"}
+    evidence = {c["id"]: c["witnesses"][0]["evidence"]["shout"] for c in doc["cards"]}
+    assert evidence["MX-1"] == "" and evidence["MX-1@shout"] == "1"  # the setting reached its cell only
+    subjects = {s["name"]: s for s in doc["header"]["subjects"]}
+    assert subjects["never"]["runnable"] is False and "no_such_feature_anywhere" in subjects["never"]["why_not"]
+    assert subjects["broken"]["required"] is False and doc["header"]["summary"]["gate"] == "PASS"
+    bound = {c["id"]: {b["role"]: b["sha256"] for b in c["bound_files"]} for c in doc["cards"]}
+    assert bound["MX-1"]["settings"] != bound["MX-1@shout"]["settings"]  # each cell bound to its settings
+    # the grid: terminal, Markdown, JUnit, HTML
+    assert "over all" in proc.stdout and "not runnable here" in proc.stdout and "n/a here" in proc.stdout
+    folder = (root / "reports" / "latest").resolve()
+    md = (folder / "verdicts.md").read_text()
+    assert "## Card x configuration" in md and "| MX-1 | PROVEN | PROVEN | PROVEN | n/a here | **FAILED** |" in md
+    suite = ET.parse(folder / "junit.xml").getroot().find("testsuite")
+    skipped = [c for c in suite.iter("testcase") if c.find("skipped") is not None]
+    assert [c.get("name") for c in skipped] == ["MX-1@never"] and suite.get("skipped") == "1"
+    html = (folder / "index.html").read_text()
+    assert 'id="matrix"' in html and "not runnable here: this CPU lacks no_such_feature_anywhere" in html
+
+
+def test_matrix_names_are_checked_and_the_file_is_validated_before_anything_runs(tmp_path):
+    root = _project(tmp_path)
+    proc = _run(root, "run", "--cards", "cards-mx", "--matrix", "shuot")
+    assert proc.returncode == 2 and "names no configuration" in proc.stderr and "shout" in proc.stderr
+    bad = _project(tmp_path / "bad", CONFIGS.replace("  - name: shout", "  - name: shout\n    colour: red"))
+    proc = _run(bad, "run", "--cards", "cards-mx", "--matrix")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cards-mx/configurations.yaml:" in proc.stderr and "colour" in proc.stderr
+    assert not (bad / "reports").exists() or not list((bad / "reports").glob("20*"))
+
+
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("configurations:\n  - name: numpy\n    reason: r\n", "has no configuration named 'default'"),
+        ("configurations:\n  - {name: default, reason: r}\n  - {name: default, reason: s}\n", "used twice"),
+        ("configurations:\n  - {name: default, reason: r, settings: {lower: x}}\n", "settings"),
+        ("configurations:\n  - &a {name: default, reason: r}\n  - *a\n", "YAML aliases"),
+        ("probe: not a ref\nconfigurations:\n  - {name: default, reason: r}\n", "probe"),
+    ],
+)
+def test_a_malformed_configurations_file_names_the_line_and_field(tmp_path, text, says):
+    from harness import subjects
+
+    (tmp_path / "configurations.yaml").write_text(text)
+    with pytest.raises(subjects.ConfigurationsInvalid) as err:
+        subjects.load(tmp_path, tmp_path)
+    assert says in str(err.value) and "configurations.yaml" in str(err.value)
+
+
+def test_the_release_profile_does_not_prove_a_floor_nobody_measured():
+    card = Card(
+        "C-1", "t", "m", "A", "th", "pr", (), (), (), (), (), (), "", (), 1, Path("c.yaml"), "c.yaml", "0" * 64,
+        min_score=0.8,
+    )  # fmt: skip
+    plain = evaluate(card, CardOutcomes())
+    release = evaluate(card, CardOutcomes(), floors=True)
+    assert plain.verdict == "PROVEN"
+    assert release.verdict == "UNVERIFIED" and "mutation score not measured" in release.reason
