@@ -51,3 +51,11 @@ class OracleCorrupt(OracleError, ValueError):
 
 class OracleStale(OracleError, ValueError):
     """The oracle export is intact but was made for other weights, prompts or format."""
+
+
+class NotCapable(HarnessError, NotImplementedError):
+    """A target was asked for a verb it does not offer (``harness.targets``): the cell is n/a, not a verdict."""
+
+
+class TargetUnknown(HarnessError, LookupError):
+    """A target name (``--kvproof-target``, ``KVPROOF_TARGETS``, obligations/targets.yaml) names no target."""
