@@ -35,7 +35,7 @@ from harness.targets.protocol import (
     Visible,
     check_rows,
 )
-from impl.attention import window_lo
+from impl import attention
 from impl.cache import KVGeometry, KVStore
 from impl.designs import make_cache
 from impl.paged import BlockPool, PagedSequence
@@ -204,7 +204,7 @@ class StoresHandle:
         row the store still holds for it (a ring's base), whichever is higher, as causal_attention takes it.
         """
         pos = s.pos
-        lo_w = window_lo(pos, int(his[0]), self.window)
+        lo_w = attention.window_lo(pos, int(his[0]), self.window)  # looked up per call: a liar may patch it
         view_many = getattr(s, "view_many", None)
         if view_many is not None:
             kk, vv, bases = view_many(layer, his)

@@ -36,14 +36,18 @@ from pathlib import Path
 
 import numpy as np
 
-SCRIPT_HELPERS = '''
+
 def T(values, shape):
     """A float32 tensor from literal values (each printed with repr: the same bits)."""
+    import torch
+
     return torch.tensor(values, dtype=torch.float32).reshape(shape)
 
 
 def differs(got, want, bound=0.0):
     """'' when got and want (tensors or arrays) agree within bound per element, else what differs."""
+    import numpy as np
+
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
@@ -52,11 +56,71 @@ def differs(got, want, bound=0.0):
     bad = np.argwhere(~(excess <= 0))
     if len(bad) == 0:
         return ""
-    i = tuple(bad[0])
+    i = tuple(int(x) for x in bad[0])
     allowed = np.broadcast_to(np.asarray(bound, dtype=np.float64), got.shape)[i]
     first = f"first at {i}: {got[i]!r}, expected {want[i]!r} (allowed {allowed!r})"
     return f"{len(bad)} of {got.size} values differ; {first}"
-'''
+
+
+def held_rows_differ(got, want_k, want_v, bound_k, bound_v, need):
+    """'' when got = (K, V, positions) read from a cache is right, else what is wrong.
+
+    Right: the positions are a run ending at the last position appended (want_k
+    holds every position appended, (L, B, H, n, D)), at least ``need`` long, and
+    K, V at those positions agree with want_k, want_v within bound_k, bound_v.
+    """
+    import numpy as np
+
+    k, v, pos = np.asarray(got[0]), np.asarray(got[1]), [int(p) for p in got[2]]
+    want_k, want_v = np.asarray(want_k), np.asarray(want_v)
+    n = want_k.shape[3]
+    if pos and (pos != list(range(pos[0], pos[0] + len(pos))) or pos[0] < 0 or pos[-1] != n - 1):
+        return f"holds positions {pos}: not a run ending at the last position appended, {n - 1}"
+    if len(pos) < need:
+        return f"holds positions {pos}; it must hold at least the last {need} of the {n} appended"
+    sel = np.asarray(pos, dtype=np.int64)
+    for name, a, want, bound in (("K", k, want_k, bound_k), ("V", v, want_v, bound_v)):
+        b = np.broadcast_to(np.asarray(bound, dtype=np.float64), want.shape)
+        msg = differs(a, want[:, :, :, sel], b[:, :, :, sel])
+        if msg:
+            return f"{name} at positions {pos[0] if pos else '-'}..{pos[-1] if pos else '-'}: {msg}"
+    return ""
+
+
+def visible_differs(k, v, positions, length, offset, want_k, want_v, bound_k, bound_v, first, window):
+    """'' when the rows one append handed attention are right, else what is wrong.
+
+    Right: as many rows as the mask sizes declared (kv_length), at positions
+    offset, offset + 1, ...; every query of the append (positions first ..
+    n - 1, n = want_k.shape[3]) finds all it may see among them (the last
+    ``window`` positions up to its own, or all before it); and every row at a
+    position appended so far equals it within the bound (rows past n are unused
+    storage a causal mask hides).
+    """
+    import numpy as np
+
+    k, v, want_k, want_v = np.asarray(k), np.asarray(v), np.asarray(want_k), np.asarray(want_v)
+    m, n = k.shape[3], want_k.shape[3]
+    if m != length:
+        return f"the mask sizes declared kv_length={length} for this append, but it returned {m} key rows"
+    pos = [int(p) for p in positions]
+    if pos != list(range(offset, offset + m)):
+        return f"rows at positions {pos[:6]}...: the mask's kv_offset={offset} says they start there"
+    for p in range(first, n):
+        lo = 0 if window is None else max(0, p - window + 1)
+        if lo < offset or p >= offset + m:
+            return f"the query at position {p} must see positions {lo}..{p}; the rows hold {offset}..{offset + m - 1}"
+    idx = np.asarray([i for i, p in enumerate(pos) if p < n], dtype=np.int64)
+    sel = np.asarray([pos[i] for i in idx], dtype=np.int64)
+    for name, a, want, bound in (("K", k, want_k, bound_k), ("V", v, want_v, bound_v)):
+        b = np.broadcast_to(np.asarray(bound, dtype=np.float64), want.shape)
+        msg = differs(a[:, :, :, idx], want[:, :, :, sel], b[:, :, :, sel])
+        if msg:
+            return f"{name} handed to attention: {msg}"
+    return ""
+
+
+SCRIPT_HELPERS = (T, differs, held_rows_differ, visible_differs)  # copied into every script
 
 
 @dataclass(frozen=True)
@@ -174,7 +238,8 @@ def render(header: Header, trace: Trace, checks: Sequence[Check] = ()) -> str:
     ]
     body = "\n".join(textwrap.fill(line, 110) if line else "" for line in doc).replace('"""', "'''")
     out = ["#!/usr/bin/env python3", f'"""{body}\n"""', "", "import sys", "", *sorted(t.imports), ""]
-    out += [SCRIPT_HELPERS.strip(), ""]
+    for fn in SCRIPT_HELPERS:
+        out += ["", textwrap.dedent(inspect.getsource(fn)).rstrip(), ""]
     for src in t.functions.values():
         out += ["", src.rstrip(), ""]
     out += ["", "problems = []", "", *t.lines, ""]
