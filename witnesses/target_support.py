@@ -126,7 +126,7 @@ class Judge:
     def agree(self, p: Pair, what: str = "") -> None:
         """len and the rows held agree with the reference (within the target's numerics)."""
         h, n = p.h, len(p.ref)
-        got_len = self.call(h, "len", lambda: len(h))
+        got_len = self.call(h, "len", h.__len__)  # not len(h): Python refuses a negative length before we see it
         if got_len != n:
             src = getattr(h, "src_len", lambda: "len")()
             self.fail(h, f"{src} == {n}", f"{what}length {got_len}, expected {n}", src)

@@ -23,6 +23,7 @@ for that target (a skip naming the capability), never a verdict.
     known.py         obligations/targets.yaml (+ targets.schema.json): per target the expected
                      failures (card, witness, link, reproduction), validated
 
-Arrows run one way: protocol <- own, transformers, repro <- registry <- fixture; known reads only
-protocol's words. Nothing here imports the judge, the ledger or the report.
+Arrows run one way: protocol, repro <- own, transformers <- registry <- fixture, known. Nothing here
+imports the judge, the ledger or the report; own imports impl (the project under proof), transformers
+imports torch and transformers only inside its functions (they are optional).
 """
