@@ -310,16 +310,18 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
 EQUIVALENT_FILE = (
     "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation.score), not a card
 )
+TARGETS_FILE = "targets.yaml"  # third-party targets' expected failures (harness.targets.known), not a card
+NOT_CARDS = (EQUIVALENT_FILE, TARGETS_FILE)  # files of the cards folder itself that are not cards
 
 
 def find_card_files(cards_dir: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks, sorted by path."""
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the equivalence marks and the targets file, sorted."""
     if not cards_dir.is_dir():
         return []
     return sorted(
         p
         for p in cards_dir.rglob("*")
-        if p.suffix in (".yaml", ".yml") and p.is_file() and not (p.name == EQUIVALENT_FILE and p.parent == cards_dir)
+        if p.suffix in (".yaml", ".yml") and p.is_file() and not (p.name in NOT_CARDS and p.parent == cards_dir)
     )
 
 

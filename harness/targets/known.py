@@ -20,10 +20,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from harness.cards import TARGETS_FILE
 from harness.errors import UsageError
 from harness.targets import registry
 
-KNOWN_PATH = Path("obligations") / "targets.yaml"
+KNOWN_PATH = Path("obligations") / TARGETS_FILE
 SCHEMA_PATH = Path("obligations") / "targets.schema.json"
 
 
