@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -159,3 +160,25 @@ def test_every_known_reproduction_still_fails_on_the_version_it_was_surveyed_on(
     assert out.returncode == 0, out.stderr[-2000:]
     exits = dict(line.rsplit(" exit ", 1) for line in out.stdout.splitlines() if " exit " in line)
     assert exits == dict.fromkeys(paths, "1"), out.stdout
+
+
+def pytest_run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != registry.ENV_TARGETS}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "witnesses/test_targets.py", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_kv_target_is_parametrized_by_the_selection_and_a_missing_capability_is_na():
+    out = pytest_run("-k", "truncate_then_append", "--kvproof-target", "reference,transformers.quantized-fp8")
+    assert "1 passed, 1 skipped" in out.stdout, out.stdout[-2000:]
+    assert "n/a: target transformers.quantized-fp8 lacks capability truncate" in out.stdout
+
+
+def test_a_target_not_runnable_here_is_a_visible_na_and_an_unknown_one_a_usage_error():
+    hqq = registry.get("transformers.quantized-hqq")
+    if hqq.runnable:
+        pytest.skip("hqq is installed here")
+    out = pytest_run("-k", "fork", "--kvproof-target", "transformers.quantized-hqq")
+    assert "1 skipped" in out.stdout and "n/a: target transformers.quantized-hqq is not runnable here" in out.stdout
+    bad = pytest_run("--kvproof-target", "impl.pagd")
+    assert bad.returncode == 4 and "did you mean impl.paged" in bad.stderr, bad.stderr[-1000:]

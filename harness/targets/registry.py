@@ -11,6 +11,7 @@ cannot run here too (its cells are "not runnable here", with the reason).
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 from dataclasses import dataclass
@@ -35,10 +36,10 @@ def get(name: str) -> Target:
     try:
         return TARGETS[name]
     except KeyError:
-        close = [n for n in TARGETS if name.split(".")[-1] in n]
+        close = difflib.get_close_matches(name, list(TARGETS) + list(GROUPS), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise TargetUnknown(
-            f"target={name!r} is not a target{hint} Known: {', '.join(TARGETS)} (groups: {', '.join(GROUPS)})"
+            f"target={name!r} is not a target{hint}; known: {', '.join(TARGETS)} (groups: {', '.join(GROUPS)})"
         ) from None
 
 
