@@ -284,7 +284,9 @@ def clone(store: KVStore) -> KVStore:
     return store.clone()
 
 
-def build_design(design: str, **options) -> Callable:
+def build_design(name: str, design: str, **options) -> Callable:
+    """The builder of target ``name``: ``batch`` fresh stores of impl's ``design`` (make_cache with ``options``)."""
+
     def build(geometry: Geometry, batch: int, window: int | None, capacity: int, trace=None) -> StoresHandle:
         g = kv_geometry(geometry)
         ropes = ropes_for(geometry, capacity)
@@ -292,7 +294,7 @@ def build_design(design: str, **options) -> Callable:
         if design == "ring":
             extra["max_seq_len"] = capacity
         stores = [make_cache(design, g, ropes, window, **extra) for _ in range(batch)]
-        return StoresHandle(TARGETS[build.name], geometry, window, stores, clone, no_release)
+        return StoresHandle(TARGETS[name], geometry, window, stores, clone, no_release)
 
     return build
 
@@ -337,7 +339,6 @@ TARGETS: dict[str, Target] = {}
 
 
 def _own(name: str, title: str, build: Callable, refs: tuple[str, ...], numerics: Numerics, extra=()) -> None:
-    build.name = name  # type: ignore[attr-defined]  # the builder finds its own Target by name
     TARGETS[name] = Target(name, title, "kvproof", _ALL | frozenset(extra), numerics, refs, build, own=True)
 
 
@@ -351,7 +352,7 @@ _own(
 _own(
     "impl.contiguous",
     "impl.kv.KVCache: one store per batch element, windows masked from pos",
-    build_design("contiguous"),
+    build_design("impl.contiguous", "contiguous"),
     (
         "impl/kv.py::KVCache.reserve",
         "impl/kv.py::KVCache.write",
@@ -380,7 +381,7 @@ _own(
 _own(
     "impl.ring",
     "impl.ring_store.RingKVStore (f32): rings of a window's slots, grown from a hint of 2",
-    build_design("ring", hint=2),
+    build_design("impl.ring", "ring", hint=2),
     (
         "impl/ring_store.py::RingKVStore.write",
         "impl/ring_store.py::RingKVStore.view",
@@ -394,7 +395,7 @@ _own(
 _own(
     "impl.ring-int8",
     "impl.ring_store.RingKVStore (int8): per (position, KV head) symmetric int8",
-    build_design("ring", hint=2, precision="int8"),
+    build_design("impl.ring-int8", "ring", hint=2, precision="int8"),
     (
         "impl/ring_store.py::RingKVStore.write",
         "impl/ring_store.py::RingKVStore.view",
