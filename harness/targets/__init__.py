@@ -22,8 +22,10 @@ for that target (a skip naming the capability), never a verdict.
                      the problem is present (0 once fixed)
     known.py         obligations/targets.yaml (+ targets.schema.json): per target the expected
                      failures (card, witness, link, reproduction), validated
+    survey.py        survey mode: the TGT witnesses over third-party targets, printed as a card x
+                     target matrix; exit 1 only for a cell the known list does not expect
 
-Arrows run one way: protocol, repro <- own, transformers <- registry <- fixture, known. Nothing here
+Arrows run one way: protocol, repro <- own, transformers <- registry <- fixture, known <- survey. Nothing here
 imports the judge, the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).
 """
