@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.errors import NotCapable, TargetUnknown
-from harness.targets import known, registry
+from harness.targets import known, registry, survey
 from harness.targets.protocol import Geometry, Numerics
 from harness.targets.repro import Check, Header, Trace, render
 
@@ -182,3 +182,13 @@ def test_a_target_not_runnable_here_is_a_visible_na_and_an_unknown_one_a_usage_e
     assert "1 skipped" in out.stdout and "n/a: target transformers.quantized-hqq is not runnable here" in out.stdout
     bad = pytest_run("--kvproof-target", "impl.pagd")
     assert bad.returncode == 4 and "did you mean impl.paged" in bad.stderr, bad.stderr[-1000:]
+
+
+def test_a_survey_cell_says_known_new_na_or_not_runnable():
+    k = known.load(ROOT).known["transformers.static"][0]
+    assert survey.cell("failed", "", k) == f"FAILED (known: {k.finding})"
+    assert survey.cell("failed", "", None) == "FAILED (new)"
+    assert survey.cell("passed", "", None) == "PASS"
+    assert survey.cell("passed", "", k).startswith("PASS (known")  # a fixed finding is a difference too
+    assert survey.cell("skipped", "n/a: target x lacks capability window", None) == "n/a"
+    assert survey.cell("skipped", "n/a: target x is not runnable here: hqq", None) == "not runnable"
