@@ -323,9 +323,10 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
 EQUIVALENT_FILE = (
     "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation.score), not a card
 )
+TARGETS_FILE = "targets.yaml"  # third-party targets' expected failures (harness.targets.known), not a card
 # the YAML files beside the cards that are not cards: equivalence marks, configurations (harness.subjects),
-# third-party targets (harness.targets)
-SIDE_FILES = (EQUIVALENT_FILE, "configurations.yaml", "targets.yaml")
+# third-party targets (harness.targets.known)
+SIDE_FILES = (EQUIVALENT_FILE, "configurations.yaml", TARGETS_FILE)
 
 
 def find_card_files(cards_dir: Path) -> list[Path]:

@@ -112,3 +112,11 @@ class DocumentInvalid(HarnessError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
+
+
+class NotCapable(HarnessError, NotImplementedError):
+    """A target was asked for a verb it does not offer (``harness.targets``): the cell is n/a, not a verdict."""
+
+
+class TargetUnknown(HarnessError, LookupError):
+    """A target name (``--kvproof-target``, ``KVPROOF_TARGETS``, obligations/targets.yaml) names no target."""

@@ -1,8 +1,8 @@
-"""What every witness module shares: the harness plugins and the real SmolLM2 weights."""
+"""What every witness module shares: the harness plugins (evidence, oracle, kv_target) and the real SmolLM2 weights."""
 
 import pytest
 
-pytest_plugins = ["harness.plugin", "harness.oracle.fixtures"]
+pytest_plugins = ["harness.plugin", "harness.oracle.fixtures", "harness.targets.fixture"]
 
 
 @pytest.fixture(scope="session")

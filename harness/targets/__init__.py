@@ -1,0 +1,31 @@
+"""Targets: other engines' caches (and impl's own) behind one typed protocol, so one witness proves them all.
+
+A *target* is a KV cache a witness can drive through one vocabulary, whatever
+engine it belongs to. Witnesses take the ``kv_target`` fixture; the harness
+(or ``--kvproof-target`` / ``KVPROOF_TARGETS``) chooses which targets it is
+parametrized over; a witness that needs a capability a target lacks is "n/a"
+for that target (a skip naming the capability), never a verdict.
+
+    protocol.py      Target, Handle, Numerics, Geometry, Visible, Rows, NotCapable: what a target
+                     declares (name, distribution + version it binds to, capabilities, numerics class,
+                     refs) and the verbs a handle offers
+    own.py           impl's contiguous, paged and ring caches (f32 and int8) as targets, and the
+                     trivially correct list-of-rows reference target that known answers come from
+    transformers.py  thin adapters over the installed transformers' cache layer classes (Dynamic,
+                     Static, both sliding-window layers, the quantized layers whose backend imports
+                     here; the others are visible "not runnable here" targets with the reason)
+    registry.py      name -> Target; selections (own, transformers, all, a comma list); available()
+    fixture.py       the pytest plugin: ``kv_target`` (parametrized), ``--kvproof-target``, the
+                     ``kv_capabilities`` marker, ``--kvproof-repro DIR`` and the ``kv_repro`` fixture
+    repro.py         a falsifying example -> a standalone script that imports only the library and
+                     numpy/torch, replays the calls literally, prints what differs and exits 1 while
+                     the problem is present (0 once fixed)
+    known.py         obligations/targets.yaml (+ targets.schema.json): per target the expected
+                     failures (card, witness, link, reproduction), validated
+    survey.py        survey mode: the TGT witnesses over third-party targets, printed as a card x
+                     target matrix; exit 1 only for a cell the known list does not expect
+
+Arrows run one way: protocol, repro <- own, transformers <- registry <- fixture, known <- survey. Nothing here
+imports the judge, the ledger or the report; own imports impl (the project under proof), transformers
+imports torch and transformers only inside its functions (they are optional).
+"""

@@ -1,0 +1,147 @@
+"""pytest plugin: the ``kv_target`` fixture, parametrized over the selected targets, and reproductions.
+
+Loaded by ``witnesses/conftest.py`` (``pytest_plugins``). A witness about a
+cache takes ``kv_target`` (a :class:`harness.targets.protocol.Target`) and
+declares what it needs::
+
+    @pytest.mark.kv_capabilities("truncate", "fork")
+    def test_something(kv_target, evidence): ...
+
+The test is parametrized over the targets of ``--kvproof-target NAME[,NAME]``
+(names, groups ``own``/``transformers``/``all``, globs), else
+``KVPROOF_TARGETS``, else ``own`` (the reference and impl's designs), with
+the target name as the parameter id (``test_x[transformers.static]``). A
+target that lacks a needed capability skips with ``n/a: target X lacks
+capability Y``; one that cannot run here skips with ``n/a: target X is not
+runnable here: <why>``. Neither is a verdict about the target.
+
+``kv_repro`` collects a witness's failures on traced (third-party) handles;
+with ``--kvproof-repro DIR`` the last one (Hypothesis' shrunk example) is
+written as ``DIR/<target>/<test>.py`` when the test ends
+(:mod:`harness.targets.repro`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.errors import TargetUnknown
+from harness.targets import registry
+from harness.targets.protocol import Handle, Target
+from harness.targets.repro import Check, Header, Trace, render, write
+
+MARKER = "kv_capabilities"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvproof")
+    group.addoption(
+        "--kvproof-target",
+        default=None,
+        metavar="NAME[,NAME]",
+        help=f"targets for kv_target witnesses: names, groups (own, transformers, all) or globs "
+        f"(default: ${registry.ENV_TARGETS}, else own)",
+    )
+    group.addoption(
+        "--kvproof-repro",
+        default=None,
+        metavar="DIR",
+        help="write a standalone reproduction of each failure on a third-party target to DIR/<target>/<test>.py",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(*capabilities): the kv_target capabilities a witness needs (else n/a for that target)"
+    )
+    try:
+        registry.select(config.getoption("kvproof_target"))
+    except TargetUnknown as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kv_target" in metafunc.fixturenames:
+        names = [t.name for t in registry.select(metafunc.config.getoption("kvproof_target"))]
+        metafunc.parametrize("kv_target", names, indirect=True, ids=names)
+
+
+def needed(item: pytest.Item) -> list[str]:
+    """The capabilities the item's ``kv_capabilities`` markers name, in order."""
+    out: list[str] = []
+    for mark in item.iter_markers(MARKER):
+        out += [c for c in mark.args if c not in out]
+    return out
+
+
+@pytest.fixture
+def kv_target(request: pytest.FixtureRequest) -> Target:
+    """The target this parametrization is about; skips (n/a) when it cannot run here or lacks a capability."""
+    target = registry.get(request.param)
+    if not target.runnable:
+        pytest.skip(f"n/a: target {target.name} is not runnable here: {target.unavailable}")
+    lacking = target.lacks(needed(request.node))
+    if lacking:
+        pytest.skip(f"n/a: target {target.name} lacks capability {', '.join(lacking)}")
+    return target
+
+
+@dataclass
+class Failure:
+    """One failed check on a traced handle, with the script state at that point."""
+
+    header: Header
+    trace: Trace
+
+
+@dataclass
+class ReproSink:
+    """Traces for one witness's handles and the last failure on them."""
+
+    target: Target
+    witness: str
+    folder: Path | None
+    failures: list[Failure] = field(default_factory=list)
+
+    def trace(self) -> Trace | None:
+        """A fresh trace for the handles of one example (None for impl's own targets: nothing to replay)."""
+        return None if self.target.own else Trace()
+
+    def failed(self, handle: Handle, check: Check, claim: str, verbs: tuple[str, ...], title: str = "") -> None:
+        """Record that ``check`` fails on ``handle`` (a traced one; others are ignored) at this point."""
+        trace = getattr(handle, "trace", None)
+        if trace is None:
+            return
+        t = trace.snapshot()
+        t.check(check)
+        header = Header(
+            title or f"{self.target.title}: {claim}",
+            self.target.name,
+            self.target.binding(),
+            self.target.title.split(":")[0],
+            claim,
+            self.target.backing(verbs),
+            self.witness,
+        )
+        self.failures.append(Failure(header, t))
+
+    def script(self) -> str:
+        """The reproduction of the last failure, as text ("" when none)."""
+        if not self.failures:
+            return ""
+        last = self.failures[-1]
+        return render(last.header, last.trace)
+
+
+@pytest.fixture
+def kv_repro(request: pytest.FixtureRequest, kv_target: Target):
+    """A :class:`ReproSink` for this witness; writes the last failure's script at teardown when asked to."""
+    folder = request.config.getoption("kvproof_repro")
+    sink = ReproSink(kv_target, request.node.nodeid, Path(folder) if folder else None)
+    yield sink
+    if sink.folder is not None and sink.failures:
+        name = request.node.originalname if hasattr(request.node, "originalname") else request.node.name
+        write(sink.folder / kv_target.name / f"{name}.py", sink.script())

@@ -1,0 +1,141 @@
+"""obligations/targets.yaml: the expected failures of each third-party target, validated.
+
+A third-party target is surveyed, not gated: its failing cells are findings
+about the library, and a survey-mode run needs to tell the expected ones
+from new ones. Each entry names the cell (card, witness, test), the class at
+fault, the claim and the documentation that backs it, an upstream link when
+one matches, and the reproduction script (which exits 1 while the problem is
+present). The file's format is obligations/targets.schema.json; :func:`load`
+also checks what a schema cannot: every target is registered, every
+reproduction and card file exists inside the project root, findings are
+unique per target, and each card names the witness and test given.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from harness.cards import TARGETS_FILE
+from harness.errors import UsageError
+from harness.targets import registry
+
+KNOWN_PATH = Path("obligations") / TARGETS_FILE
+SCHEMA_PATH = Path("obligations") / "targets.schema.json"
+
+
+@dataclass(frozen=True)
+class Known:
+    """One expected failure of one target."""
+
+    target: str
+    finding: str
+    card: str
+    witness: str
+    test: str
+    cls: str
+    claim: str
+    backing: str
+    reproduction: str  # relative to the project root
+    link: str = ""
+    link_note: str = ""
+    observed: str = ""
+    also: tuple[str, ...] = ()
+
+    @property
+    def cells(self) -> tuple[str, ...]:
+        """Every ``CARD/witness`` cell this finding fails on this target, the first one first."""
+        return (f"{self.card}/{self.witness}", *self.also)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """Per target: the version it was surveyed on and its expected failures."""
+
+    surveyed: dict[str, str]
+    known: dict[str, tuple[Known, ...]]
+
+    def expected(self, target: str, card: str, witness: str) -> Known | None:
+        """The known finding that makes cell (target, card, witness) fail, or None if none is expected."""
+        return next((k for k in self.known.get(target, ()) if f"{card}/{witness}" in k.cells), None)
+
+    def stale(self, target: str) -> bool:
+        """True when the target now binds to another version than the one its list was surveyed on."""
+        return target in self.surveyed and registry.get(target).binding() != self.surveyed[target]
+
+
+def problem(path: Path, where: str, msg: str) -> UsageError:
+    return UsageError(f"{path}: {where}: {msg}")
+
+
+def load(root: Path) -> Survey:
+    """Read and check ``root/obligations/targets.yaml``; UsageError naming the file, field and fix otherwise.
+
+    A missing file is an empty survey.
+    """
+    path = root / KNOWN_PATH
+    if not path.is_file():
+        return Survey({}, {})
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise problem(path, "YAML", str(exc)) from None
+    schema = json.loads((root / SCHEMA_PATH).read_text(encoding="utf-8"))
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        raise problem(path, "/".join(str(p) for p in e.path) or "(top)", e.message)
+    surveyed: dict[str, str] = {}
+    known: dict[str, tuple[Known, ...]] = {}
+    for name, entry in data["targets"].items():
+        try:
+            registry.get(name)
+        except LookupError as exc:
+            raise problem(path, f"targets/{name}", str(exc)) from None
+        surveyed[name] = entry["surveyed"]
+        items, seen = [], set()
+        for i, k in enumerate(entry["known"]):
+            where = f"targets/{name}/known/{i}"
+            if k["finding"] in seen:
+                raise problem(path, where, f"finding={k['finding']!r} twice for one target: give each its own id")
+            seen.add(k["finding"])
+            check_files(root, path, where, k)
+            items.append(
+                Known(
+                    name,
+                    k["finding"],
+                    k["card"],
+                    k["witness"],
+                    k["test"],
+                    k["class"],
+                    " ".join(k["claim"].split()),
+                    " ".join(k["backing"].split()),
+                    k["reproduction"],
+                    k.get("link", ""),
+                    k.get("link_note", ""),
+                    " ".join(k.get("observed", "").split()),
+                    tuple(k.get("also", ())),
+                )
+            )
+        known[name] = tuple(items)
+    return Survey(surveyed, known)
+
+
+def check_files(root: Path, path: Path, where: str, k: dict) -> None:
+    """The reproduction exists inside the root; the card exists and names this witness with this test."""
+    repro = (root / k["reproduction"]).resolve()
+    if not repro.is_relative_to(root.resolve()) or not repro.is_file():
+        raise problem(path, f"{where}/reproduction", f"{k['reproduction']!r} is not a file inside the project root")
+    card_path = root / "obligations" / f"{k['card']}.yaml"
+    if not card_path.is_file():
+        raise problem(path, f"{where}/card", f"card={k['card']!r}: no {card_path.relative_to(root)}")
+    card = yaml.safe_load(card_path.read_text(encoding="utf-8")) or {}
+    tests = {w.get("id"): w.get("test") for w in card.get("witnesses", []) + card.get("controls", [])}
+    if k["witness"] not in tests:
+        raise problem(path, f"{where}/witness", f"witness={k['witness']!r} is not a witness of {k['card']}")
+    if tests[k["witness"]] != k["test"]:
+        raise problem(path, f"{where}/test", f"{k['card']}/{k['witness']} runs {tests[k['witness']]}, not {k['test']}")
