@@ -161,6 +161,14 @@ def _run_parser(sub) -> None:
         "globs; none: all): one verdict per (card, configuration) cell; --profile release implies it",
     )
     run.add_argument(
+        "--target",
+        metavar="SPEC",
+        default=None,
+        help="also prove the cards tagged `targets` on other engines' caches: target names, groups (own, "
+        "transformers, all) or globs, comma-separated; impl's own targets gate, third-party ones are a survey "
+        "(docs/targets.md)",
+    )
+    run.add_argument(
         "--baseline",
         metavar="REF",
         help="compare this run with REF (a run id, latest/previous, a report folder or a "

@@ -170,6 +170,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         executor=executor_spec(args),
         force=args.force,
         matrix=_matrix(args),
+        targets=getattr(args, "target", None),
     )
     if req.fail_on_regression and not req.baseline:
         raise UsageError(

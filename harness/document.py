@@ -18,7 +18,7 @@ them derived once, in :func:`_upgrade_card`, when they are read.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cattrs
@@ -251,6 +251,7 @@ class SubjectInfo:
     runnable: bool
     why_not: str = ""
     numerics: str | None = None
+    known: Mapping[str, str] = field(default_factory=dict)  # a third-party target's expected failures: card -> repro
 
 
 @dataclass(frozen=True)

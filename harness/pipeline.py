@@ -38,7 +38,7 @@ from harness.cards import Card, LoadResult, Problem, card_bytes, display_path, f
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
 from harness.document import CardResult, Claim, MutationResult, RunDocument, SubjectInfo
-from harness.errors import CardInvalid, LedgerError, RunNotRecorded, UsageError
+from harness.errors import CardInvalid, LedgerError, RunNotRecorded, TargetUnknown, UsageError
 from harness.execute import forkserver
 from harness.execute.cluster import check_reachable, close_session, import_ray
 from harness.execute.executor import RAY, ExecutorSpec
@@ -56,6 +56,7 @@ from harness.report import folder as report_folder
 from harness.report.view import build_view
 from harness.statuses import Gate, Verdict
 from harness.subjects import Subject
+from harness.targets import known, registry
 from harness.timings import Expected
 
 # ---------------------------------------------------------------- inputs and outputs
@@ -88,6 +89,7 @@ class RunRequest:
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
     force: bool = False  # --json may replace an existing file that is not a previous verdicts document
     matrix: tuple[str, ...] | None = None  # run --matrix [NAME ...]: every card under these configurations (() all)
+    targets: str | None = None  # run --target SPEC: cards tagged `targets` under each selected target too
 
 
 class Reporter(Protocol):
@@ -209,6 +211,8 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
 def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:
     """The configurations a ``--matrix`` run proves, each probed on this machine (none for a plain run);
     ConfigurationsInvalid (exit 2) for a malformed configurations file, UsageError for a name it lacks."""
+    if req.targets:
+        return target_subjects(req, reporter)
     if req.matrix is None:
         return ()
     found = subjects.load(req.cards_dir, req.root)
@@ -218,16 +222,55 @@ def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subjec
     return tuple(subjects.probe(c, found.probe, req.root) for c in chosen)
 
 
+def target_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:
+    """``run --target SPEC``: the default subject and one subject per selected target (harness.targets),
+    each with ``KVPROOF_TARGETS`` set to it and its distribution's version as a bound setting; impl's own
+    targets gate, third-party ones are a survey; a target that cannot run here is a visible cell."""
+    try:
+        found = registry.available(req.targets or "")
+    except TargetUnknown as exc:
+        raise UsageError(f"--target: {exc}") from None
+    survey = known.load(req.root) if (req.root / known.KNOWN_PATH).is_file() else None
+    if reporter is not None:
+        reporter.note(f"targets: {', '.join(a.name for a in found)} (cards tagged `targets` run under each)")
+    out = [Subject(subjects.DEFAULT, "impl's own targets, as a plain run", {}, True, True)]
+    for a in found:
+        expected = {k.card: k.reproduction for k in (survey.known.get(a.name, ()) if survey is not None else ())}
+        out.append(
+            Subject(
+                a.name,
+                f"the target {a.name} ({a.binding})",
+                {registry.ENV_TARGETS: a.name, "KVPROOF_TARGET_BINDING": a.binding},
+                registry.get(a.name).own,
+                a.runnable,
+                a.reason,
+                a.binding,
+                expected,
+            )
+        )
+    return tuple(out)
+
+
 def expand(cards: Sequence[Card], subs: Sequence[Subject]) -> list[Card]:
     """Every (card, runnable subject) as a cell card (``CARD@SUBJECT``, the default keeps the card's id), card
-    by card; the cards themselves when there are no subjects."""
+    by card; the cards themselves when there are no subjects. Under targets (a subject that sets
+    ``KVPROOF_TARGETS``) only the cards tagged ``targets`` get a cell."""
     runnable_here = [s for s in subs if s.runnable]
     if not subs:
         return list(cards)
     return [
-        replace(c, id=subjects.cell_id(c.id, s.name), subject=s.name, card_id=c.id)
+        replace(
+            c,
+            id=subjects.cell_id(c.id, s.name),
+            subject=s.name,
+            card_id=c.id,
+            # a liar is a wrong version of *our* code: it says how strong the witnesses are on impl's own
+            # targets; on a third-party target (a survey cell) it would patch code the target never runs
+            liars=() if registry.ENV_TARGETS in s.settings and not s.required else c.liars,
+        )
         for c in cards
         for s in runnable_here
+        if s.name == subjects.DEFAULT or registry.ENV_TARGETS not in s.settings or "targets" in c.tags
     ]
 
 

@@ -82,6 +82,7 @@ class Subject:
     runnable: bool
     why_not: str = ""  # when not runnable: what this machine lacks or what the probe raised
     numerics: str | None = None
+    known: Mapping[str, str] = field(default_factory=dict)  # a target's expected failures: card id -> reproduction
 
     def to_json(self) -> dict:
         return {
@@ -92,6 +93,7 @@ class Subject:
             "runnable": self.runnable,
             "why_not": self.why_not,
             "numerics": self.numerics,
+            "known": dict(self.known),
         }
 
 

@@ -68,10 +68,12 @@ def render_mutation(console: Console, card_id: str, m: Mapping[str, Any], indent
 def render_grid(console: Console, grid: Mapping[str, Any]) -> None:
     """A ``--matrix`` run: one row per card, one column per configuration, then what each configuration is."""
     table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
-    table.add_column("card", no_wrap=True)
-    table.add_column("over all", no_wrap=True)
+    width = max((len(r["id"]) for r in grid["rows"]), default=4)
+    table.add_column("card", no_wrap=True, min_width=width)
+    table.add_column("over all", no_wrap=True, min_width=10)
     for sub in grid["subjects"]:
-        table.add_column(escape(sub["name"]) + ("" if sub["required"] else " (survey)"), no_wrap=True)
+        # NOTE: headers fold (a target's name is long); cells hold one verdict word each
+        table.add_column(escape(sub["name"]) + ("" if sub["required"] else " (survey)"), overflow="fold")
     for row in grid["rows"]:
         cells = [
             verdict_text(c["verdict"]) if c["verdict"] in VERDICTS else f"[dim]{c['verdict']}[/]" for c in row["cells"]

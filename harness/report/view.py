@@ -455,6 +455,7 @@ def card_view(
 # worst first: a card's verdict over its cells is the worst of its required, runnable cells
 _RANK = {Verdict.FAILED: 0, Verdict.ERROR: 1, Verdict.VACUOUS: 2, Verdict.UNVERIFIED: 3, Verdict.PROVEN: 4}
 NOT_RUNNABLE = "n/a here"
+NOT_APPLICABLE = "n/a"  # a target without a capability the card needs
 
 
 def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -468,10 +469,17 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
     for c in cards:
         base, name = split(c["id"])
         row = rows.setdefault(base, {"id": base, "title": c["title"], "cells": {}})
+        shown, reproduction = c["verdict"], ""
+        if c["verdict"] == Verdict.UNVERIFIED and "n/a:" in c["reason"]:
+            shown = NOT_APPLICABLE  # the target lacks a capability the card needs: not a verdict about it
+        known = next((s.get("known") or {} for s in subs if s["name"] == name), {})
+        if c["verdict"] == Verdict.FAILED and base in known:
+            shown, reproduction = f"{Verdict.FAILED} (known)", known[base]
         row["cells"][name] = {
-            "verdict": c["verdict"],
+            "verdict": shown,
             "anchor": c["anchor"],
             "reason": c["reason"] if c["verdict"] != Verdict.PROVEN else "",
+            "reproduction": reproduction,
         }
     required = {s["name"] for s in subs if s["required"] and s["runnable"]}
     for row in rows.values():
@@ -479,6 +487,7 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
             if not s["runnable"]:
                 row["cells"][s["name"]] = {"verdict": NOT_RUNNABLE, "anchor": "", "reason": s["why_not"]}
         counted = [cell["verdict"] for name, cell in row["cells"].items() if name in required]
+        counted = [v for v in counted if v != NOT_APPLICABLE]
         row["verdict"] = min(counted, key=lambda v: _RANK.get(v, 0)) if counted else NOT_RUNNABLE
         row["cells"] = [{"subject": s["name"], **row["cells"].get(s["name"], {"verdict": "–"})} for s in subs]
     return {
