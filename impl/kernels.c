@@ -126,6 +126,19 @@ static inline float FMAF(float a, float b, float c) {
 const char *kv_isa(void) { return ISA; }
 int kv_vl(void) { return VL; }
 
+/* The thread count of calls made with nthreads <= 0 from the calling thread (OpenMP's nthreads-var);
+ * n <= 0 leaves it. Returns the count before. */
+int kv_default_threads(int n) {
+#ifdef _OPENMP
+    int old = omp_get_max_threads();
+    if (n > 0) omp_set_num_threads(n);
+    return old;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
 /* One tile: R rows x NP panels over k in [k0, k1), k-block by k-block (the first block of the row,
  * kb == 0, stores its sum; later ones add theirs). pstride = K*NR floats between panels. Row r's
  * value at step k is x[k * KS + r]: KS = 1 for one plain row (decode), KS = MR for rows packed as
@@ -349,6 +362,19 @@ static inline vec vexp(vec x) {
     p = VFMA(p, r, VBCAST(5.0000001201e-1f));
     p = VFMA(p, VMUL(r, r), VADD(r, VBCAST(1.0f)));
     return VZERO_BELOW(VMUL(p, VPOW2I(n)), x, lim);
+}
+
+/* out[i] = exp(x[i]) for x[i] <= 0 by vexp, the exp softmax and silu use (for tests of it); a short tail is
+ * padded into a full vector, so an element's bits depend on its own x only. */
+void kv_exp(const float *x, long n, float *out) {
+    long i = 0;
+    for (; i + VL <= n; i += VL) VSTORE(out + i, vexp(VLOAD(x + i)));
+    if (i < n) {
+        float t[VL] = {0}, o[VL];
+        for (long j = 0; i + j < n; j++) t[j] = x[i + j];
+        VSTORE(o, vexp(VLOAD(t)));
+        for (long j = 0; i + j < n; j++) out[i + j] = o[j];
+    }
 }
 
 /* Sum of the VL lanes by halving (lane i + lane i + VL/2, ...): a fixed tree. */

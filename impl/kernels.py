@@ -190,6 +190,13 @@ class Kernel:
         self._linear_q.restype = ctypes.c_int
         lib.kv_q_isa.restype = ctypes.c_char_p
         self.q_isa = lib.kv_q_isa().decode()
+        self.vl = int(lib.kv_vl())  # floats per vector register in this build: 16, 8 or 4
+        self._exp = lib.kv_exp
+        self._exp.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
+        self._exp.restype = None
+        self._default_threads = lib.kv_default_threads
+        self._default_threads.argtypes = [ctypes.c_int]
+        self._default_threads.restype = ctypes.c_int
         self._lib = lib
 
     @property
@@ -202,6 +209,23 @@ class Kernel:
         """``avx512f (build avx512: -mavx2 ...)``: the vector code and the build's flags, for numerics lines."""
         flags = " ".join(ISA_BUILDS[self.build].flags) or "no -m flags"
         return f"{self.isa} (build {self.build}: {flags})"
+
+    def default_threads(self, n: int = 0) -> int:
+        """Set the thread count of every call made with ``threads=0`` from this Python thread (what impl's own
+        callers pass; OpenMP's nthreads-var, initially OMP_NUM_THREADS); ``n <= 0`` only reads it. Returns
+        the count in force before. Threads never change a result's bits (KV-T4, KERNEL-ACC)."""
+        return int(self._default_threads(int(n)))
+
+    def exp(self, x: np.ndarray) -> np.ndarray:
+        """exp(x) element by element by the kernel's own exp (the one softmax and silu use; kernels.c ``kv_exp``):
+        x float32, every element <= 0 (its domain: softmax arguments, -|g| in silu); exactly 1 at 0 and 0
+        below -87. Returns float32 of x's shape. Raises ValueError for an element > 0 or NaN."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.size and not (x <= 0).all():
+            raise ValueError(f"Kernel.exp takes x <= 0 only (softmax arguments): got max(x)={float(np.max(x))}")
+        out = np.empty_like(x)
+        self._exp(x.ctypes.data, x.size, out.ctypes.data)
+        return out
 
     def linear(self, x: np.ndarray, packed: np.ndarray, out: np.ndarray, threads: int = 0) -> None:
         """out[:, :P*NR] = x @ W for W packed as (P, K, NR); x (T, K) and out (T, >= P*NR) float32, rows contiguous."""
