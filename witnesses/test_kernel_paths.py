@@ -170,6 +170,10 @@ def test_linear_has_the_documented_order_for_any_shape_chunking_width_and_thread
         evidence.observe("err_over_bound", ratio)
         evidence.observe("err_u", float(np.max(np.abs(whole - y64) / scale)) / U)
         evidence.count("examples")
+        evidence.count("k_tails", int(k % KC != 0))  # a last k-block shorter than 64
+        evidence.count("width_tails", int(c % NR != 0))  # a zero-padded last panel
+        evidence.count("row_tails", int(t > 1 and t % 6 != 0))  # a short 6-row tile
+        evidence.count("threaded", int(threads > 1))
         assert delta == 0, f"row bits depend on rows, chunking, width or threads: max|delta|={delta}"
         assert mismatched == 0, f"{mismatched} elements are not the documented fma order (T={t} K={k} C={c})"
         assert ratio <= 1, f"|y - y64| = {ratio:.3f} x gamma_n sum|x w|"
@@ -205,14 +209,14 @@ def exact_block_values(qtype: str, raw: np.ndarray) -> np.ndarray:
 
 
 def test_quantized_decode_has_the_documented_order_and_weights_on_any_rows_and_threads(kern, evidence):
-    """Kernel.linear_q on random Q4_1/Q8_0 blocks: 1-100 rows (a short last group of 16 whenever the count
+    """Kernel.linear_q on random Q4_1/Q8_0 blocks: 1-200 rows (a short last group of 16 whenever the count
     is not a multiple), K = 32-320 (odd block counts end in a half k-block), rows at permuted addresses,
     1-4 threads, vector and scalar (reference=True) code. Each output equals the documented arithmetic
     (weights decoded with float32 operations as ggml defines them, witnesses/gguf_reference.py, then the
     k-blocked fma order) bit for bit, and lies within gamma_(n+1) * sum|x_k w_k| of the float64 product
     with the format's exact values (one more rounding: a Q4_1 weight's d*q + m)."""
 
-    @given(qtype=st.sampled_from(sorted(QBLOCK)), c=st.integers(1, 100), nb=st.integers(1, 10), threads=threads_st)
+    @given(qtype=st.sampled_from(sorted(QBLOCK)), c=st.integers(1, 200), nb=st.integers(1, 10), threads=threads_st)
     def prop(qtype, c, nb, threads):
         rng = np.random.default_rng(c * 1000 + nb * 10 + threads)
         raw = random_blocks(qtype, c, nb, rng)
@@ -238,6 +242,8 @@ def test_quantized_decode_has_the_documented_order_and_weights_on_any_rows_and_t
         evidence.count("q_order_mismatches", mismatched)
         evidence.observe("q_err_over_bound", ratio)
         evidence.count("q_short_last_groups", int(c % 16 != 0))
+        lanes = 16 if kern.q_vector else 1  # rows a group of kv_linear_q computes at once
+        evidence.count("q_threaded", int(threads > 1 and -(-c // lanes) >= 2 * threads))  # its threading rule
         assert delta == 0, f"{qtype} c={c} K={k}: bits depend on threads or the code path: {delta}"
         assert mismatched == 0, f"{qtype} c={c} K={k}: {mismatched} outputs are not the documented arithmetic"
         assert ratio <= 1, f"{qtype}: |y - y64| = {ratio:.3f} x gamma sum|x w|"
@@ -384,7 +390,8 @@ def rope_tables(theta: float, d: int, n_pos: int) -> tuple[np.ndarray, np.ndarra
 
 def test_rope_has_numpys_float32_bits_and_is_within_2u_of_float64(kern, evidence):
     """Kernel.rope: 1-200 rows of 1-8 heads of D = 2-128 (even; tails past whole vectors), heads read as views
-    into wider rows, positions anywhere in the table, 1-4 threads. Bits equal numpy's float32
+    into wider rows, positions anywhere in the table, 1-4 threads (the rows also repeated past the threading
+    threshold). Bits equal numpy's float32
     x1*c - x2*s, x2*c + x1*s (written here); error against float64 on the same table values
     <= 2u (|x1 c| + |x2 s|) (two roundings of products, one of the sum); rows are their own."""
 
@@ -407,6 +414,9 @@ def test_rope_has_numpys_float32_bits_and_is_within_2u_of_float64(kern, evidence
         delta = bitdiff(kern.rope(x, cos, sin, pos, threads=threads), got)
         for a, b in cuts(t, seed):
             delta = max(delta, bitdiff(kern.rope(x[a:b], cos, sin, pos[a:b], threads=threads), got[a:b]))
+        reps = -(-65536 // x.size)  # kv_rope threads from 65536 values on: the rows repeated past that
+        big = kern.rope(np.tile(x, (reps, 1, 1)), cos, sin, np.tile(pos, reps), threads=threads)
+        delta = max(delta, bitdiff(big[-t:], got))
         c, s = cos[pos][:, None, :], sin[pos][:, None, :]  # (T, 1, D)
         x1, x2 = x[..., :half], x[..., half:]
         want = np.concatenate([x1 * c[..., :half] - x2 * s[..., :half], x2 * c[..., half:] + x1 * s[..., half:]], -1)
@@ -482,27 +492,43 @@ def attention_bound(q, k, v, lo, hi, scale, vl):
 head_dims = st.one_of(st.sampled_from([8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]), st.integers(8, 128))
 
 
+ATTEND_THREADED = 65536  # kernels.c kv_attend: below T * max keys * Hkv * G * D, one thread whatever is asked
+
+# a prefill's queries, and a decode step's one or two queries over many keys: with few (query, KV head) items
+# and 2+ threads, kv_attend gives each group member an item of its own (another split of the same arithmetic)
+prefill_shapes = st.fixed_dictionaries(
+    {"n": st.integers(1, 80), "t": st.integers(1, 24), "hkv": st.integers(1, 3), "g": st.integers(1, 4), "d": head_dims}
+)
+decode_shapes = st.fixed_dictionaries(
+    {
+        "n": st.integers(200, 300),
+        "t": st.integers(1, 2),
+        "hkv": st.integers(1, 2),
+        "g": st.integers(3, 4),
+        "d": st.integers(112, 128),
+    }
+)
+
+
 def test_attention_is_within_its_bound_of_float64_and_a_querys_bits_are_its_own(kern, evidence):
     """Kernel.attend: 1-3 KV heads, groups of 1-4, head_dim 8-128 (partial value chunks, the scalar path when
-    not a multiple of the vector width), 1-80 keys, the last 1-24 rows as queries with or without a window,
-    rows strided or not, scores scaled up to 20x, 1-4 threads. A query's bits equal the query alone, in any
-    chunking of the queries, on any thread count, and over a copy of only its visible rows; each output is
-    within the first-order bound of attention_bound of the float64 reference."""
+    not a multiple of the vector width), 1-80 keys with the last 1-24 rows as queries, or a decode step's 1-2
+    queries over 200-300 keys; with or without a window, rows strided or not, scores scaled up to 20x, 1-4
+    threads. A query's bits equal the query alone, in any chunking of the queries, on any thread count, in a
+    call large enough to be threaded (the queries repeated), and over a copy of only its visible rows; each
+    output is within the first-order bound of attention_bound of the float64 reference."""
 
     @given(
-        n=st.integers(1, 80),
-        t=st.integers(1, 24),
-        hkv=st.integers(1, 3),
-        g=st.integers(1, 4),
-        d=head_dims,
-        window=st.one_of(st.none(), st.integers(1, 80)),
+        shape=st.one_of(prefill_shapes, decode_shapes),
+        window=st.one_of(st.none(), st.integers(1, 300)),
         temp=st.sampled_from([0.1, 1.0, 5.0, 20.0]),
         pad=st.sampled_from([0, 3]),
         threads=threads_st,
         seed=seeds,
     )
-    def prop(n, t, hkv, g, d, window, temp, pad, threads, seed):
-        t = min(t, n)
+    def prop(shape, window, temp, pad, threads, seed):
+        n, hkv, g, d = shape["n"], shape["hkv"], shape["g"], shape["d"]
+        t = min(shape["t"], n)
         rng = np.random.default_rng(seed)
         q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, window, temp, pad)
         scale = 1.0 / np.sqrt(d)
@@ -510,6 +536,10 @@ def test_attention_is_within_its_bound_of_float64_and_a_querys_bits_are_its_own(
         delta = bitdiff(kern.attend(q, k, v, lo, hi, scale, threads=threads), got)
         for a, b in cuts(t, seed):
             delta = max(delta, bitdiff(kern.attend(q[a:b], k, v, lo[a:b], hi[a:b], scale, threads=threads), got[a:b]))
+        work = t * int((hi - lo).max()) * hkv * g * d
+        reps = min(4096, -(-ATTEND_THREADED // work))  # the queries repeated: a call past the threading threshold
+        big = kern.attend(np.tile(q, (reps, 1, 1, 1)), k, v, np.tile(lo, reps), np.tile(hi, reps), scale, threads)
+        delta = max(delta, bitdiff(big[-t:], got))
         i = int(rng.integers(t))
         kc, vc = np.ascontiguousarray(k[lo[i] : hi[i]]), np.ascontiguousarray(v[lo[i] : hi[i]])
         alone = kern.attend(q[i : i + 1], kc, vc, np.array([0]), np.array([hi[i] - lo[i]]), scale, threads=threads)
@@ -519,6 +549,11 @@ def test_attention_is_within_its_bound_of_float64_and_a_querys_bits_are_its_own(
         evidence.observe("attention_delta", delta)
         evidence.observe("attention_err_over_bound", ratio)
         evidence.count("attention_examples")
+        vector = d % kern.vl == 0 and d <= 16 * kern.vl  # kernels.c's vector path for this head_dim
+        evidence.count("scalar_head_dims", int(not vector))
+        evidence.count("partial_value_chunks", int(vector and (d // kern.vl) % 4 != 0))
+        evidence.count("threaded_items", int(threads > 1 and reps * work >= ATTEND_THREADED))
+        evidence.count("split_group_items", int(threads > 1 and work >= ATTEND_THREADED and t * hkv < 4 * threads))
         assert delta == 0, f"a query's bits depend on the other queries, the threads or the rows it cannot see: {delta}"
         assert ratio <= 1, f"|o - o64| = {ratio:.3f} x the bound (n={n} D={d} G={g})"
 
