@@ -31,9 +31,10 @@ to the compiler's baseline, so the kernel's generic vector code compiles.
 Each build has its own file in the cache. A build whose extensions this CPU
 lacks is refused (:class:`~impl.errors.SettingError`) before anything is
 compiled or loaded, never run into SIGILL; :func:`runnable_isas` lists the
-builds this CPU can run. The linear products' bits do not depend on the
-build (one FMA per step in one order); attention, rmsnorm and silu sum in
-vector lanes, so their bits do.
+builds this CPU can run. The bits of the linear products, the quantized
+decode (one FMA per step in one order), exp and silu (one formula per
+element) do not depend on the build; rmsnorm, softmax and attention sum in
+vector lanes, so theirs do.
 
 ``KVPROOF_KERNEL=numpy`` (or no working compiler) selects the fallback:
 numpy's gemv for every row (``impl.linear``), invariant too but slower for

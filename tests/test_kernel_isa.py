@@ -112,6 +112,28 @@ def test_linear_has_the_same_bits_on_every_isa_build():
         assert all(np.array_equal(o.view(np.uint32), first.view(np.uint32)) for o in outs.values()), (t, k, c)
 
 
+def test_the_quantized_decode_exp_and_silu_have_the_same_bits_on_every_isa_build():
+    """The quantized decode sums in the linear order; exp and silu are one formula per element (rmsnorm, softmax
+    and attention sum in vector lanes, so their bits may differ between builds)."""
+    ks = _runnable_kernels()
+    rng = np.random.default_rng(1)
+    g = (rng.standard_normal((20, 333)) * 20).astype(np.float32)
+    u = rng.standard_normal((20, 333)).astype(np.float32)
+    raw = rng.integers(0, 256, size=(37, 5, 34), dtype=np.uint8)  # 37 rows of five Q8_0 blocks: a short last group
+    raw[:, :, 0:2] = (rng.standard_normal((37, 5)) * 0.02).astype(np.float16).view(np.uint8).reshape(37, 5, 2)
+    rows = np.ascontiguousarray(raw.ctypes.data + np.arange(37) * 5 * 34, dtype=np.uintp)
+    x = rng.standard_normal(160).astype(np.float32)
+    results = {}
+    for isa, kern in ks.items():
+        q = np.empty(37, np.float32)
+        kern.linear_q(x, rows, kernels.QTYPES["Q8_0"], q, threads=2)
+        results[isa] = [kern.exp(-np.abs(g)), kern.silu(g), kern.silu(g, u), q]
+    first = next(iter(results.values()))
+    for isa, outs in results.items():
+        for name, a, b in zip(("exp", "silu", "silu*u", "linear_q"), outs, first, strict=True):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (isa, name)
+
+
 def _round_f32(v: Fraction) -> np.float32:
     """The float32 nearest to the exact rational v, ties to even (no double rounding)."""
     f = np.float32(float(v))
