@@ -26,8 +26,9 @@ source, the flags, the compiler and the CPU, so later processes only
 
 ISA builds (``KVPROOF_KERNEL_ISA``, :data:`ISA_BUILDS`): ``auto`` (default)
 is ``-march=native``, the best this CPU runs; ``avx512`` and ``avx2`` name
-exactly the instruction-set extensions they may use; ``portable`` adds none
-to the compiler's baseline, so the kernel's generic vector code compiles.
+exactly the instruction-set extensions they may use; ``portable`` is the
+architecture's baseline (``-march=x86-64``: SSE2, no FMA; elsewhere the
+compiler's default), so the kernel's generic vector code compiles.
 Each build has its own file in the cache. A build whose extensions this CPU
 lacks is refused (:class:`~impl.errors.SettingError`) before anything is
 compiled or loaded, never run into SIGILL; :func:`runnable_isas` lists the
@@ -85,9 +86,9 @@ ISA_BUILDS = {
         ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
     ),
     "avx2": IsaBuild(("-mavx2", "-mfma", "-mf16c"), ("avx", "avx2", "fma", "f16c")),
-    "portable": IsaBuild((), ()),
+    # x86-64's own baseline (SSE2), whatever default -march the compiler was configured with; elsewhere its default
+    "portable": IsaBuild(("-march=x86-64", "-mtune=generic") if platform.machine() in ("x86_64", "AMD64") else (), ()),
 }
-FLAGS = (*BASE_FLAGS[:1], *ISA_BUILDS["auto"].flags, *BASE_FLAGS[1:])  # the default build's command line
 
 C_SOURCE = Path(__file__).with_name("kernels.c").read_text(encoding="utf-8")  # the kernels, in C
 
@@ -415,7 +416,7 @@ def isa_choice() -> str:
         ENV_ISA,
         tuple(ISA_BUILDS),
         "a kernel ISA build",
-        "auto = -march=native; avx512, avx2 = those extensions only; portable = none beyond the compiler's baseline",
+        "auto = -march=native; avx512, avx2 = those extensions only; portable = the architecture's baseline",
     )
 
 
