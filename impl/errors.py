@@ -26,8 +26,8 @@ class CacheError(ImplError, ValueError):
 
 
 class SettingError(ImplError, ValueError):
-    """An environment setting (KVPROOF_KERNEL, KVPROOF_ATTENTION, KVPROOF_DECODE) has a value impl does not know,
-    or insists on a path that is unavailable."""
+    """An environment setting (KVPROOF_KERNEL, KVPROOF_KERNEL_ISA, KVPROOF_ATTENTION, KVPROOF_DECODE) has a value
+    impl does not know, or insists on a path that is unavailable (e.g. an ISA build this CPU cannot execute)."""
 
 
 def setting(name: str, choices: tuple[str, ...], what: str, meaning: str) -> str:

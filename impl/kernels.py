@@ -18,11 +18,24 @@ order, so the same bits as ``kv_linear`` on the dequantized weights
 (``tests/test_quant_decode.py``).
 
 The kernel is compiled on first use with the machine's C compiler
-(``cc -O3 -march=native -ffp-contract=off -fopenmp``) into
+(``cc -O3 <ISA flags> -ffp-contract=off -fopenmp``) into
 ``<checkout>/.cache/kernels/`` (``KVPROOF_KERNEL_CACHE``), keyed by the
 source, the flags, the compiler and the CPU, so later processes only
 ``dlopen`` it (about a millisecond). Threads: OpenMP's, so
 ``OMP_NUM_THREADS`` applies (the harness sets it to 1 under ``-j N``).
+
+ISA builds (``KVPROOF_KERNEL_ISA``, :data:`ISA_BUILDS`): ``auto`` (default)
+is ``-march=native``, the best this CPU runs; ``avx512`` and ``avx2`` name
+exactly the instruction-set extensions they may use; ``portable`` is the
+architecture's baseline (``-march=x86-64``: SSE2, no FMA; elsewhere the
+compiler's default), so the kernel's generic vector code compiles.
+Each build has its own file in the cache. A build whose extensions this CPU
+lacks is refused (:class:`~impl.errors.SettingError`) before anything is
+compiled or loaded, never run into SIGILL; :func:`runnable_isas` lists the
+builds this CPU can run. The bits of the linear products, the quantized
+decode (one FMA per step in one order), exp and silu (one formula per
+element) do not depend on the build; rmsnorm, softmax and attention sum in
+vector lanes, so theirs do.
 
 ``KVPROOF_KERNEL=numpy`` (or no working compiler) selects the fallback:
 numpy's gemv for every row (``impl.linear``), invariant too but slower for
@@ -39,6 +52,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,17 +64,48 @@ QBLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
 NR = 16  # panel width in floats: the packed weight is (P, K, NR)
 ENV_CHOICE = "KVPROOF_KERNEL"  # "auto" (default), "c", or "numpy"
 ENV_CACHE = "KVPROOF_KERNEL_CACHE"
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+ENV_ISA = "KVPROOF_KERNEL_ISA"  # "auto" (default: -march=native), or one of ISA_BUILDS
+BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+
+
+@dataclass(frozen=True)
+class IsaBuild:
+    """One way to compile kernels.c: the compiler flags, and the CPU features (``/proc/cpuinfo`` flag names)
+    an instruction of that build may need. ``needs=None``: whatever this CPU has (``-march=native``)."""
+
+    flags: tuple[str, ...]
+    needs: tuple[str, ...] | None
+
+
+# best first; "auto" is this CPU's own best. The flags name exactly the extensions the kernel uses (not
+# -march=x86-64-v4, which also lets the compiler emit BMI/MOVBE/LZCNT: more to check, nothing gained).
+ISA_BUILDS = {
+    "auto": IsaBuild(("-march=native",), None),
+    "avx512": IsaBuild(
+        ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"),
+        ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
+    ),
+    "avx2": IsaBuild(("-mavx2", "-mfma", "-mf16c"), ("avx", "avx2", "fma", "f16c")),
+    # x86-64's own baseline (SSE2), whatever default -march the compiler was configured with; elsewhere its default
+    "portable": IsaBuild(("-march=x86-64", "-mtune=generic") if platform.machine() in ("x86_64", "AMD64") else (), ()),
+}
 
 C_SOURCE = Path(__file__).with_name("kernels.c").read_text(encoding="utf-8")  # the kernels, in C
 
 
 class Kernel:
-    """The loaded shared library, with typed entry points."""
+    """The loaded shared library, with typed entry points.
 
-    def __init__(self, path: Path) -> None:
+    ``build``: the :data:`ISA_BUILDS` name it was compiled as; ``isa``: what its vector code is
+    (``avx512f``, ``avx2+fma``, ``generic-fma-sse2`` or ``generic-fmaf``, from the library itself);
+    ``q_isa``: the same for the quantized decode (``scalar``: no vector block decoder in this build,
+    see :attr:`q_vector`).
+    """
+
+    def __init__(self, path: Path, build: str = "auto") -> None:
         lib = ctypes.CDLL(str(path))
         self.path = path
+        self.build = build
         self._linear = lib.kv_linear
         self._linear.argtypes = [
             ctypes.c_void_p,
@@ -147,7 +192,42 @@ class Kernel:
         self._linear_q.restype = ctypes.c_int
         lib.kv_q_isa.restype = ctypes.c_char_p
         self.q_isa = lib.kv_q_isa().decode()
+        self.vl = int(lib.kv_vl())  # floats per vector register in this build: 16, 8 or 4
+        self._exp = lib.kv_exp
+        self._exp.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
+        self._exp.restype = None
+        self._default_threads = lib.kv_default_threads
+        self._default_threads.argtypes = [ctypes.c_int]
+        self._default_threads.restype = ctypes.c_int
         self._lib = lib
+
+    @property
+    def q_vector(self) -> bool:
+        """Whether :meth:`linear_q` has vector code in this build; the scalar loop (portable builds) is slower
+        than the float32 panels, so ``KVPROOF_DECODE=auto`` then decodes from those (the same bits)."""
+        return self.q_isa != "scalar"
+
+    def describe(self) -> str:
+        """``avx512f (build avx512: -mavx2 ...)``: the vector code and the build's flags, for numerics lines."""
+        flags = " ".join(ISA_BUILDS[self.build].flags) or "no -m flags"
+        return f"{self.isa} (build {self.build}: {flags})"
+
+    def default_threads(self, n: int = 0) -> int:
+        """Set the thread count of every call made with ``threads=0`` from this Python thread (what impl's own
+        callers pass; OpenMP's nthreads-var, initially OMP_NUM_THREADS); ``n <= 0`` only reads it. Returns
+        the count in force before. Threads never change a result's bits (KV-T4, KERNEL-ACC)."""
+        return int(self._default_threads(int(n)))
+
+    def exp(self, x: np.ndarray) -> np.ndarray:
+        """exp(x) element by element by the kernel's own exp (the one softmax and silu use; kernels.c ``kv_exp``):
+        x float32, every element <= 0 (its domain: softmax arguments, -|g| in silu); exactly 1 at 0 and 0
+        below -87. Returns float32 of x's shape. Raises ValueError for an element > 0 or NaN."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.size and not (x <= 0).all():
+            raise ValueError(f"Kernel.exp takes x <= 0 only (softmax arguments): got max(x)={float(np.max(x))}")
+        out = np.empty_like(x)
+        self._exp(x.ctypes.data, x.size, out.ctypes.data)
+        return out
 
     def linear(self, x: np.ndarray, packed: np.ndarray, out: np.ndarray, threads: int = 0) -> None:
         """out[:, :P*NR] = x @ W for W packed as (P, K, NR); x (T, K) and out (T, >= P*NR) float32, rows contiguous."""
@@ -300,6 +380,59 @@ def _cpu_signature() -> str:
         return platform.processor() + platform.machine()
 
 
+def cpu_features() -> frozenset[str] | None:
+    """The CPU feature flags the OS reports (``/proc/cpuinfo``'s ``flags``, as Linux names them: ``avx2``,
+    ``avx512f``, ...): only those every listed processor has. None when the OS does not say (no
+    /proc/cpuinfo, or no x86 ``flags`` line)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    sets = [frozenset(ln.split(":", 1)[1].split()) for ln in text.splitlines() if ln.split(":")[0].strip() == "flags"]
+    return frozenset.intersection(*sets) if sets else None
+
+
+def isa_refusal(isa: str) -> str:
+    """Why this CPU cannot run the ISA build ``isa`` ('' when it can). Raises KeyError for an unknown name."""
+    needs = ISA_BUILDS[isa].needs
+    if not needs:
+        return ""
+    have = cpu_features()
+    if have is None:
+        return f"this OS does not report the CPU's features (no x86 flags in /proc/cpuinfo), needed: {' '.join(needs)}"
+    missing = [f for f in needs if f not in have]
+    return f"this CPU lacks {' '.join(missing)}" if missing else ""
+
+
+def runnable_isas() -> tuple[str, ...]:
+    """The explicit ISA builds (avx512, avx2, portable: best first, never ``auto``) this CPU can execute:
+    the values of KVPROOF_KERNEL_ISA a configuration matrix can run here. ``portable`` always."""
+    return tuple(name for name in ISA_BUILDS if name != "auto" and not isa_refusal(name))
+
+
+def isa_choice() -> str:
+    """The validated value of KVPROOF_KERNEL_ISA ("auto" when unset); SettingError naming the allowed values."""
+    return setting(
+        ENV_ISA,
+        tuple(ISA_BUILDS),
+        "a kernel ISA build",
+        "auto = -march=native; avx512, avx2 = those extensions only; portable = the architecture's baseline",
+    )
+
+
+def checked_isa(isa: str | None = None) -> str:
+    """``isa`` (default: the KVPROOF_KERNEL_ISA setting) when this CPU can execute that build; else a
+    SettingError naming the setting, the value, what is missing and the builds that would run."""
+    isa = isa_choice() if isa is None else isa
+    why = isa_refusal(isa)
+    if why:
+        raise SettingError(
+            f"{ENV_ISA}={isa!r} is a build this CPU cannot execute ({why}): use one of "
+            f"{', '.join(('auto', *runnable_isas()))}, or unset it"
+        )
+    return isa
+
+
 def _compiler() -> str | None:
     for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if cc and shutil.which(cc):
@@ -307,17 +440,21 @@ def _compiler() -> str | None:
     return None
 
 
-def build(force: bool = False) -> Path:
-    """Compile (or find the cached) shared library; returns its path. Raises OSError/RuntimeError."""
+def build(force: bool = False, isa: str | None = None) -> Path:
+    """Compile (or find the cached) shared library of the ISA build ``isa`` (default: KVPROOF_KERNEL_ISA);
+    returns its path. SettingError for a build this CPU cannot execute; OSError/RuntimeError when it
+    cannot be compiled."""
+    isa = checked_isa(isa)
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
     exe = Path(shutil.which(cc)).resolve()  # type: ignore[arg-type]
     st = exe.stat()
     compiler = f"{exe}:{st.st_size}:{st.st_mtime_ns}"  # a new compiler rebuilds; no subprocess per process
-    key = hashlib.sha256("\0".join([C_SOURCE, " ".join(FLAGS), compiler, _cpu_signature()]).encode()).hexdigest()
+    flags = (*BASE_FLAGS, *ISA_BUILDS[isa].flags)
+    key = hashlib.sha256("\0".join([C_SOURCE, " ".join(flags), compiler, _cpu_signature()]).encode()).hexdigest()
     folder = cache_dir()
-    so = folder / f"kvkernel-{key[:16]}.so"
+    so = folder / f"kvkernel-{isa}-{key[:16]}.so"
     if so.exists() and not force:
         return so
     try:
@@ -334,20 +471,23 @@ def build(force: bool = False) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first users (the gate's -j N witnesses) compile once
         if so.exists() and not force:
             return so
-        return _compile(cc, so, folder)
+        return _compile(cc, flags, so, folder, isa)
 
 
-def _compile(cc: str, so: Path, folder: Path) -> Path:
+def _compile(cc: str, flags: tuple[str, ...], so: Path, folder: Path, isa: str) -> Path:
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
         src = Path(tmp) / "kvkernel.c"
         src.write_text(C_SOURCE)
         out = Path(tmp) / so.name
-        r = subprocess.run([cc, *FLAGS, "-o", str(out), str(src)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:2000]}")
         os.replace(out, so)  # atomic: concurrent builders each write their own temp file
-    for old in folder.glob("kvkernel-*.so"):  # builds of other sources or flags (a loaded .so survives unlink)
-        if old != so:
+    # older builds of this ISA (other sources or flags), and unnamed ones from before ISA builds; another
+    # ISA's build stays (a loaded .so survives unlink anyway)
+    others = {f"kvkernel-{name}-" for name in ISA_BUILDS if name != isa}
+    for old in folder.glob("kvkernel-*.so"):
+        if old != so and not any(old.name.startswith(o) for o in others):
             old.unlink(missing_ok=True)
     return so
 
@@ -356,7 +496,12 @@ _state: dict[str, object] = {}
 
 
 def load() -> Kernel | None:
-    """The kernel, or None when the numpy fallback is in force (see :func:`status`). Cached per process."""
+    """The kernel, or None when the numpy fallback is in force (see :func:`status`). Cached per process.
+
+    Raises SettingError for an unknown KVPROOF_KERNEL or KVPROOF_KERNEL_ISA, for a KVPROOF_KERNEL_ISA
+    build this CPU cannot execute (unless KVPROOF_KERNEL=numpy), and for KVPROOF_KERNEL=c when the
+    kernel does not build.
+    """
     if "kernel" not in _state:
         choice = setting(
             ENV_CHOICE,
@@ -364,12 +509,14 @@ def load() -> Kernel | None:
             "a kernel choice",
             "auto = the C kernel when it builds, else numpy; c = the C kernel or an error",
         )
+        isa = isa_choice()  # a typo is an error on either path
         kernel, why = None, ""
         if choice == "numpy":
             why = f"{ENV_CHOICE}=numpy"
         else:
+            isa = checked_isa(isa)  # a build this CPU cannot run is an error, never a silent fallback
             try:
-                kernel = Kernel(build())
+                kernel = Kernel(build(isa=isa), build=isa)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
                 if choice == "c":
                     raise SettingError(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e

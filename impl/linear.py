@@ -59,16 +59,18 @@ def decode_choice() -> str:
         ENV_DECODE,
         DECODE_CHOICES,
         "a decode path",
-        "auto = quantized GGUF blocks where the file stores Q4_1/Q8_0 and the C kernel loads, else the float32 weights",
+        "auto = quantized GGUF blocks where the file stores Q4_1/Q8_0 and the C kernel build decodes them with "
+        "vector code, else the float32 weights",
     )
 
 
 def linear_path() -> str:
-    """The weight-product path this process uses: ``kernel <isa>: ...`` or ``numpy-gemv ... (fallback: why)``."""
+    """The weight-product path this process uses: ``kernel <isa> (build <name>: <flags>): ...`` (the ISA build
+    in force, KVPROOF_KERNEL_ISA) or ``numpy-gemv ... (fallback: why)``."""
     k = kernels.load()
     if k is None:
         return f"numpy-gemv every row (fallback: {kernels.status()})"
-    return f"kernel {k.isa}: fixed k-order (64-blocks, fma), 16-col panels, any row count"
+    return f"kernel {k.describe()}: fixed k-order (64-blocks, fma), 16-col panels, any row count"
 
 
 def decode_path() -> str:
@@ -87,6 +89,8 @@ def decode_path() -> str:
                 f"unset it to decode from the float32 weights"
             )
         return "float32 weights (quantized decode needs the C kernel)"
+    if choice == "auto" and not k.q_vector:
+        return f"float32 weights (the {k.build} build's block decoder is scalar: slower, same bits)"
     return (
         f"quantized GGUF blocks (Q4_1/Q8_0, kernel {k.q_isa}) where the file stores them, else float32; "
         f"same bits either way"
@@ -96,7 +100,8 @@ def decode_path() -> str:
 def numerics_path() -> str:
     """One line naming every numerics path this process uses, for report and bench headers.
 
-    e.g. ``linear: kernel avx2+fma: ...; decode: ...; attention: numpy, one query at a time; rowwise: numpy``.
+    e.g. ``linear: kernel avx2+fma (build avx2: -mavx2 -mfma -mf16c): ...; decode: ...; attention: numpy, one
+    query at a time; rowwise: numpy``.
     Bits are comparable only between runs that print the same linear, attention and rowwise parts
     (the decode part changes what is read, never the bits).
     """

@@ -19,6 +19,12 @@ from impl.linear import ENV_DECODE, Linear, decode_choice, decode_path, numerics
 from impl.model import gguf_quant
 
 needs_kernel = pytest.mark.skipif(kernels.load() is None, reason=f"C kernel unavailable: {kernels.status()}")
+VECTOR_Q = kernels.load() is not None and kernels.load().q_vector
+needs_vector_q = pytest.mark.skipif(
+    not VECTOR_Q,
+    reason="no vector block decoder in this kernel build (portable): KVPROOF_DECODE=auto decodes from the float32 "
+    "panels there (test_auto_decodes_from_the_float32_panels_on_a_build_whose_block_decoder_is_scalar)",
+)
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -106,6 +112,7 @@ def test_kernel_on_random_blocks_equals_the_float32_kernel_on_their_dequantizati
 
 
 @needs_kernel
+@needs_vector_q
 def test_every_weight_product_of_the_real_gguf_reads_its_blocks_and_gives_the_float32_bits(smollm2):
     """All 121 products (30 x wqkv, wo, w_gate_up, w_down and the tied Q8_0 head), i.e. every Q4_1/Q8_0
     tensor of the file, attn_q/attn_k through the un-permuted row order: the one-row product from the
@@ -137,6 +144,7 @@ def test_every_weight_product_of_the_real_gguf_reads_its_blocks_and_gives_the_fl
 
 
 @needs_kernel
+@needs_vector_q
 def test_greedy_decode_from_quantized_blocks_has_the_float32_logits_bits_at_every_step(smollm2):
     """24 greedy steps after a prompt, quantized decode vs the same session on the float32 weights:
     identical logits bits at every step; and each decoded row equals the same position of one prefill."""
@@ -169,8 +177,10 @@ def test_the_numerics_line_names_the_decode_path(monkeypatch):
     monkeypatch.delenv(ENV_DECODE, raising=False)
     line = numerics_path()
     assert "; decode: " in line and line.index("linear: ") < line.index("decode: ") < line.index("attention: ")
-    if kernels.load() is not None:
+    if VECTOR_Q:
         assert "quantized GGUF blocks" in decode_path() and kernels.load().q_isa in decode_path()
+    elif kernels.load() is not None:
+        assert decode_path().startswith("float32 weights (the ") and "block decoder is scalar" in decode_path()
     monkeypatch.setenv(ENV_DECODE, "f32")
     assert decode_path() == f"float32 weights ({ENV_DECODE}=f32)"
 
@@ -299,6 +309,7 @@ def decode_both_ways(model, prompt: list[int] | None = None, n: int = 6) -> None
 
 
 @needs_kernel
+@needs_vector_q
 @pytest.mark.parametrize("cache", ["on", "off"])
 @pytest.mark.parametrize("tied", [True, False], ids=["tied-head", "own-head"])
 def test_a_q4_1_q8_0_file_decodes_quantized_with_float32_bits_loaded_or_cached(tmp_path, fresh_load, cache, tied):
@@ -319,6 +330,7 @@ def test_a_q4_1_q8_0_file_decodes_quantized_with_float32_bits_loaded_or_cached(t
 
 
 @needs_kernel
+@needs_vector_q
 def test_the_q_and_k_rows_follow_unpermute_rope_rows(tmp_path, fresh_load, monkeypatch):
     """The quantized row order is unpermute_rope_rows applied to row numbers: with that function replaced
     (here by the identity, as liar model.no_unpermute does) both paths change together, never apart."""
@@ -345,7 +357,7 @@ def test_a_file_without_quantized_matrices_decodes_from_float32(
     path = write_gguf(tmp_path / "plain.gguf", matrix_type, embd_type)
     model = fresh_load(path, "off")
     quantized = {label for label, lin in linears(model.llama) if lin.quant is not None}
-    if matrix_type == "Q8_0" and kernels.load() is not None:  # the layers from blocks, the F32 head not
+    if matrix_type == "Q8_0" and VECTOR_Q:  # the layers from blocks, the F32 head not
         assert quantized == {label for label, _ in linears(model.llama)} - {"head"}, model.decode
         assert "float32 for the rest: first head: tensor types F32" in model.decode
     else:
@@ -360,6 +372,7 @@ def test_a_file_without_quantized_matrices_decodes_from_float32(
 
 
 @needs_kernel
+@needs_vector_q
 def test_mixed_types_inside_one_product_keep_that_product_on_float32(tmp_path, fresh_load):
     """attn_v stored F16 beside Q4_1 attn_q/attn_k: that layer's wqkv stays float32, the rest quantized."""
     path = write_gguf(tmp_path / "mixed.gguf", "Q4_1", "Q8_0", overrides={"blk.1.attn_v.weight": "F16"})
@@ -367,6 +380,29 @@ def test_mixed_types_inside_one_product_keep_that_product_on_float32(tmp_path, f
     off = {label for label, lin in linears(model.llama) if lin.quant is None}
     assert off == {"blk.1.wqkv"}, model.decode
     assert "8 of 9" in model.decode and "F16/Q4_1" in model.decode
+    decode_both_ways(model, n=3)
+
+
+@needs_kernel
+def test_auto_decodes_from_the_float32_panels_on_a_build_whose_block_decoder_is_scalar(
+    tmp_path, fresh_load, monkeypatch
+):
+    """A portable build decodes blocks with the scalar loop (slower than the float32 panels, same bits): auto
+    attaches nothing and says why; ``quantized`` still reads the blocks there, with the float32 bits."""
+    path = write_gguf(tmp_path / "tiny.gguf", "Q4_1", "Q8_0")
+    monkeypatch.setattr(kernels.load(), "q_isa", "scalar")
+    monkeypatch.delenv(ENV_DECODE, raising=False)
+    model = fresh_load(path, "off")
+    assert "decodes blocks with scalar code" in model.decode and all(
+        lin.quant is None for _, lin in linears(model.llama)
+    )
+    assert decode_path().startswith("float32 weights (the ") and "scalar" in decode_path()
+    monkeypatch.setenv(ENV_DECODE, "quantized")
+    model = fresh_load(path, "off")
+    assert model.decode.startswith("quantized") and "for 9 of 9" in model.decode, model.decode
+    for label, lin in linears(model.llama):
+        x = probe_inputs(lin.n_in, seed=2)["spread"]
+        assert np.array_equal(bits(lin(x[None])[0]), bits(f32_product(lin, x))), label
     decode_both_ways(model, n=3)
 
 
@@ -386,6 +422,7 @@ def test_decode_setting_f32_or_no_kernel_attaches_nothing(tmp_path, fresh_load, 
 
 
 @needs_kernel
+@needs_vector_q
 def test_a_linear_on_the_numpy_fallback_ignores_attached_blocks(tmp_path, fresh_load, monkeypatch):
     """Quantized decode has the kernel path's bits, so a Linear built for numpy-gemv never uses it."""
     path = write_gguf(tmp_path / "tiny.gguf", "Q4_1", "Q8_0")

@@ -107,7 +107,8 @@ def attach(llama, path: str | os.PathLike, index: list[dict] | None) -> str:
     """Give every Linear of ``llama`` its GGUF blocks (see the module doc); returns one line saying what was done.
 
     ``index``: gguf_load.tensor_index of the file at ``path`` (None: unknown, decode stays float32).
-    KVPROOF_DECODE=f32 attaches nothing; ``quantized`` raises SettingError when the kernel is
+    KVPROOF_DECODE=f32 attaches nothing, nor does ``auto`` when the kernel build's block decoder is
+    scalar (Kernel.q_vector: portable builds); ``quantized`` raises SettingError when the kernel is
     unavailable or any Linear cannot be served from quantized blocks (naming it and why).
     """
     detach(llama)
@@ -115,8 +116,11 @@ def attach(llama, path: str | os.PathLike, index: list[dict] | None) -> str:
     if choice == "f32":
         return f"float32 ({ENV_DECODE}=f32)"
     why = ""
-    if kernels.load() is None:
+    k = kernels.load()
+    if k is None:
         why = f"no C kernel ({kernels.status()})"
+    elif choice == "auto" and not k.q_vector:
+        why = f"the {k.build} kernel build decodes blocks with scalar code, slower than the float32 panels"
     elif index is None:
         why = "no tensor index for the file"
     if why:

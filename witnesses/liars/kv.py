@@ -8,7 +8,9 @@ under it.
 from __future__ import annotations
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
+from impl import kernels
 from witnesses.liars import liar
 
 # ---- KV-T1: slots ---------------------------------------------------------------------
@@ -173,3 +175,30 @@ def linear_plain_matmul(self, x):
     # NOTE: through Linear.weight(), whatever layout the blocks have (16-column panels for the C kernel)
     x = np.ascontiguousarray(x, dtype=np.float32)
     return x @ self.weight().T
+
+
+def _threads_in_force() -> int:
+    """The thread count impl's products run on now: the kernel's default (threads=0), or BLAS's."""
+    kern = kernels.load()
+    if kern is not None:
+        return kern.default_threads()
+    return max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1)
+
+
+@liar(
+    "kv.threaded_rows_gemm",
+    target="impl.linear:Linear.__call__",
+    factory=True,
+    why="a parallel prefill: with more than one thread the rows are split into one chunk per thread and each "
+    "chunk goes to one BLAS matmul, so a row's bits depend on the thread count (and on its chunk)",
+)
+def linear_threaded_rows_gemm(original):
+    def call(self, x):
+        threads = _threads_in_force()
+        if threads <= 1 or x.shape[0] < 2:
+            return original(self, x)
+        w = self.weight()  # (out, in)
+        chunks = np.array_split(np.ascontiguousarray(x, dtype=np.float32), threads)
+        return np.concatenate([c @ w.T for c in chunks if len(c)])
+
+    return call
