@@ -46,7 +46,7 @@ def kern():
     """The loaded kernel; the witness skips (card UNVERIFIED) when the numpy fallback is in force."""
     k = kernels.load()
     if k is None:
-        pytest.skip(f"the C kernel is not loaded ({kernels.status()}): its paths cannot be checked here")
+        pytest.skip(f"n/a: the C kernel is not loaded ({kernels.status()}): its paths cannot be checked here")
     return k
 
 

@@ -329,10 +329,29 @@ class RunSettings:
     subjects: tuple[SubjectInfo, ...] = ()  # run --matrix: every configuration, runnable here or not
 
 
-def required_cell(card_id: str, subjects: Iterable[SubjectInfo]) -> bool:
-    """Does the cell ``card_id`` (``CARD@SUBJECT``) count for the gate? Cells of a configuration marked
-    ``required: false`` do not; every other cell does."""
-    _, name = split(card_id)
+NOT_APPLICABLE_PREFIX = "n/a:"  # a witness that skips with this says the card does not apply to its subject
+
+
+def not_applicable(card: CardResult) -> bool:
+    """A cell the card does not apply to: nothing failed or errored, and every witness that did not pass
+    skipped saying ``n/a: ...`` (a target lacks a capability; a configuration lacks the path the card is
+    about, e.g. KERNEL-ACC without the C kernel). Shown as "n/a", never counted for the gate."""
+    rest = [w for w in card.witnesses + card.controls if w.status != Outcome.PASSED]
+    return (
+        card.verdict == Verdict.UNVERIFIED
+        and bool(rest)
+        and all(w.status == Outcome.SKIPPED and w.message.startswith(NOT_APPLICABLE_PREFIX) for w in rest)
+    )
+
+
+def required_cell(card: CardResult, subjects: Iterable[SubjectInfo]) -> bool:
+    """Does the cell ``card`` (id ``CARD@SUBJECT``) count for the gate? Cells of a configuration marked
+    ``required: false`` do not, nor cells the card does not apply to (:func:`not_applicable`), in a
+    ``--matrix`` or ``--target`` run; every other cell does."""
+    _, name = split(card.id)
+    subjects = tuple(subjects)
+    if subjects and not_applicable(card):
+        return False
     return next((s.required for s in subjects if s.name == name), True)
 
 
@@ -355,7 +374,7 @@ def build(
     cards = tuple(replayed_result(r) if isinstance(r, Replayed) else card_result(r, settings) for r in reports)
     counts = {k: sum(c.verdict == k for c in cards) for k in VERDICTS}
     by_regime = {r: {k: sum(c.verdict == k and c.regime == r for c in cards) for k in VERDICTS} for r in REGIMES}
-    counted = [c for c in cards if required_cell(c.id, settings.subjects)]
+    counted = [c for c in cards if required_cell(c, settings.subjects)]
     gate = Gate.PASS if counted and all(c.verdict == Verdict.PROVEN for c in counted) else Gate.FAIL
     not_proven = tuple(NotProven(c.id, c.verdict, c.reason) for c in cards if c.verdict != Verdict.PROVEN)
     summary = Summary(len(cards), counts, by_regime, gate, not_proven, sum(1 for c in cards if c.replayed_from))
