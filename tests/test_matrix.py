@@ -159,3 +159,29 @@ def test_the_release_profile_does_not_prove_a_floor_nobody_measured():
     release = evaluate(card, CardOutcomes(), floors=True)
     assert plain.verdict == "PROVEN"
     assert release.verdict == "UNVERIFIED" and "mutation score not measured" in release.reason
+
+
+def test_targets_run_as_survey_cells_with_known_failures_and_not_runnable_ones(tmp_path):
+    """run --target: the cards tagged `targets` under each selected target; a third-party target's FAILED
+    cell that obligations/targets.yaml expects is marked known (with its reproduction), a target whose
+    backend is not installed is n/a here, and neither fails the gate."""
+    env = {**os.environ, "COLUMNS": "200"}
+    for name in ("KVPROOF_ROOT", "KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, str(ENTRY), "run", "TGT-BATCH", "--target", "transformers.static,transformers.quantized-hqq",
+         "--reports", str(tmp_path / "reports"), "--json", str(tmp_path / "v.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in text, text
+    doc = json.loads((tmp_path / "v.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in doc["cards"]}
+    assert verdicts == {"TGT-BATCH": "PROVEN", "TGT-BATCH@transformers.static": "FAILED"}
+    survey = next(c for c in doc["cards"] if c["id"] == "TGT-BATCH@transformers.static")
+    assert survey["liars"] == []  # liars patch our code: not run against a third-party target
+    subs = {s["name"]: s for s in doc["header"]["subjects"]}
+    assert subs["transformers.static"]["required"] is False and "TGT-BATCH" in subs["transformers.static"]["known"]
+    assert subs["transformers.quantized-hqq"]["runnable"] is False
+    md = (tmp_path / "reports" / "latest" / "verdicts.md").read_text()
+    assert "| TGT-BATCH | PROVEN | PROVEN | **FAILED (known)** | n/a here |" in md

@@ -366,8 +366,10 @@ class TerminalReporter:
                 + (f", -j {req.jobs}" if ex.jobs_given else ", a job per CPU")
                 + " (1 BLAS thread each)"
             )
+        cards = len({c.base_id for c in selected})
+        what = f"{cards} card(s)" if cards == len(selected) else f"{len(selected)} cell(s) of {cards} card(s)"
         self.console.print(
-            f"kvproof: {len(selected)} card(s) from {self.shown(req.cards_dir)}, profile "
+            f"kvproof: {what} from {self.shown(req.cards_dir)}, profile "
             f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
             f"{where}",
             soft_wrap=True,
