@@ -67,6 +67,18 @@ what a dead child's processes leave behind in other sessions is re-parented
 to it; it kills those too. The runner never signals a pid of a fork child
 itself, except when the zygote is gone (below).
 
+Warm servers
+------------
+A ``mutate`` run's mutants start from a second kind of server, one per card
+(:meth:`Launcher.spawn_warm`, :mod:`harness.execute.warm`): the same runner's
+end (:class:`ForkServer`, requests, kills, endings), but the process has also
+imported the code under test and let pytest collect the card's witnesses, so
+it is *not* free of the project as the zygote is; that is its point, and why
+each mutant says in its result how it started. Its ``ready`` message carries
+what a fork of it cannot reproduce (:class:`WarmFacts`); a job the facts rule
+out, or one whose server could not start or was lost, starts from the zygote
+as before. At most :data:`MAX_WARM` idle ones are kept.
+
 Endings
 -------
 Runner gone (the watchdog pipe or the socket reaches end of file, whatever
@@ -87,6 +99,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +228,13 @@ class ForkServer:
         log: Path,
         ready_timeout: float,
         on_lost: Callable[[str], None] | None = None,
+        module: str = "harness.execute.zygote",
+        argv: Sequence[str] = (),
     ) -> None:
         self.env = dict(env)
         self.log = log
         self.on_lost = on_lost
+        self.facts = WarmFacts()  # what a warm server said when ready (harness.execute.warm); empty for the zygote
         self.alive = False
         self.why = ""
         self.closing = False
@@ -247,7 +263,7 @@ class ForkServer:
                 # zygote and every child it forks belong to; a session of its own keeps Ctrl-C away from it
                 room = "-" * TITLE_ROOM  # overwritten at once: see set_title
                 self.proc = subprocess.Popen(
-                    [python, "-m", "harness.execute.zygote", str(log), room],
+                    [python, "-m", module, str(log), room, *argv],
                     cwd=cwd,
                     env=zenv,
                     stdin=subprocess.DEVNULL,
@@ -303,6 +319,12 @@ class ForkServer:
             raise Unavailable(self.why)
         return child
 
+    @property
+    def busy(self) -> bool:
+        """Does a child of this server still run?"""
+        with self._lock:
+            return bool(self._children)
+
     def modules(self, timeout: float = 30.0) -> list[str]:
         """The names in the zygote's ``sys.modules`` (what every child starts with); [] if it does not answer."""
         with self._lock:
@@ -353,6 +375,7 @@ class ForkServer:
     def _dispatch(self, msg: Mapping[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
+            self.facts = WarmFacts.of(msg)
             self._ready.set()
             return
         if op == "modules":
@@ -443,6 +466,28 @@ def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     return strip(a) == strip(b)
 
 
+@dataclass(frozen=True)
+class WarmFacts:
+    """What a warm server (:mod:`harness.execute.warm`) reported when ready: what a fork of it cannot reproduce.
+
+    ``ran``: path -> traced lines that ran before the fork (imports, collection); ``held``:
+    ``path::qualname`` -> what else holds that function (a list, a cell, ...); ``refused``: why no job may
+    fork from it ("" when they may).
+    """
+
+    ran: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    held: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""
+
+    @classmethod
+    def of(cls, msg: Mapping[str, Any]) -> WarmFacts:
+        ran = {str(p): frozenset(int(n) for n in lines) for p, lines in dict(msg.get("ran") or {}).items()}
+        held = {str(k): str(v) for k, v in dict(msg.get("held") or {}).items()}
+        return cls(ran, held, str(msg.get("refused") or ""))
+
+
+WARM = "warm"  # JobResult.started_as of a job forked from its card's warm server
+MAX_WARM = 2  # warm servers kept at once; an idle one is closed when another card's starts
 MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
 MAX_ENVIRONMENTS = 12  # zygotes for environments other than the run's (one per --matrix configuration)
 
@@ -478,9 +523,13 @@ class Launcher:
         self.say = say if say is not None else _say
         self.server: ForkServer | None = None
         self.others: dict[tuple, ForkServer] = {}  # environment (its stable items) -> its zygote
+        self.warm: dict[str, ForkServer] = {}  # warm server key -> server, least recently used first
+        self.warm_failed: dict[str, str] = {}  # key -> why its server cannot serve
+        self.warm_started = 0
         self.failed = ""
         self.losses = 0
         self._lock = threading.Lock()
+        self._warm_lock = threading.Lock()
 
     def _fail(self, why: str) -> None:
         with self._lock:
@@ -536,11 +585,85 @@ class Launcher:
             self.others[key] = server
         return server
 
+    def spawn_warm(
+        self,
+        key: str,
+        server_argv: Callable[[Path], Sequence[str]],
+        fresh: Callable[[WarmFacts], str],
+        args: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log: Path,
+    ) -> tuple[ForkChild | None, str]:
+        """(a child forked from warm server ``key``, "warm"), or (None, "fresh: why") when the job must start as
+        a fresh process (:meth:`spawn`): ``fresh(facts)`` said so, or the server could not start or serve.
+
+        The server starts on the first job of its key, with this launcher's environment and
+        ``server_argv(folder)`` (its pytest arguments; ``folder`` is its own scratch folder); when it starts, idle
+        servers of other keys beyond :data:`MAX_WARM` are closed. A server that is lost is not started again:
+        its key's later jobs start fresh.
+        """
+        with self._warm_lock:
+            if self.failed:
+                return None, f"fresh: {self.failed}"
+            why = self.warm_failed.get(key)
+            server = self.warm.pop(key, None)
+            if server is not None and not server.alive:
+                why = self.warm_failed[key] = f"its warm server ended ({server.why or 'lost'})"
+                server = None
+            if why:
+                return None, f"fresh: {why}"
+            if server is None:
+                server = self._start_warm(key, server_argv)
+                if server is None:
+                    return None, f"fresh: {self.warm_failed[key]}"
+            self.warm[key] = server  # most recently used last
+        why = fresh(server.facts)
+        if why:
+            return None, f"fresh: {why}"
+        try:
+            return server.spawn(args, env, cwd, log), WARM
+        except Unavailable as exc:
+            with self._warm_lock:
+                self.warm_failed[key] = f"its warm server could not fork: {exc}"
+            return None, f"fresh: {self.warm_failed[key]}"
+
+    def _start_warm(self, key: str, server_argv: Callable[[Path], Sequence[str]]) -> ForkServer | None:
+        """Start warm server ``key`` (warm lock held); None when it cannot (the reason is in ``warm_failed``)."""
+        idle = [k for k, s in self.warm.items() if not s.busy]
+        for k in idle[: max(0, len(self.warm) - MAX_WARM + 1)]:
+            self.warm.pop(k).close()
+        self.warm_started += 1
+        folder = self.log.parent / f"warm-{self.warm_started:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            server = ForkServer(
+                self.python,
+                self.env,
+                self.cwd,
+                folder / "server.log",
+                self.ready_timeout,
+                on_lost=None,
+                module="harness.execute.warm",
+                argv=list(server_argv(folder)),
+            )
+        except Unavailable as exc:
+            self.warm_failed[key] = f"its warm server could not start: {exc}"
+            return None
+        if server.facts.refused:
+            self.warm_failed[key] = server.facts.refused
+            server.close()
+            return None
+        return server
+
     def close(self) -> None:
         with self._lock:
             servers = [s for s in (self.server, *self.others.values()) if s is not None]
             self.server, self.others = None, {}
             self.failed = self.failed or "closed"
+        with self._warm_lock:
+            servers += list(self.warm.values())
+            self.warm = {}
         for server in servers:
             server.close()
 

@@ -105,10 +105,16 @@ class Mutant:
     before: str  # the source text replaced
     after: str  # what replaces it
     nth: int = 1  # several nodes start at one place (``a * b * c``): the outermost is 1, in ast.walk order
+    end_line: int = 0  # the last line of the changed code (0: ``line``); see :attr:`lines`
 
     @property
     def key(self) -> str:
         return f"{self.path}:{self.line}:{self.col}:{self.operator}" + (f"#{self.nth}" if self.nth > 1 else "")
+
+    @property
+    def lines(self) -> range:
+        """The lines the changed code spans: the mutant can change what runs only when one of them runs."""
+        return range(self.line, max(self.line, self.end_line) + 1)
 
     @property
     def module(self) -> str:
@@ -310,8 +316,9 @@ def _dump(node: ast.AST) -> str:
     return ast.dump(node, include_attributes=False)
 
 
-def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int) -> tuple[str, str] | None:
-    """(replacement text, mutated file text) whose parse has exactly ``new_fn`` for the function; None if none does.
+def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int) -> tuple[str, str, ast.AST] | None:
+    """(replacement text, mutated file text, the function as parsed from it) whose parse has exactly ``new_fn``
+    for the function; None if none does.
 
     The replacement is ``ast.unparse`` of the changed node, parenthesised
     when the bare text would parse differently in its place.
@@ -328,7 +335,7 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
         except SyntaxError:
             continue
         if got is not None and _dump(got) == want:
-            return t, mutated
+            return t, mutated, got
     return None
 
 
@@ -337,10 +344,10 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
 
 def _sites(
     path: str, text: str, wanted: Callable[[str], bool], where: Callable[[ast.AST, str, int], bool] | None = None
-) -> Iterator[tuple[_Site, str]]:
+) -> Iterator[tuple[_Site, str, ast.AST]]:
     """Every mutant of the functions ``wanted(qualname)`` selects (and ``where(node, operator, nth)``, when given),
-    with the mutated file text."""
-    tree = ast.parse(text)
+    with the mutated file text and the mutated function as parsed from it."""
+    tree = _parsed(text)
     src = _Source(text)
     for qualname, fn in functions(tree):
         if not wanted(qualname):
@@ -359,10 +366,11 @@ def _sites(
                 found = _texts(src, node, new_fn, qualname, index)
                 if found is None:  # no text of this change parses back to it: not generated
                     continue
-                after, mutated = found
+                after, mutated, parsed = found
                 shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
-                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth)
-                yield _Site(m, index, fn), mutated
+                end = shown.end_lineno or node.lineno
+                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth, end)
+                yield _Site(m, index, fn), mutated, parsed
 
 
 def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> list[Mutant]:
@@ -376,7 +384,7 @@ def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> l
     def wanted(q: str) -> bool:
         return names is None or q in names or any(q.startswith(n + ".") for n in names)
 
-    out = [s.mutant for s, _ in _sites(path, text, wanted)]
+    out = [s.mutant for s, _, _ in _sites(path, text, wanted)]
     return sorted(out, key=lambda m: (m.line, m.col, m.operator, m.nth))
 
 
@@ -390,6 +398,29 @@ def parse_key(key: str) -> tuple[str, int, int, str, int]:
     return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)
 
 
+_PARSED: dict[str, ast.Module] = {}  # file text -> its tree, never changed once parsed (see _parsed)
+
+
+def _parsed(text: str) -> ast.Module:
+    """``ast.parse(text)``, kept: a warm server parses each claimed file once for all of its forks (:func:`preparse`).
+
+    NOTE: callers only read the tree (a mutant is built in a deep copy of its function).
+    """
+    tree = _PARSED.get(text)
+    if tree is None:
+        tree = _PARSED[text] = ast.parse(text)
+    return tree
+
+
+def preparse(root: Path, paths: Iterable[str]) -> None:
+    """Parse ``paths`` now, so that :func:`find` on them later (in forks of this process) does not."""
+    for path in paths:
+        try:
+            _parsed((root / path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            continue
+
+
 def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     """The mutant ``key`` names, rebuilt from the file as it is now: (mutant, mutated file text, mutated def).
 
@@ -398,17 +429,17 @@ def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     path, line, col, op, nth = parse_key(key)
     try:
         text = (root / path).read_text(encoding="utf-8")
-        tree = ast.parse(text)
+        tree = _parsed(text)
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise LiarError(f"mutant={key!r}: cannot read {path}: {exc}") from None
     around = {q for q, fn in functions(tree) if fn.lineno <= line <= (fn.end_lineno or fn.lineno)}
-    for site, mutated in _sites(
+    for site, mutated, parsed in _sites(
         path,
         text,
         around.__contains__,
         lambda node, name, k: (node.lineno, node.col_offset, name, k) == (line, col, op, nth),
     ):
-        return site.mutant, mutated, _find_function(ast.parse(mutated), site.mutant.qualname)
+        return site.mutant, mutated, parsed
     raise LiarError(
         f"mutant={key!r}: {path} has no such mutant now (its code changed since the key was made); "
         "run mutate again to get current keys"
@@ -450,7 +481,9 @@ def sample(mutants: Sequence[Mutant], n: int | None, seed: int, salt: str) -> li
 _PLAIN_DECORATORS = {"property", "staticmethod", "classmethod"}
 
 
-def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | None) -> tuple[Mutant, object]:
+def compile_mutant(
+    root: Path, key: str, module_globals: dict, owner: object | None, found: tuple[Mutant, str, ast.AST] | None = None
+) -> tuple[Mutant, object]:
     """(mutant, the changed function) compiled in ``module_globals``.
 
     The def is compiled inside a stand-in class of the same name (so
@@ -459,8 +492,9 @@ def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | N
     numbers, under the file's name: a traceback points at the mutated line.
     ``property``/``staticmethod``/``classmethod`` decorators are left off
     (the caller wraps like the original); other decorators are applied.
+    ``found``: what :func:`find` returned for ``key``, when the caller has it.
     """
-    mutant, _, fn = find(root, key)
+    mutant, _, fn = found if found is not None else find(root, key)
     fn = copy.deepcopy(fn)
     fn.decorator_list = [d for d in fn.decorator_list if not (isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
     cls_name = mutant.qualname.split(".")[-2] if "." in mutant.qualname else None
@@ -488,28 +522,51 @@ def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | N
     return mutant, func
 
 
-def apply(key: str, root: Path):
+def apply(key: str, root: Path, late: Sequence[str] = ()):
     """Swap the mutant ``key`` into the running process, as :func:`harness.liars.apply` does a liar.
 
-    Returns a :class:`harness.liars.Applied`; raises LiarError when the key
-    names no mutant of the file as it is, or the target cannot be resolved.
+    ``late``: names of modules imported *after* the point where a fresh
+    witness process applies a mutant (a warm server's collection,
+    :mod:`harness.execute.warm`); a module-level function's ``from module
+    import f`` copies in them are rebound too, as those imports would have
+    bound the mutant. Returns a :class:`harness.liars.Applied`; raises
+    LiarError when the key names no mutant of the file as it is, or the
+    target cannot be resolved.
     """
     import importlib
     import inspect
+    import sys
 
-    path, *_ = parse_key(key)
-    mutant, _, _ = find(root, key)
+    found = find(root, key)
+    mutant = found[0]
     module = importlib.import_module(mutant.module)
     target = liars._resolve(f"mutant {key}", mutant.target)
     owner = target.owner if inspect.isclass(target.owner) else None
-    _, func = compile_mutant(root, key, vars(module), owner)
+    _, func = compile_mutant(root, key, vars(module), owner, found)
     replacement: object = func
     if isinstance(target.original, property):
         orig = target.original
         replacement = property(func, orig.fset, orig.fdel, orig.__doc__)
     spec = liars.Liar(f"mutant {key}", mutant.target, replacement, False, mutant.change)
     patch = liars._swap(spec, target)
-    return liars.Applied(spec.name, spec.target, target.original, patch.undo)
+    rebound: list[tuple[object, str]] = []
+    if target.in_module:
+        done = {id(m) for m, _ in patch.rebound} | {id(target.owner)}
+        for name in late:
+            mod = sys.modules.get(name)
+            if mod is None or id(mod) in done:
+                continue
+            for attr, value in list(vars(mod).items()):
+                if value is patch.plain:
+                    setattr(mod, attr, replacement)
+                    rebound.append((mod, attr))
+
+    def undo() -> None:
+        patch.undo()
+        for mod, attr in rebound:
+            setattr(mod, attr, patch.plain)
+
+    return liars.Applied(spec.name, spec.target, target.original, undo)
 
 
 __all__ = [
@@ -522,5 +579,6 @@ __all__ = [
     "functions",
     "generate",
     "parse_key",
+    "preparse",
     "sample",
 ]
