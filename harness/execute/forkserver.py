@@ -77,7 +77,8 @@ it is *not* free of the project as the zygote is; that is its point, and why
 each mutant says in its result how it started. Its ``ready`` message carries
 what a fork of it cannot reproduce (:class:`WarmFacts`); a job the facts rule
 out, or one whose server could not start or was lost, starts from the zygote
-as before. At most :data:`MAX_WARM` idle ones are kept.
+as before. The next card's server starts while this card's mutants run; an
+idle server of a card whose jobs are done is closed.
 
 Endings
 -------
@@ -486,8 +487,16 @@ class WarmFacts:
         return cls(ran, held, str(msg.get("refused") or ""))
 
 
+class _Starting:
+    """A warm server being started by one thread; the others that want it wait on ``done``."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.server: ForkServer | None = None
+        self.why = ""
+
+
 WARM = "warm"  # JobResult.started_as of a job forked from its card's warm server
-MAX_WARM = 2  # warm servers kept at once; an idle one is closed when another card's starts
 MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
 MAX_ENVIRONMENTS = 12  # zygotes for environments other than the run's (one per --matrix configuration)
 
@@ -526,6 +535,8 @@ class Launcher:
         self.warm: dict[str, ForkServer] = {}  # warm server key -> server, least recently used first
         self.warm_failed: dict[str, str] = {}  # key -> why its server cannot serve
         self.warm_started = 0
+        self._starting: dict[str, _Starting] = {}  # key -> a start under way (another thread waits on it)
+        self._prewarming: list[threading.Thread] = []
         self.failed = ""
         self.losses = 0
         self._lock = threading.Lock()
@@ -587,56 +598,100 @@ class Launcher:
 
     def spawn_warm(
         self,
-        key: str,
-        server_argv: Callable[[Path], Sequence[str]],
+        server: tuple[str, Callable[[Path], Sequence[str]]],
         fresh: Callable[[WarmFacts], str],
         args: Sequence[str],
         env: Mapping[str, str],
         cwd: Path,
         log: Path,
+        then: tuple[str, Callable[[Path], Sequence[str]]] | None = None,
     ) -> tuple[ForkChild | None, str]:
-        """(a child forked from warm server ``key``, "warm"), or (None, "fresh: why") when the job must start as
-        a fresh process (:meth:`spawn`): ``fresh(facts)`` said so, or the server could not start or serve.
+        """(a child forked from warm server ``server``, "warm"), or (None, "fresh: why") when the job must start
+        as a fresh process (:meth:`spawn`): ``fresh(facts)`` said so, or the server could not start or serve.
 
-        The server starts on the first job of its key, with this launcher's environment and
-        ``server_argv(folder)`` (its pytest arguments; ``folder`` is its own scratch folder); when it starts, idle
-        servers of other keys beyond :data:`MAX_WARM` are closed. A server that is lost is not started again:
-        its key's later jobs start fresh.
+        ``server`` is (key, how to start it: ``argv(folder)`` gives its pytest arguments, ``folder`` its own
+        scratch folder). It starts on the first job of its key (later jobs of the key wait for it), with this
+        launcher's environment; ``then``, the server the next jobs will want, starts ahead in the background.
+        Idle servers of other keys are closed (a card's jobs come together). A server that is lost is not
+        started again: its key's later jobs start fresh.
         """
-        with self._warm_lock:
-            if self.failed:
-                return None, f"fresh: {self.failed}"
-            why = self.warm_failed.get(key)
-            server = self.warm.pop(key, None)
-            if server is not None and not server.alive:
-                why = self.warm_failed[key] = f"its warm server ended ({server.why or 'lost'})"
-                server = None
-            if why:
-                return None, f"fresh: {why}"
-            if server is None:
-                server = self._start_warm(key, server_argv)
-                if server is None:
-                    return None, f"fresh: {self.warm_failed[key]}"
-            self.warm[key] = server  # most recently used last
-        why = fresh(server.facts)
+        found, why = self._warm_server(*server)
+        self._evict(keep={server[0], then[0] if then is not None else server[0]})
+        if then is not None:
+            self._prewarm(*then)
+        if found is None:
+            return None, f"fresh: {why}"
+        why = fresh(found.facts)
         if why:
             return None, f"fresh: {why}"
         try:
-            return server.spawn(args, env, cwd, log), WARM
+            return found.spawn(args, env, cwd, log), WARM
         except Unavailable as exc:
             with self._warm_lock:
-                self.warm_failed[key] = f"its warm server could not fork: {exc}"
-            return None, f"fresh: {self.warm_failed[key]}"
+                self.warm_failed[server[0]] = f"its warm server could not fork: {exc}"
+            return None, f"fresh: {self.warm_failed[server[0]]}"
 
-    def _start_warm(self, key: str, server_argv: Callable[[Path], Sequence[str]]) -> ForkServer | None:
-        """Start warm server ``key`` (warm lock held); None when it cannot (the reason is in ``warm_failed``)."""
-        idle = [k for k, s in self.warm.items() if not s.busy]
-        for k in idle[: max(0, len(self.warm) - MAX_WARM + 1)]:
-            self.warm.pop(k).close()
-        self.warm_started += 1
-        folder = self.log.parent / f"warm-{self.warm_started:03d}"
-        folder.mkdir(parents=True, exist_ok=True)
+    def _warm_server(self, key: str, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
+        """(warm server ``key``, "") started if needed (or waited for, when another thread starts it); (None, why)."""
+        with self._warm_lock:
+            if self.failed:
+                return None, self.failed
+            if key in self.warm_failed:
+                return None, self.warm_failed[key]
+            found = self.warm.pop(key, None)
+            if found is not None:
+                if found.alive:
+                    self.warm[key] = found  # most recently used last
+                    return found, ""
+                self.warm_failed[key] = f"its warm server ended ({found.why or 'lost'})"
+                return None, self.warm_failed[key]
+            starting = self._starting.get(key)
+            mine = starting is None
+            if mine:
+                starting = self._starting[key] = _Starting()
+                self.warm_started += 1
+                folder = self.log.parent / f"warm-{self.warm_started:03d}"
+        if not mine:
+            starting.done.wait()
+            return starting.server, starting.why
+        found, why = self._start_warm(folder, argv)
+        with self._warm_lock:
+            self._starting.pop(key, None)
+            if found is not None and self.failed:  # the launcher closed while this one started
+                found.close()
+                found, why = None, self.failed
+            if found is not None:
+                self.warm[key] = found
+            else:
+                self.warm_failed[key] = why
+        starting.server, starting.why = found, why
+        starting.done.set()
+        return found, why
+
+    def _evict(self, keep: set[str]) -> None:
+        """Close the warm servers no job will want (a card's jobs run together): those of other keys than
+        ``keep`` (the job's card and the next) that no child runs in."""
+        with self._warm_lock:
+            done = [k for k, s in self.warm.items() if k not in keep and not s.busy]
+            servers = [self.warm.pop(k) for k in done]
+        for server in servers:
+            server.close()
+
+    def _prewarm(self, key: str, argv: Callable[[Path], Sequence[str]]) -> None:
+        """Start warm server ``key`` in the background, unless it runs, starts, or cannot."""
+        with self._warm_lock:
+            if self.failed or key in self.warm or key in self._starting or key in self.warm_failed:
+                return
+            thread = threading.Thread(
+                target=self._warm_server, args=(key, argv), name=f"kvproof-warm-{key}", daemon=True
+            )
+            self._prewarming.append(thread)
+        thread.start()
+
+    def _start_warm(self, folder: Path, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
+        """A new warm server in ``folder``, or (None, why it cannot serve)."""
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             server = ForkServer(
                 self.python,
                 self.env,
@@ -645,16 +700,14 @@ class Launcher:
                 self.ready_timeout,
                 on_lost=None,
                 module="harness.execute.warm",
-                argv=list(server_argv(folder)),
+                argv=list(argv(folder)),
             )
-        except Unavailable as exc:
-            self.warm_failed[key] = f"its warm server could not start: {exc}"
-            return None
+        except (Unavailable, OSError) as exc:
+            return None, f"its warm server could not start: {exc}"
         if server.facts.refused:
-            self.warm_failed[key] = server.facts.refused
             server.close()
-            return None
-        return server
+            return None, server.facts.refused
+        return server, ""
 
     def close(self) -> None:
         with self._lock:
@@ -664,8 +717,11 @@ class Launcher:
         with self._warm_lock:
             servers += list(self.warm.values())
             self.warm = {}
+            starting = list(self._prewarming)
         for server in servers:
             server.close()
+        for thread in starting:  # a server that finishes starting now closes itself (self.failed is set)
+            thread.join(self.ready_timeout + 10)
 
 
 def _say(text: str) -> None:

@@ -63,18 +63,27 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class WarmSpec:
-    """How a mutant job may start from its card's warm server (:mod:`harness.execute.warm`).
-
-    ``key`` names the server (one per card: the jobs that share it share its collection); ``coverage``: the
-    files the server traces while it imports and collects. ``fresh(facts)`` says why this job must start as a
-    fresh process instead ("" when it may fork from the server), from what the server reported when ready
-    (:class:`harness.execute.forkserver.WarmFacts`).
-    """
+class WarmCard:
+    """A card's warm server (:mod:`harness.execute.warm`): ``key`` names it (the jobs that share it share its
+    collection of ``card``'s witnesses); ``coverage``: the files it traces while it imports and collects."""
 
     key: str
+    card: Card
     coverage: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WarmSpec:
+    """How a mutant job may start from its card's warm server.
+
+    ``fresh(facts)`` says why this job must start as a fresh process instead ("" when it may fork from the
+    server), from what the server reported when ready (:class:`harness.execute.forkserver.WarmFacts`).
+    ``then``: the server the jobs after this card's will want, started ahead while this card's jobs run.
+    """
+
+    server: WarmCard
     fresh: Callable[[Any], str]
+    then: WarmCard | None = None
 
 
 @dataclass(frozen=True)

@@ -66,14 +66,16 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
 from harness import protocol
 from harness.errors import Cancelled
 from harness.execute import forkserver, procs
-from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig
+from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig, WarmCard
 from harness.project import KVPROOF_HOME
 from harness.protocol import JobPlan, NodeResult
 from harness.statuses import Outcome
@@ -234,10 +236,9 @@ class _Watch:
 Proc = subprocess.Popen | forkserver.ForkChild
 
 
-def _warm_argv(job: Job, cfg: RunConfig, folder: Path) -> list[str]:
-    """The pytest arguments of ``job``'s card's warm server (its plan written into ``folder``): every witness
-    of the card collected, nothing applied, the claimed files traced while it imports and collects."""
-    assert job.warm is not None
+def _warm_argv(warm: WarmCard, cfg: RunConfig, folder: Path) -> list[str]:
+    """The pytest arguments of a card's warm server (its plan written into ``folder``): every witness of the
+    card collected, nothing applied, the claimed files traced while it imports and collects."""
     plan = folder / "plan.json"
     JobPlan(
         str(folder / "events.jsonl"),
@@ -249,11 +250,17 @@ def _warm_argv(job: Job, cfg: RunConfig, folder: Path) -> list[str]:
         {},
         cfg.default_timeout,
         None,
-        tuple(job.warm.coverage),
+        tuple(warm.coverage),
         True,
     ).write(plan)
-    tests = list(dict.fromkeys(w.test for w in job.card.witnesses))
+    tests = list(dict.fromkeys(w.test for w in warm.card.witnesses))
     return _pytest_args(cfg, plan, tests, first_failure=True)
+
+
+def _server(warm: WarmCard | None, cfg: RunConfig) -> tuple[str, Callable[[Path], list[str]]] | None:
+    """(key, how to start it) of a card's warm server, as :meth:`harness.execute.forkserver.Launcher.spawn_warm`
+    takes it."""
+    return None if warm is None else (warm.key, partial(_warm_argv, warm, cfg))
 
 
 def _start(
@@ -282,9 +289,10 @@ def _start(
     args = _pytest_args(cfg, plan, job.node_ids, first_failure=bool(job.mutant))
     if launcher is not None:
         if job.warm is not None:
-            warm = job.warm
+            server = _server(job.warm.server, cfg)
+            assert server is not None
             child, how = launcher.spawn_warm(
-                warm.key, lambda folder: _warm_argv(job, cfg, folder), warm.fresh, args, env, cfg.root, log
+                server, job.warm.fresh, args, env, cfg.root, log, then=_server(job.warm.then, cfg)
             )
             if child is not None:
                 return child, how

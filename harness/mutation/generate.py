@@ -43,7 +43,7 @@ import hashlib
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import liars
@@ -269,9 +269,10 @@ def _replace_child(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
     raise ValueError("child not found")  # pragma: no cover - ast.walk found it under this parent
 
 
-def _expected(fn: ast.AST, index: int, change: Callable[[ast.AST], ast.AST]) -> ast.AST:
-    """A copy of ``fn`` with its ``index``-th node (in ast.walk order) changed."""
-    fn2 = copy.deepcopy(fn)
+def _expected(fn: ast.AST, index: int, change: Callable[[ast.AST], ast.AST], fresh: ast.AST | None = None) -> ast.AST:
+    """A copy of ``fn`` with its ``index``-th node (in ast.walk order) changed (``fresh``: a copy to use, e.g. a
+    new parse of its text, instead of a deep copy)."""
+    fn2 = fresh if fresh is not None else copy.deepcopy(fn)
     nodes = list(ast.walk(fn2))
     target = nodes[index]
     new = change(target)
@@ -316,7 +317,38 @@ def _dump(node: ast.AST) -> str:
     return ast.dump(node, include_attributes=False)
 
 
-def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int) -> tuple[str, str, ast.AST] | None:
+class _Snippet:
+    """One function's own text (decorators included), parsed alone: the same tree as in its file (checked once,
+    ``ok``), for a fraction of the cost of parsing the file once per candidate mutant."""
+
+    def __init__(self, src: _Source, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+        self.start = src.starts[first - 1]
+        self.end = src.offset(fn.end_lineno, fn.end_col_offset)
+        self.raw = src.raw[self.start : self.end]
+        self.indented = fn.col_offset > 0  # parsed inside "if 1:", which takes any indentation as its block's
+        self.shift = first - 1 - (1 if self.indented else 0)  # a line here + shift = the line in the file
+        try:
+            self.ok = _dump(self.parse(self.raw)) == _dump(fn)
+        except (SyntaxError, ValueError, IndexError):
+            self.ok = False
+
+    def parse(self, raw: bytes) -> ast.AST:
+        text = raw.decode("utf-8")
+        module = ast.parse(("if 1:\n" + text) if self.indented else text)
+        body = module.body[0].body if self.indented else module.body  # type: ignore[attr-defined]
+        if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise ValueError("not one function")
+        return body[0]
+
+    def replaced(self, src: _Source, node: ast.AST, text: str) -> bytes:
+        a, b = src.span(node)
+        return self.raw[: a - self.start] + text.encode("utf-8") + self.raw[b - self.start :]
+
+
+def _texts(
+    src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int, snippet: _Snippet | None = None
+) -> tuple[str, str, ast.AST] | None:
     """(replacement text, mutated file text, the function as parsed from it) whose parse has exactly ``new_fn``
     for the function; None if none does.
 
@@ -329,30 +361,62 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
     text = "pass" if isinstance(replacement, ast.Pass) else ast.unparse(replacement)
     want = _dump(new_fn)
     for t in [text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]:
-        mutated = src.replaced(node, t)
         try:
-            got = _find_function(ast.parse(mutated), qualname)
-        except SyntaxError:
+            if snippet is not None:  # NOTE: Python parses a function the same alone as in its file
+                got = snippet.parse(snippet.replaced(src, node, t))
+            else:
+                got = _find_function(ast.parse(src.replaced(node, t)), qualname)
+        except (SyntaxError, ValueError):
             continue
         if got is not None and _dump(got) == want:
-            return t, mutated, got
+            if snippet is not None:
+                ast.increment_lineno(got, snippet.shift)  # the file's line numbers: tracebacks, line coverage
+            return t, src.replaced(node, t), got
     return None
 
 
 # ---------------------------------------------------------------- generation
 
+# The changes whose bare text always parses back to them in place: a node replaced by one of the same kind
+# and precedence (a comparison, a same-precedence arithmetic operator, a name, a non-negative number, a
+# statement). Every other change (``**`` -> ``*``, ``&`` <-> ``|``, ``^`` -> ``&``, ``and`` <-> ``or``, a dropped
+# unary operator, a number made negative) is checked by parsing it back (:func:`_texts`).
+_SAME_PRECEDENCE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.LShift, ast.RShift)
+
+
+def _safe(node: ast.AST, op: str) -> bool:
+    if op.split(".")[0] in ("compare", "bool", "minmax", "loopctl", "noloop", "drop", "const+1"):
+        return True
+    if op == "const-1":
+        return isinstance(node, ast.Constant) and node.value >= 1
+    if op == "arith":
+        return isinstance(getattr(node, "op", None), _SAME_PRECEDENCE)
+    return False
+
+
+def _bare(node: ast.AST, change: Callable[[ast.AST], ast.AST]) -> str:
+    """The replacement text of a :func:`_safe` change (``noloop``: the iterable's)."""
+    new = change(copy.deepcopy(node))
+    if isinstance(new, (ast.For, ast.AsyncFor)):
+        new = new.iter
+    return "pass" if isinstance(new, ast.Pass) else ast.unparse(new)
+
 
 def _sites(
     path: str, text: str, wanted: Callable[[str], bool], where: Callable[[ast.AST, str, int], bool] | None = None
-) -> Iterator[tuple[_Site, str, ast.AST]]:
+) -> Iterator[tuple[_Site, str, ast.AST | None]]:
     """Every mutant of the functions ``wanted(qualname)`` selects (and ``where(node, operator, nth)``, when given),
-    with the mutated file text and the mutated function as parsed from it."""
+    with the mutated file text and the mutated function as parsed from it (with ``where``; without, a
+    :func:`_safe` change is not parsed: "" and None)."""
     tree = _parsed(text)
     src = _Source(text)
     for qualname, fn in functions(tree):
         if not wanted(qualname):
             continue
         skip = _skipped(fn)
+        snippet: _Snippet | None = _Snippet(src, fn)
+        if not snippet.ok:  # a function that does not parse alone the same: the whole file, as before
+            snippet = None
         seen: dict[tuple[int, int, str], int] = {}
         for index, node in enumerate(ast.walk(fn)):
             if id(node) in skip or node is fn or not hasattr(node, "lineno"):
@@ -362,13 +426,18 @@ def _sites(
                 nth = seen[place] = seen.get(place, 0) + 1
                 if where is not None and not where(node, op, nth):
                     continue
-                new_fn = _expected(fn, index, change)
-                found = _texts(src, node, new_fn, qualname, index)
+                shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
+                end = shown.end_lineno or node.lineno
+                if where is None and _safe(node, op):  # generating: no parse needed (find() always checks)
+                    m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), "", nth, end)
+                    yield _Site(replace(m, after=_bare(node, change)), index, fn), "", None
+                    continue
+                fresh = snippet.parse(snippet.raw) if snippet is not None else None  # a copy, faster than deepcopy
+                new_fn = _expected(fn, index, change, fresh)
+                found = _texts(src, node, new_fn, qualname, index, snippet)
                 if found is None:  # no text of this change parses back to it: not generated
                     continue
                 after, mutated, parsed = found
-                shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
-                end = shown.end_lineno or node.lineno
                 m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth, end)
                 yield _Site(m, index, fn), mutated, parsed
 

@@ -25,7 +25,7 @@ from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
 from harness.execute.executor import RAY
 from harness.execute.forkserver import WARM, WarmFacts
-from harness.execute.jobs import Job, JobResult, RunConfig, WarmSpec
+from harness.execute.jobs import Job, JobResult, RunConfig, WarmCard, WarmSpec
 from harness.execute.outcomes import CardRun
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
@@ -224,10 +224,7 @@ def measure(
                 if not ids:
                     ran[(cid, m.key)] = mutation.not_reached(m, mark, req.root)
                     continue
-            job = mutation.mutant_job(card, m, timeouts[cid], ids)
-            if warm_ok:
-                job = replace(job, warm=WarmSpec(cid, traced_files(req, [card])[cid], partial(_why_fresh, m)))
-            jobs.append((cid, m, job))
+            jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids)))
     # the slowest cards' mutants first, so the pool does not end on one long card; a card's mutants together
     # (they share its warm server)
     order = {cid: i for i, cid in enumerate(plans)}
@@ -235,6 +232,14 @@ def measure(
     for cid, _, job in jobs:
         load[cid] = load.get(cid, 0.0) + sum(took[cid].get(w.id, 1.0) for w in job.witnesses)
     jobs.sort(key=lambda t: (-load[t[0]], order[t[0]]))
+    if warm_ok:  # each mutant may fork from its card's warm server; the next card's starts while this one's run
+        servers = {cid: WarmCard(cid, plans[cid].card, traced_files(req, [plans[cid].card])[cid]) for cid in load}
+        in_order = list(dict.fromkeys(cid for cid, _, _ in jobs))
+        after = {c: in_order[i + 1] if i + 1 < len(in_order) else None for i, c in enumerate(in_order)}
+        jobs = [
+            (cid, m, replace(job, warm=WarmSpec(servers[cid], partial(_why_fresh, m), servers.get(after[cid]))))
+            for cid, m, job in jobs
+        ]
     n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs) - len(ran)
     picked = (
         f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
@@ -332,13 +337,20 @@ def measure(
             f"mutate: {started.get(WARM, 0)} mutant(s) forked from their card's warm server, {fresh} started fresh"
             + "".join(f"; {n}: {how.removeprefix('fresh: ')}" for how, n in sorted(started.items()) if how != WARM),
         )
+    wall = time.monotonic() - t0
+    if jobs:
+        _say(
+            reporter,
+            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
+            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
+        )
     return Measured(
         out,
         skipped,
         table,
         len(jobs),
         n_reused,
-        time.monotonic() - t0,
+        wall,
         not_reached=len(ran) - len(run_rows),
         first_kill=sum(r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and r.tried == 1 for r in run_rows),
         started=started,
