@@ -203,6 +203,12 @@ def _run_parser(sub) -> None:
         help="run only this mutant (repeatable; keys from a report) against each selected card that "
         "claims its code, e.g. to check that a new witness kills it",
     )
+    mut.add_argument(
+        "--slow",
+        action="store_true",
+        help="the reference path: every mutant in a fresh process against every witness in card order (no "
+        "line coverage, no warm server); the default path is checked against it (docs/mutation.md)",
+    )
     mut.add_argument("--show", metavar="KEY", help="print the diff of one mutant (a key from a report) and exit")
 
 

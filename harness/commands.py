@@ -109,6 +109,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             max_mutants=None if args.max_mutants == 0 else args.max_mutants,
             seed=args.seed if args.seed is not None else 0,
             only=tuple(args.mutant),
+            fast=not args.slow,
         ),
     )
 

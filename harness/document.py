@@ -138,6 +138,9 @@ class MutantResult:
     duration_s: float = 0.0
     diff: str = ""  # unified diff (kept for every status but killed)
     reused_from: int | None = None  # the ledger run a --changed mutate took this result from
+    how: str = ""  # how it ran: "not reached" (never run), "warm" (forked after collection), "fresh[: why]"
+    tried: int = 0  # witnesses it ran against (a killed one stops at the first that fails); 0: not run
+    witness_s: float = 0.0  # seconds of witness time it needed: the killer's alone when killed, else every one run
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,7 @@ class MutationResult:
     previous_score: float | None = None  # the card's score in the mutate run before
     bound_digest: str = ""
     partial: bool = False  # only --mutant keys ran: not the card's score (never recorded as one, never judges)
+    not_reached: int = 0  # of the survivors: on lines no witness runs (never run)
 
 
 @dataclass(frozen=True)

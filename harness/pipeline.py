@@ -50,7 +50,7 @@ from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
 from harness.liars import LiarSite, scan
 from harness.mutation.marks import Mark, load_marks
-from harness.mutation.stage import MutateOptions, measure, recall
+from harness.mutation.stage import MutateOptions, measure, recall, traced_files
 from harness.report import data, jsonfile
 from harness.report import folder as report_folder
 from harness.report.view import build_view
@@ -430,6 +430,7 @@ def execute(
         oracle_dir=req.oracle_dir,
         launcher=launcher,
         subject_env={s.name: dict(s.settings) for s in the_plan.subjects if s.runnable},
+        coverage=traced_files(req, the_plan.to_run),  # mutate: the honest runs trace the claimed code
     )
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)

@@ -16,7 +16,13 @@ no harness) and by the harness with ``-p harness.plugin``.
   by :mod:`harness.execute.process`) the plugin applies the plan's liar before
   collection and streams the events of :mod:`harness.protocol` to the
   plan's ``out`` file, flushed as it goes. It also arms :func:`faulthandler.dump_traceback_later` with the node's
-  timeout, so a hang leaves the stack it hung in.
+  timeout, so a hang leaves the stack it hung in. When the plan names files to
+  trace (``coverage``: a ``mutate`` run's honest run), it streams the lines of
+  them each node's test body ran, and those run outside any test body
+  (:class:`harness.linecov.LineTracer`, :class:`harness.protocol.LinesRun`).
+- A warm server's plan (``warm``, :mod:`harness.execute.warm`) applies no
+  mutant: each process forked from it after collection adopts its own plan
+  (:meth:`_Recorder.adopt`) and applies its mutant then.
 
 Hypothesis details: when a node fails or errors with an exception that
 carries Hypothesis' falsifying-example note (a ``@given`` test, or a
@@ -41,6 +47,7 @@ import math
 import numbers
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,7 +276,7 @@ def pytest_configure(config: pytest.Config) -> None:
         overrides: dict[str, Any] = {}
         if config.getoption("hypothesis_seed", None) is not None:
             overrides["derandomize"] = False  # NOTE: derandomize would ignore --hypothesis-seed
-        if plan is not None and (plan.liar or plan.mutant):
+        if plan is not None and (plan.liar or plan.mutant or plan.warm):
             overrides["phases"] = (Phase.explicit, Phase.reuse, Phase.generate)  # no shrinking under a liar
         if overrides:
             name = f"{profile}-kvproof"
@@ -355,6 +362,7 @@ class _NodeState:
     failure: str = ""
     location: str = ""
     hypothesis: dict[str, Any] | None = None
+    lines: dict[str, list[int]] = field(default_factory=dict)  # traced lines its test body ran (plan.coverage)
 
     def result(self, nodeid: str) -> NodeResult:
         return NodeResult(
@@ -382,10 +390,50 @@ class _Recorder:
         self.nodes: dict[str, _NodeState] = {}
         self.liar_source = ""  # the applied liar's module file
         self.session: pytest.Session | None = None
+        # what a fresh process had imported where it applies a liar or mutant: a warm server's forks rebind
+        # what was imported after this point, as a fresh process's later imports would have bound the mutant
+        self.imported_before = frozenset(sys.modules)
+        self.tracer = None
+        if plan.coverage:
+            from harness.linecov import LineTracer
+
+            self.tracer = LineTracer(self.root, plan.coverage)
+            self.tracer.start()
         if plan.liar:
             self._apply_liar(plan.liar)
         if plan.mutant:
             self._apply_mutant(plan.mutant)
+
+    def end_warmup(self) -> dict[str, list[int]]:
+        """A warm server, before it forks: stop tracing; the traced lines that ran so far (collection).
+
+        Also imports what each fork needs to apply its mutant, once, here.
+        """
+        from harness.mutation.generate import preparse
+
+        preparse(self.root, self.plan.coverage)
+        if self.tracer is None:
+            return {}
+        lines = self.tracer.take()
+        self.tracer.stop()
+        self.tracer = None
+        return lines
+
+    def adopt(self, plan: JobPlan) -> None:
+        """In a process forked from a warm server: report to ``plan``'s files and apply its mutant.
+
+        The mutant is applied after collection, so the ``from module import f`` copies made by modules
+        imported since :attr:`imported_before` are rebound too (a fresh process imported those after
+        applying it). Raises pytest.UsageError, after saying so on the stream, when it cannot be applied.
+        """
+        for fh in (self.out, self.stacks):
+            if fh is not None:
+                fh.close()  # this process's copies of the server's files
+        self.plan = plan
+        self.out = open(plan.out, "a", encoding="utf-8", buffering=1)
+        self.stacks = open(plan.stacks, "w", encoding="utf-8") if plan.stacks else None
+        if plan.mutant:
+            self._apply_mutant(plan.mutant, late=tuple(m for m in sys.modules if m not in self.imported_before))
 
     def emit(self, event: protocol.Event) -> None:
         self.out.write(protocol.encode(event) + "\n")
@@ -402,11 +450,11 @@ class _Recorder:
         self.liar_source = applied.source
         self.emit(protocol.LiarApplied(name, True, target=applied.target))
 
-    def _apply_mutant(self, key: str) -> None:
+    def _apply_mutant(self, key: str, late: tuple[str, ...] = ()) -> None:
         from harness.mutation.generate import apply
 
         try:
-            applied = apply(key, self.root)
+            applied = apply(key, self.root, late)
         except LiarError as exc:
             self.emit(protocol.LiarApplied(f"mutant {key}", False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
@@ -432,7 +480,14 @@ class _Recorder:
         if report.failed:
             self.emit(protocol.CollectError(report.nodeid, _clip(str(report.longrepr))))
 
+    def _lines_outside(self) -> None:
+        if self.tracer is not None:
+            lines = self.tracer.take()
+            if lines:
+                self.emit(protocol.LinesRun("", lines))
+
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        self._lines_outside()  # collection, or what ran between nodes
         timeout = self.plan.timeout_for(nodeid)
         self.nodes[nodeid] = _NodeState()
         self.emit(protocol.NodeStarted(nodeid, timeout))
@@ -444,6 +499,11 @@ class _Recorder:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         state = self.nodes.setdefault(item.nodeid, _NodeState())
+        if self.tracer is not None:  # after each phase: the test body's lines are the node's, the rest anyone's
+            if report.when == "call":
+                state.lines = self.tracer.take()
+            else:
+                self._lines_outside()
         state.duration += report.duration
         ev = item.stash.get(_EVIDENCE_KEY, None)
         if ev is not None:
@@ -502,6 +562,8 @@ class _Recorder:
             faulthandler.cancel_dump_traceback_later()
         state = self.nodes.pop(nodeid, None)
         if state is not None:
+            if state.lines:
+                self.emit(protocol.LinesRun(nodeid, state.lines))
             self.emit(protocol.NodeFinished(state.result(nodeid)))
             if self.plan.liar and state.outcome == Outcome.FAILED and self.session is not None:
                 # a liar is caught by the first witness whose check fails under it: the rest need not run
@@ -512,6 +574,9 @@ class _Recorder:
         self.session = session
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.tracer is not None:
+            self._lines_outside()
+            self.tracer.stop()
         self.out.close()
         if self.stacks is not None:
             self.stacks.close()

@@ -14,7 +14,11 @@ streams events back, one JSON line each, flushed as they happen, to
 - :class:`CollectError` for a module or folder that failed to collect;
 - :class:`NodeStarted` when a node begins (with its timeout);
 - :class:`NodeFinished` when it ends, carrying the node's
-  :class:`NodeResult`.
+  :class:`NodeResult`;
+- :class:`LinesRun` when the plan names files to trace (``coverage``, a
+  ``mutate`` run's honest run): after each node, the lines of those files
+  its test body ran, and the lines that ran outside any test body
+  (collection, fixture set-up and tear-down) with node id ``""``.
 
 A node with a ``NodeStarted`` and no ``NodeFinished`` is the one that was
 running when the process hung or died.
@@ -77,6 +81,8 @@ class JobPlan:
     timeouts: Mapping[str, float] = field(default_factory=dict)  # witness test -> seconds
     default_timeout: float = 60.0
     mutant: str | None = None  # a mutant key (harness.mutation.generate), applied like a liar
+    coverage: tuple[str, ...] = ()  # files (relative to root) whose lines each node runs are streamed (LinesRun)
+    warm: bool = False  # a warm server (harness.execute.warm): mutants are applied after collection, one per fork
 
     def timeout_for(self, nodeid: str) -> float:
         return next((float(s) for test, s in self.timeouts.items() if node_matches(test, nodeid)), self.default_timeout)
@@ -86,7 +92,9 @@ class JobPlan:
 
     @classmethod
     def read(cls, path: str | Path) -> JobPlan:
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data["coverage"] = tuple(data.get("coverage", ()))
+        return cls(**data)
 
 
 ACCOUNT_ENV = "KVPROOF_ACCOUNT"  # where the entry point writes the Account; popped before pytest starts
@@ -159,12 +167,26 @@ class NodeFinished:
     result: NodeResult
 
 
-Event = LiarApplied | CollectError | NodeStarted | NodeFinished
+@dataclass(frozen=True)
+class LinesRun:
+    """Lines of the traced files (:attr:`JobPlan.coverage`) that ran: in one node's test body, or (``nodeid``
+    ``""``) outside any test body: collection, fixture set-up and tear-down, which any node may depend on.
+
+    ``lines``: path (relative to the root, posix; a ``.py`` file now, a ``.c`` file when C is traced) -> line
+    numbers, ascending. Several events for one node id add up.
+    """
+
+    nodeid: str
+    lines: Mapping[str, list[int]]
+
+
+Event = LiarApplied | CollectError | NodeStarted | NodeFinished | LinesRun
 _TAGS: dict[type, str] = {
     LiarApplied: "liar",
     CollectError: "collect_error",
     NodeStarted: "start",
     NodeFinished: "result",
+    LinesRun: "lines",
 }
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
 

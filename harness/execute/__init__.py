@@ -17,7 +17,9 @@ Read in this order:
 - ``outcomes``: a card's job results -> its witness outcomes and liar runs,
   the input of the judge (:mod:`harness.verdict`).
 - ``forkserver`` (the runner's end: launcher, fork server handle, child
-  handle) and ``zygote`` (the zygote's end: preload once, fork per job).
+  handle) and ``zygote`` (the zygote's end: preload once, fork per job);
+  ``warm`` (a mutate run's per-card server: the witnesses imported and
+  collected once, a fork per mutant).
 - ``pytest_main``: the entry point inside each witness process.
 - ``procs``: process helpers (watchdog pipe, process trees, owned temp
   folders).

@@ -67,6 +67,19 @@ what a dead child's processes leave behind in other sessions is re-parented
 to it; it kills those too. The runner never signals a pid of a fork child
 itself, except when the zygote is gone (below).
 
+Warm servers
+------------
+A ``mutate`` run's mutants start from a second kind of server, one per card
+(:meth:`Launcher.spawn_warm`, :mod:`harness.execute.warm`): the same runner's
+end (:class:`ForkServer`, requests, kills, endings), but the process has also
+imported the code under test and let pytest collect the card's witnesses, so
+it is *not* free of the project as the zygote is; that is its point, and why
+each mutant says in its result how it started. Its ``ready`` message carries
+what a fork of it cannot reproduce (:class:`WarmFacts`); a job the facts rule
+out, or one whose server could not start or was lost, starts from the zygote
+as before. The next card's server starts while this card's mutants run; an
+idle server of a card whose jobs are done is closed.
+
 Endings
 -------
 Runner gone (the watchdog pipe or the socket reaches end of file, whatever
@@ -87,6 +100,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +229,13 @@ class ForkServer:
         log: Path,
         ready_timeout: float,
         on_lost: Callable[[str], None] | None = None,
+        module: str = "harness.execute.zygote",
+        argv: Sequence[str] = (),
     ) -> None:
         self.env = dict(env)
         self.log = log
         self.on_lost = on_lost
+        self.facts = WarmFacts()  # what a warm server said when ready (harness.execute.warm); empty for the zygote
         self.alive = False
         self.why = ""
         self.closing = False
@@ -247,7 +264,7 @@ class ForkServer:
                 # zygote and every child it forks belong to; a session of its own keeps Ctrl-C away from it
                 room = "-" * TITLE_ROOM  # overwritten at once: see set_title
                 self.proc = subprocess.Popen(
-                    [python, "-m", "harness.execute.zygote", str(log), room],
+                    [python, "-m", module, str(log), room, *argv],
                     cwd=cwd,
                     env=zenv,
                     stdin=subprocess.DEVNULL,
@@ -303,6 +320,12 @@ class ForkServer:
             raise Unavailable(self.why)
         return child
 
+    @property
+    def busy(self) -> bool:
+        """Does a child of this server still run?"""
+        with self._lock:
+            return bool(self._children)
+
     def modules(self, timeout: float = 30.0) -> list[str]:
         """The names in the zygote's ``sys.modules`` (what every child starts with); [] if it does not answer."""
         with self._lock:
@@ -353,6 +376,7 @@ class ForkServer:
     def _dispatch(self, msg: Mapping[str, Any]) -> None:
         op = msg.get("op")
         if op == "ready":
+            self.facts = WarmFacts.of(msg)
             self._ready.set()
             return
         if op == "modules":
@@ -443,6 +467,36 @@ def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     return strip(a) == strip(b)
 
 
+@dataclass(frozen=True)
+class WarmFacts:
+    """What a warm server (:mod:`harness.execute.warm`) reported when ready: what a fork of it cannot reproduce.
+
+    ``ran``: path -> traced lines that ran before the fork (imports, collection); ``held``:
+    ``path::qualname`` -> what else holds that function (a list, a cell, ...); ``refused``: why no job may
+    fork from it ("" when they may).
+    """
+
+    ran: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    held: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""
+
+    @classmethod
+    def of(cls, msg: Mapping[str, Any]) -> WarmFacts:
+        ran = {str(p): frozenset(int(n) for n in lines) for p, lines in dict(msg.get("ran") or {}).items()}
+        held = {str(k): str(v) for k, v in dict(msg.get("held") or {}).items()}
+        return cls(ran, held, str(msg.get("refused") or ""))
+
+
+class _Starting:
+    """A warm server being started by one thread; the others that want it wait on ``done``."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.server: ForkServer | None = None
+        self.why = ""
+
+
+WARM = "warm"  # JobResult.started_as of a job forked from its card's warm server
 MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
 MAX_ENVIRONMENTS = 12  # zygotes for environments other than the run's (one per --matrix configuration)
 
@@ -478,9 +532,15 @@ class Launcher:
         self.say = say if say is not None else _say
         self.server: ForkServer | None = None
         self.others: dict[tuple, ForkServer] = {}  # environment (its stable items) -> its zygote
+        self.warm: dict[str, ForkServer] = {}  # warm server key -> server, least recently used first
+        self.warm_failed: dict[str, str] = {}  # key -> why its server cannot serve
+        self.warm_started = 0
+        self._starting: dict[str, _Starting] = {}  # key -> a start under way (another thread waits on it)
+        self._prewarming: list[threading.Thread] = []
         self.failed = ""
         self.losses = 0
         self._lock = threading.Lock()
+        self._warm_lock = threading.Lock()
 
     def _fail(self, why: str) -> None:
         with self._lock:
@@ -536,13 +596,132 @@ class Launcher:
             self.others[key] = server
         return server
 
+    def spawn_warm(
+        self,
+        server: tuple[str, Callable[[Path], Sequence[str]]],
+        fresh: Callable[[WarmFacts], str],
+        args: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log: Path,
+        then: tuple[str, Callable[[Path], Sequence[str]]] | None = None,
+    ) -> tuple[ForkChild | None, str]:
+        """(a child forked from warm server ``server``, "warm"), or (None, "fresh: why") when the job must start
+        as a fresh process (:meth:`spawn`): ``fresh(facts)`` said so, or the server could not start or serve.
+
+        ``server`` is (key, how to start it: ``argv(folder)`` gives its pytest arguments, ``folder`` its own
+        scratch folder). It starts on the first job of its key (later jobs of the key wait for it), with this
+        launcher's environment; ``then``, the server the next jobs will want, starts ahead in the background.
+        Idle servers of other keys are closed (a card's jobs come together). A server that is lost is not
+        started again: its key's later jobs start fresh.
+        """
+        found, why = self._warm_server(*server)
+        self._evict(keep={server[0], then[0] if then is not None else server[0]})
+        if then is not None:
+            self._prewarm(*then)
+        if found is None:
+            return None, f"fresh: {why}"
+        why = fresh(found.facts)
+        if why:
+            return None, f"fresh: {why}"
+        try:
+            return found.spawn(args, env, cwd, log), WARM
+        except Unavailable as exc:
+            with self._warm_lock:
+                self.warm_failed[server[0]] = f"its warm server could not fork: {exc}"
+            return None, f"fresh: {self.warm_failed[server[0]]}"
+
+    def _warm_server(self, key: str, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
+        """(warm server ``key``, "") started if needed (or waited for, when another thread starts it); (None, why)."""
+        with self._warm_lock:
+            if self.failed:
+                return None, self.failed
+            if key in self.warm_failed:
+                return None, self.warm_failed[key]
+            found = self.warm.pop(key, None)
+            if found is not None:
+                if found.alive:
+                    self.warm[key] = found  # most recently used last
+                    return found, ""
+                self.warm_failed[key] = f"its warm server ended ({found.why or 'lost'})"
+                return None, self.warm_failed[key]
+            starting = self._starting.get(key)
+            mine = starting is None
+            if mine:
+                starting = self._starting[key] = _Starting()
+                self.warm_started += 1
+                folder = self.log.parent / f"warm-{self.warm_started:03d}"
+        if not mine:
+            starting.done.wait()
+            return starting.server, starting.why
+        found, why = self._start_warm(folder, argv)
+        with self._warm_lock:
+            self._starting.pop(key, None)
+            if found is not None and self.failed:  # the launcher closed while this one started
+                found.close()
+                found, why = None, self.failed
+            if found is not None:
+                self.warm[key] = found
+            else:
+                self.warm_failed[key] = why
+        starting.server, starting.why = found, why
+        starting.done.set()
+        return found, why
+
+    def _evict(self, keep: set[str]) -> None:
+        """Close the warm servers no job will want (a card's jobs run together): those of other keys than
+        ``keep`` (the job's card and the next) that no child runs in."""
+        with self._warm_lock:
+            done = [k for k, s in self.warm.items() if k not in keep and not s.busy]
+            servers = [self.warm.pop(k) for k in done]
+        for server in servers:
+            server.close()
+
+    def _prewarm(self, key: str, argv: Callable[[Path], Sequence[str]]) -> None:
+        """Start warm server ``key`` in the background, unless it runs, starts, or cannot."""
+        with self._warm_lock:
+            if self.failed or key in self.warm or key in self._starting or key in self.warm_failed:
+                return
+            thread = threading.Thread(
+                target=self._warm_server, args=(key, argv), name=f"kvproof-warm-{key}", daemon=True
+            )
+            self._prewarming.append(thread)
+        thread.start()
+
+    def _start_warm(self, folder: Path, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
+        """A new warm server in ``folder``, or (None, why it cannot serve)."""
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            server = ForkServer(
+                self.python,
+                self.env,
+                self.cwd,
+                folder / "server.log",
+                self.ready_timeout,
+                on_lost=None,
+                module="harness.execute.warm",
+                argv=list(argv(folder)),
+            )
+        except (Unavailable, OSError) as exc:
+            return None, f"its warm server could not start: {exc}"
+        if server.facts.refused:
+            server.close()
+            return None, server.facts.refused
+        return server, ""
+
     def close(self) -> None:
         with self._lock:
             servers = [s for s in (self.server, *self.others.values()) if s is not None]
             self.server, self.others = None, {}
             self.failed = self.failed or "closed"
+        with self._warm_lock:
+            servers += list(self.warm.values())
+            self.warm = {}
+            starting = list(self._prewarming)
         for server in servers:
             server.close()
+        for thread in starting:  # a server that finishes starting now closes itself (self.failed is set)
+            thread.join(self.ready_timeout + 10)
 
 
 def _say(text: str) -> None:

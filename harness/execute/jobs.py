@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import protocol
 from harness.cards import Card, Witness
@@ -52,12 +53,37 @@ class RunConfig:
     blas_threads: int | None = None  # OPENBLAS/OMP/MKL_NUM_THREADS for witness processes; None: inherit
     launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
     subject_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # subject -> its settings
+    coverage: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # card id -> files its honest run traces
 
     def __post_init__(self) -> None:
         check_timeout("default_timeout", self.default_timeout)
         check_timeout("startup_timeout", self.startup_timeout)
         if self.launcher is not None:
             forkserver.choose(self.launcher)  # UsageError for a name that is no launcher
+
+
+@dataclass(frozen=True)
+class WarmCard:
+    """A card's warm server (:mod:`harness.execute.warm`): ``key`` names it (the jobs that share it share its
+    collection of ``card``'s witnesses); ``coverage``: the files it traces while it imports and collects."""
+
+    key: str
+    card: Card
+    coverage: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WarmSpec:
+    """How a mutant job may start from its card's warm server.
+
+    ``fresh(facts)`` says why this job must start as a fresh process instead ("" when it may fork from the
+    server), from what the server reported when ready (:class:`harness.execute.forkserver.WarmFacts`).
+    ``then``: the server the jobs after this card's will want, started ahead while this card's jobs run.
+    """
+
+    server: WarmCard
+    fresh: Callable[[Any], str]
+    then: WarmCard | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,8 @@ class Job:
     liar: str | None = None
     mutant: str | None = None  # a mutant key (harness.mutation.generate): witnesses only, like a liar
     timeouts: Mapping[str, float] | None = None  # witness test -> seconds, instead of the card's
+    coverage: tuple[str, ...] = ()  # files whose lines each node runs come back (JobResult.lines_run): mutate
+    warm: WarmSpec | None = None  # fork it from the card's warm server (a mutant), unless the spec says no
 
     @property
     def label(self) -> str:
@@ -101,13 +129,15 @@ class JobResult:
     retried: str = ""  # why it ran more than once (a cluster worker died under an earlier attempt)
     lost: str = ""  # no attempt came back (cluster workers died under each): the job is ERROR, this says where
     unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
+    lines_run: list[protocol.LinesRun] = field(default_factory=list)  # Job.coverage: traced lines, as streamed
+    started_as: str = ""  # how the process started: "" (fork server or subprocess), "warm", or "fresh: why"
 
 
 # ---------------------------------------------------------------- a card's jobs
 
 
-def honest_job(card: Card) -> Job:
-    return Job(card, card.all_witnesses)
+def honest_job(card: Card, coverage: tuple[str, ...] = ()) -> Job:
+    return Job(card, card.all_witnesses, coverage=coverage)
 
 
 def liar_job(card: Card, name: str) -> Job:

@@ -8,7 +8,7 @@ cards. Nothing here starts a process or builds a job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness import protocol
 from harness.cards import Card, Witness
@@ -28,6 +28,7 @@ class CardRun:
     duration: float  # seconds, all processes of this card
     honest_s: float = 0.0  # seconds, the honest process alone
     honest_node: str = ""  # where the honest process ran (a cluster node), "" on this machine
+    lines_run: tuple[protocol.LinesRun, ...] = ()  # the honest run's traced lines (a mutate run), as streamed
 
 
 def _covers(collector: str, file: str) -> bool:
@@ -85,6 +86,7 @@ class HonestPart:
     liars: tuple[str, ...]  # to run now, in card order
     liars_skipped: str = ""  # why the listed liars are not run
     node: str = ""  # where the honest process ran
+    lines_run: tuple[protocol.LinesRun, ...] = ()  # its traced lines (harness.execute.jobs.Job.coverage)
 
 
 def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
@@ -93,13 +95,14 @@ def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     co = witness_outcomes(card.controls, res)
     judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co, strict=False)]
     all_held = all(v.status == Outcome.PASSED for v in judged)
+    part = HonestPart(wo, co, res.duration, node=res.node, liars=(), lines_run=tuple(res.lines_run))
     if not card.liars:
-        return HonestPart(wo, co, res.duration, node=res.node, liars=())
+        return part
     if not cfg.liars:
-        return HonestPart(wo, co, res.duration, node=res.node, liars=(), liars_skipped="--no-liars")
+        return replace(part, liars_skipped="--no-liars")
     if not all_held:
-        return HonestPart(wo, co, res.duration, node=res.node, liars=(), liars_skipped="the honest run did not hold")
-    return HonestPart(wo, co, res.duration, node=res.node, liars=tuple(card.liars))
+        return replace(part, liars_skipped="the honest run did not hold")
+    return replace(part, liars=tuple(card.liars))
 
 
 def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
@@ -115,6 +118,7 @@ def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> 
         duration,
         honest.duration,
         honest.node,
+        honest.lines_run,
     )
 
 

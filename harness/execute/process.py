@@ -23,6 +23,12 @@ an abort). Nodes after it are "not run"; the card is ERROR either way, so
 they are not retried. Before the first node and between nodes (collection,
 module fixtures) the process gets ``startup_timeout`` seconds of silence.
 
+A mutant of a ``mutate`` run forks from its card's *warm server* instead
+(:mod:`harness.execute.warm`: the card's witnesses already imported and
+collected), unless what the server reported says a fork could not reproduce
+a fresh process for it (:class:`harness.execute.jobs.WarmSpec`); the job's
+result says which (``started_as``).
+
 How a process starts (the launcher)
 -----------------------------------
 By default on Linux a witness process is forked from the run's fork server
@@ -60,14 +66,16 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
 from harness import protocol
 from harness.errors import Cancelled
 from harness.execute import forkserver, procs
-from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig
+from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig, WarmCard
 from harness.project import KVPROOF_HOME
 from harness.protocol import JobPlan, NodeResult
 from harness.statuses import Outcome
@@ -212,6 +220,8 @@ class _Watch:
             out.collect_errors.append(ev)
         elif isinstance(ev, protocol.LiarApplied) and not ev.ok:
             out.liar_error = ev.error or "could not be applied"
+        elif isinstance(ev, protocol.LinesRun):
+            out.lines_run.append(ev)
 
     def overdue(self, now: float, startup_timeout: float) -> tuple[str, float] | None:
         """(nodeid, timeout) of a node running longer than its timeout + :data:`GRACE_S`; ("", startup_timeout)
@@ -226,6 +236,33 @@ class _Watch:
 Proc = subprocess.Popen | forkserver.ForkChild
 
 
+def _warm_argv(warm: WarmCard, cfg: RunConfig, folder: Path) -> list[str]:
+    """The pytest arguments of a card's warm server (its plan written into ``folder``): every witness of the
+    card collected, nothing applied, the claimed files traced while it imports and collects."""
+    plan = folder / "plan.json"
+    JobPlan(
+        str(folder / "events.jsonl"),
+        str(folder / "stacks.txt"),
+        str(cfg.root),
+        None,
+        cfg.profile,
+        cfg.seed,
+        {},
+        cfg.default_timeout,
+        None,
+        tuple(warm.coverage),
+        True,
+    ).write(plan)
+    tests = list(dict.fromkeys(w.test for w in warm.card.witnesses))
+    return _pytest_args(cfg, plan, tests, first_failure=True)
+
+
+def _server(warm: WarmCard | None, cfg: RunConfig) -> tuple[str, Callable[[Path], list[str]]] | None:
+    """(key, how to start it) of a card's warm server, as :meth:`harness.execute.forkserver.Launcher.spawn_warm`
+    takes it."""
+    return None if warm is None else (warm.key, partial(_warm_argv, warm, cfg))
+
+
 def _start(
     job: Job,
     cfg: RunConfig,
@@ -234,12 +271,15 @@ def _start(
     log: Path,
     launcher: forkserver.Launcher | None = None,
     account: Path | None = None,
-) -> Proc:
-    """Start the witness process in its own session, holding the read end of the runner's watchdog pipe.
+) -> tuple[Proc, str]:
+    """Start the witness process in its own session, holding the read end of the runner's watchdog pipe;
+    (the process, how it started: :attr:`harness.execute.jobs.JobResult.started_as`).
 
-    Forked by ``launcher`` when there is one and it can; else a subprocess. ``account``: where the entry
-    point writes pytest's own account (:class:`harness.protocol.Account`).
+    Forked by ``launcher`` when there is one and it can (from the job's card's warm server when the job has a
+    :class:`harness.execute.jobs.WarmSpec` and the spec allows: "warm"; else "fresh: why"); else a
+    subprocess. ``account``: where the entry point writes pytest's own account (:class:`harness.protocol.Account`).
     """
+    how = "fresh" if job.warm is not None else ""
     watchdog = procs.watchdog_fd()
     env = witness_env(cfg, watchdog, job.card.subject)
     if account is not None:
@@ -248,10 +288,18 @@ def _start(
     # check, so its run goes on past an error (the plugin stops it at the first failure)
     args = _pytest_args(cfg, plan, job.node_ids, first_failure=bool(job.mutant))
     if launcher is not None:
+        if job.warm is not None:
+            server = _server(job.warm.server, cfg)
+            assert server is not None
+            child, how = launcher.spawn_warm(
+                server, job.warm.fresh, args, env, cfg.root, log, then=_server(job.warm.then, cfg)
+            )
+            if child is not None:
+                return child, how
         child = launcher.spawn(args, env, cfg.root, log)
         if child is not None:
-            return child
-    return subprocess.Popen(
+            return child, how
+    proc = subprocess.Popen(
         [cfg.python, "-m", "harness.execute.pytest_main", *args],
         cwd=cfg.root,
         env=env,
@@ -261,6 +309,7 @@ def _start(
         start_new_session=True,
         pass_fds=(watchdog,),
     )
+    return proc, how
 
 
 def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult, cancel: threading.Event | None) -> _Watch:
@@ -285,6 +334,17 @@ def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult, ca
         if watch.timed_out:
             _kill(proc)
             return watch
+        _nap(proc)
+
+
+def _nap(proc: Proc) -> None:
+    """Wait :data:`POLL_S`, or less when a fork child ends sooner (the fork server says so at once)."""
+    if isinstance(proc, forkserver.ForkChild):
+        try:
+            proc.wait(POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+    else:
         time.sleep(POLL_S)
 
 
@@ -430,6 +490,7 @@ def execute(
         timeouts,
         cfg.default_timeout,
         job.mutant,
+        tuple(job.coverage),
     ).write(plan)
     account = workdir / f"account-{secrets.token_hex(8)}.json"  # a name only the runner and the entry point know
     t0 = time.monotonic()
@@ -439,7 +500,7 @@ def execute(
         account.unlink(missing_ok=True)
         out = JobResult()
         with open(log, "wb") as logf:
-            proc = _start(job, cfg, plan, logf, log, launcher, account)
+            proc, out.started_as = _start(job, cfg, plan, logf, log, launcher, account)
             try:
                 watch = _wait(proc, job, cfg, events, out, cancel)
             finally:

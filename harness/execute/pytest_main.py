@@ -85,11 +85,22 @@ def _classify(exc: BaseException) -> str:
 
 
 class AccountKeeper:
-    """pytest's own account of this process (see the module docstring); registered by :func:`main`."""
+    """pytest's own account of this process (see the module docstring); registered by :func:`run`.
 
-    def __init__(self) -> None:
+    ``account``: where :meth:`write` puts it (None: nowhere); a process forked from a warm server
+    (:mod:`harness.execute.warm`) learns its own after the fork.
+    """
+
+    def __init__(self, account: Path | None = None) -> None:
+        self.account = account
         self.calls: dict[str, str] = {}
         self.refused: list[str] = []
+        self.checked: pytest.Config | None = None  # the config whose hooks project_hooks already judged
+
+    def write(self, code: int) -> None:
+        """Write the account with pytest's exit ``code``, if this process has somewhere to write it."""
+        if self.account is not None:
+            Account(int(code), dict(self.calls), tuple(self.refused)).write(self.account)
 
     def project_hooks(self, config: pytest.Config) -> list[str]:
         """``file implements hook`` for each guarded hook implemented in the project, not in a library."""
@@ -106,11 +117,17 @@ class AccountKeeper:
                     found.append(f"{src.relative_to(root).as_posix()} implements {name}")
         return found
 
+    def check(self, config: pytest.Config) -> list[str]:
+        """:meth:`project_hooks` of ``config``, judged once (a warm server judges before it forks)."""
+        if self.checked is not config:
+            self.refused = self.project_hooks(config)
+            self.checked = config
+        return self.refused
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         # NOTE: after collection, so every conftest pytest loads for the selected tests is registered
-        self.refused = self.project_hooks(session.config)
-        return True if self.refused else None  # a result ends the loop before any test runs
+        return True if self.check(session.config) else None  # a result ends the loop before any test runs
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item):
@@ -123,19 +140,28 @@ class AccountKeeper:
         return result
 
 
+def account_path() -> Path | None:
+    """Where this process's account goes: ``KVPROOF_ACCOUNT``, removed from the environment so no witness sees it."""
+    value = os.environ.pop(ACCOUNT_ENV, None)
+    return Path(value) if value else None
+
+
+def run(args: Sequence[str], keeper: AccountKeeper, plugins: Sequence[object] = ()) -> int:
+    """Run pytest with ``args`` (``keeper`` and ``plugins`` registered), kill whatever the witnesses started
+    and left running, write ``keeper``'s account; pytest's exit code."""
+    code = pytest.main(list(args), plugins=[keeper, *plugins])
+    kill_descendants(os.getpid())  # nothing a witness started outlives it
+    keeper.write(int(code))
+    return int(code)
+
+
 def main(args: Sequence[str]) -> int:
     """Run pytest with ``args``, then kill whatever the witnesses started and left running; pytest's exit code.
 
     Writes pytest's own :class:`~harness.protocol.Account` where
     ``KVPROOF_ACCOUNT`` says (removed from the environment first).
     """
-    account_path = os.environ.pop(ACCOUNT_ENV, None)
-    keeper = AccountKeeper()
-    code = pytest.main(list(args), plugins=[keeper])
-    kill_descendants(os.getpid())  # nothing a witness started outlives it
-    if account_path:
-        Account(int(code), dict(keeper.calls), tuple(keeper.refused)).write(Path(account_path))
-    return int(code)
+    return run(args, AccountKeeper(account_path()))
 
 
 if __name__ == "__main__":

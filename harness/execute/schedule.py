@@ -126,7 +126,8 @@ class _Queue:
             if problems:
                 self.results[st.index] = not_run(st.card, problems)
             else:
-                self.ready.append(_Ready(self._honest_key(st), honest_job(st.card)))
+                job = honest_job(st.card, tuple(cfg.coverage.get(st.card.id, ())))
+                self.ready.append(_Ready(self._honest_key(st), job))
                 st.waiting = 1
 
     def _honest_key(self, st: _CardState) -> tuple[float, int, int]:
@@ -260,16 +261,23 @@ def run_jobs(
     on_start: Callable[[Job, Sequence[Running]], None] | None = None,
     on_done: Callable[[Job, int, JobResult], None] | None = None,
     executor: ExecutorSpec | None = None,
+    prepare: Callable[[Job], Job] | None = None,
 ) -> list[JobResult]:
     """Run independent jobs (mutants), ``jobs`` processes at a time; results in the order of ``jobs_list``.
 
     The executor, BLAS threads and Ctrl-C handling are those of
-    :func:`run_cards`; jobs start in the order given. ``on_done(job, finished, result)``.
+    :func:`run_cards`; jobs start in the order given. ``prepare(job)``, when given, is what starts instead
+    of ``job``, decided as it starts (the witnesses' order, from the results so far); ``on_start`` and
+    ``on_done(job, finished, result)`` see that job. Everything here runs on the calling thread.
     """
     jobs = max(1, int(jobs))
     cfg = blas_config(cfg, jobs > 1)
     ready = [_Plain(j, i) for i, j in enumerate(jobs_list)][::-1]  # pop() from the end: first job first
     results: dict[int, JobResult] = {}
+
+    def pop() -> _Plain:
+        item = ready.pop()
+        return item if prepare is None else _Plain(prepare(item.job), item.index)
 
     def finished(item: _Plain, res: JobResult) -> None:
         results[item.index] = res
@@ -277,7 +285,7 @@ def run_jobs(
             on_done(item.job, len(results), res)
 
     with make_executor(executor, cfg, jobs) as ex:
-        _drive(ex, lambda: bool(ready), ready.pop, finished, on_start)
+        _drive(ex, lambda: bool(ready), pop, finished, on_start)
     return [results[i] for i in range(len(jobs_list))]
 
 

@@ -16,7 +16,7 @@ import select
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +135,24 @@ THIRD_PARTY = (
 )
 
 
-class _Zygote:
-    def __init__(self, sock: socket.socket, watchdog: int | None) -> None:
+class Zygote:
+    """The serving loop: fork a child per ``spawn`` request, report its pid and its end, kill on request.
+
+    ``become(msg, zygote)`` is what a child does: the plain zygote's runs pytest and never returns
+    (:func:`_child`); a warm server's (:mod:`harness.execute.warm`) sets the child up and raises, to unwind
+    into the pytest session the server is in. ``ready``: more to say in the ``ready`` message.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        watchdog: int | None,
+        become: Callable[[Mapping[str, Any], Zygote], None] | None = None,
+        ready: Mapping[str, Any] | None = None,
+    ) -> None:
         self.sock, self.watchdog = sock, watchdog
+        self.become = become if become is not None else _child
+        self.ready = dict(ready or {})
         self.children: dict[int, int] = {}  # pid -> job id, every child forked and not yet reaped
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -152,7 +167,7 @@ class _Zygote:
             pass  # the runner is gone: the loop sees end of file next
 
     def serve(self) -> None:
-        self.send({"op": "ready", "pid": os.getpid()})
+        self.send({**self.ready, "op": "ready", "pid": os.getpid()})
         buf = b""
         watched = [self.sock, self.wake_r] + ([self.watchdog] if self.watchdog is not None else [])
         while True:
@@ -204,7 +219,7 @@ class _Zygote:
             self.send({"op": "failed", "id": msg["id"], "error": str(exc)})
             return
         if pid == 0:
-            _child(msg, self)  # never returns
+            self.become(msg, self)  # never returns (a warm server's raises, out of serve())
         self.children[pid] = msg["id"]
         self.send({"op": "started", "id": msg["id"], "pid": pid})
 
@@ -278,43 +293,64 @@ def set_title(argv: Sequence[str]) -> bool:
     return True
 
 
-def _child(msg: Mapping[str, Any], zygote: _Zygote) -> None:
+def enter_child(msg: Mapping[str, Any], zygote: Zygote) -> None:
+    """In a forked child: become the witness process ``msg`` asks for, up to running pytest.
+
+    Its own session, its command line, default signal handling, none of the zygote's sockets; ``msg``'s
+    cwd and environment; stdout and stderr to its log, stdin from /dev/null; faulthandler; the runner's
+    watchdog; numpy's global generator reseeded.
+    """
+    os.setsid()
+    set_title([sys.executable, "-m", "harness.execute.pytest_main", *msg["argv"]])
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    zygote.sock.close()
+    os.close(zygote.wake_r)
+    os.close(zygote.wake_w)
+    os.chdir(msg["cwd"])
+    os.environ.clear()
+    os.environ.update(msg["env"])
+    if zygote.watchdog is not None and procs.WATCHDOG_ENV in os.environ:
+        os.environ[procs.WATCHDOG_ENV] = str(zygote.watchdog)  # the inherited read end, same pipe
+    fd = os.open(msg["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
+    if os.environ.get("PYTHONFAULTHANDLER"):
+        import faulthandler
+
+        faulthandler.enable()
+    procs.watch_runner()
+    if "numpy.random" in sys.modules:
+        # NOTE: a fresh process seeds numpy's global generator from the OS; forked ones would share the
+        # zygote's state (the random module reseeds itself after fork)
+        sys.modules["numpy.random"].seed()
+    sys.argv = [_pytest_main.__file__, *msg["argv"]]
+
+
+def finish_child(code: int) -> None:
+    """End a forked child as a fresh interpreter would end: exit handlers, flushed streams, exit ``code``."""
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()  # as a fresh interpreter's exit would
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _child(msg: Mapping[str, Any], zygote: Zygote) -> None:
     """In the forked child: become the witness process ``msg`` asks for, run pytest, ``os._exit``."""
     code = 70
     try:
-        os.setsid()
-        set_title([sys.executable, "-m", "harness.execute.pytest_main", *msg["argv"]])
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        zygote.sock.close()
-        os.close(zygote.wake_r)
-        os.close(zygote.wake_w)
-        os.chdir(msg["cwd"])
-        os.environ.clear()
-        os.environ.update(msg["env"])
-        if zygote.watchdog is not None and procs.WATCHDOG_ENV in os.environ:
-            os.environ[procs.WATCHDOG_ENV] = str(zygote.watchdog)  # the inherited read end, same pipe
-        fd = os.open(msg["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
-        if os.environ.get("PYTHONFAULTHANDLER"):
-            import faulthandler
-
-            faulthandler.enable()
-        procs.watch_runner()
-        if "numpy.random" in sys.modules:
-            # NOTE: a fresh process seeds numpy's global generator from the OS; forked ones would share the
-            # zygote's state (the random module reseeds itself after fork)
-            sys.modules["numpy.random"].seed()
-
-        sys.argv = [_pytest_main.__file__, *msg["argv"]]
+        enter_child(msg, zygote)
         code = _pytest_main.main(msg["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -324,14 +360,7 @@ def _child(msg: Mapping[str, Any], zygote: _Zygote) -> None:
         traceback.print_exc()
         code = 70
     finally:
-        try:
-            import atexit
-
-            atexit._run_exitfuncs()  # as a fresh interpreter's exit would
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code & 0xFF if code >= 0 else 1)
+        finish_child(code)
 
 
 def serve_main(argv: Sequence[str]) -> int:
@@ -355,7 +384,7 @@ def serve_main(argv: Sequence[str]) -> int:
     # NOTE: what the zygote imported is never garbage: frozen, each child's collections (pytest runs
     # gc.collect several times at exit) skip it, and do not write to the pages it shares with the zygote
     gc.freeze()
-    _Zygote(sock, watchdog).serve()
+    Zygote(sock, watchdog).serve()
     return 0
 
 

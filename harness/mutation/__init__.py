@@ -5,7 +5,11 @@
 - ``marks``: equivalence marks (``obligations/equivalent-mutants.yaml``).
 - ``score``: what a card claims, its sample of mutants, each mutant's job and
   classification, the card's score, and what no card claims.
+- ``reach``: the honest run's line coverage -> mutants no witness reaches
+  (never run), the witnesses that can tell each mutant apart, who to try first.
 - ``stage``: the mutate stage of a run (``run_obligations.py mutate``):
-  runs the mutants in the worker pool; :func:`~harness.mutation.stage.recall`
+  runs the mutants in the worker pool, each forked from its card's warm
+  server (:mod:`harness.execute.warm`) when a fork can stand for a fresh
+  process; :func:`~harness.mutation.stage.recall`
   is what a plain run reads back instead.
 """

@@ -43,7 +43,7 @@ import hashlib
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import liars
@@ -105,10 +105,16 @@ class Mutant:
     before: str  # the source text replaced
     after: str  # what replaces it
     nth: int = 1  # several nodes start at one place (``a * b * c``): the outermost is 1, in ast.walk order
+    end_line: int = 0  # the last line of the changed code (0: ``line``); see :attr:`lines`
 
     @property
     def key(self) -> str:
         return f"{self.path}:{self.line}:{self.col}:{self.operator}" + (f"#{self.nth}" if self.nth > 1 else "")
+
+    @property
+    def lines(self) -> range:
+        """The lines the changed code spans: the mutant can change what runs only when one of them runs."""
+        return range(self.line, max(self.line, self.end_line) + 1)
 
     @property
     def module(self) -> str:
@@ -263,9 +269,10 @@ def _replace_child(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
     raise ValueError("child not found")  # pragma: no cover - ast.walk found it under this parent
 
 
-def _expected(fn: ast.AST, index: int, change: Callable[[ast.AST], ast.AST]) -> ast.AST:
-    """A copy of ``fn`` with its ``index``-th node (in ast.walk order) changed."""
-    fn2 = copy.deepcopy(fn)
+def _expected(fn: ast.AST, index: int, change: Callable[[ast.AST], ast.AST], fresh: ast.AST | None = None) -> ast.AST:
+    """A copy of ``fn`` with its ``index``-th node (in ast.walk order) changed (``fresh``: a copy to use, e.g. a
+    new parse of its text, instead of a deep copy)."""
+    fn2 = fresh if fresh is not None else copy.deepcopy(fn)
     nodes = list(ast.walk(fn2))
     target = nodes[index]
     new = change(target)
@@ -310,8 +317,40 @@ def _dump(node: ast.AST) -> str:
     return ast.dump(node, include_attributes=False)
 
 
-def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int) -> tuple[str, str] | None:
-    """(replacement text, mutated file text) whose parse has exactly ``new_fn`` for the function; None if none does.
+class _Snippet:
+    """One function's own text (decorators included), parsed alone: the same tree as in its file (checked once,
+    ``ok``), for a fraction of the cost of parsing the file once per candidate mutant."""
+
+    def __init__(self, src: _Source, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+        self.start = src.starts[first - 1]
+        self.end = src.offset(fn.end_lineno, fn.end_col_offset)
+        self.raw = src.raw[self.start : self.end]
+        self.indented = fn.col_offset > 0  # parsed inside "if 1:", which takes any indentation as its block's
+        self.shift = first - 1 - (1 if self.indented else 0)  # a line here + shift = the line in the file
+        try:
+            self.ok = _dump(self.parse(self.raw)) == _dump(fn)
+        except (SyntaxError, ValueError, IndexError):
+            self.ok = False
+
+    def parse(self, raw: bytes) -> ast.AST:
+        text = raw.decode("utf-8")
+        module = ast.parse(("if 1:\n" + text) if self.indented else text)
+        body = module.body[0].body if self.indented else module.body  # type: ignore[attr-defined]
+        if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise ValueError("not one function")
+        return body[0]
+
+    def replaced(self, src: _Source, node: ast.AST, text: str) -> bytes:
+        a, b = src.span(node)
+        return self.raw[: a - self.start] + text.encode("utf-8") + self.raw[b - self.start :]
+
+
+def _texts(
+    src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: int, snippet: _Snippet | None = None
+) -> tuple[str, str, ast.AST] | None:
+    """(replacement text, mutated file text, the function as parsed from it) whose parse has exactly ``new_fn``
+    for the function; None if none does.
 
     The replacement is ``ast.unparse`` of the changed node, parenthesised
     when the bare text would parse differently in its place.
@@ -322,30 +361,62 @@ def _texts(src: _Source, node: ast.AST, new_fn: ast.AST, qualname: str, index: i
     text = "pass" if isinstance(replacement, ast.Pass) else ast.unparse(replacement)
     want = _dump(new_fn)
     for t in [text] if isinstance(replacement, ast.stmt) else [text, f"({text})"]:
-        mutated = src.replaced(node, t)
         try:
-            got = _find_function(ast.parse(mutated), qualname)
-        except SyntaxError:
+            if snippet is not None:  # NOTE: Python parses a function the same alone as in its file
+                got = snippet.parse(snippet.replaced(src, node, t))
+            else:
+                got = _find_function(ast.parse(src.replaced(node, t)), qualname)
+        except (SyntaxError, ValueError):
             continue
         if got is not None and _dump(got) == want:
-            return t, mutated
+            if snippet is not None:
+                ast.increment_lineno(got, snippet.shift)  # the file's line numbers: tracebacks, line coverage
+            return t, src.replaced(node, t), got
     return None
 
 
 # ---------------------------------------------------------------- generation
 
+# The changes whose bare text always parses back to them in place: a node replaced by one of the same kind
+# and precedence (a comparison, a same-precedence arithmetic operator, a name, a non-negative number, a
+# statement). Every other change (``**`` -> ``*``, ``&`` <-> ``|``, ``^`` -> ``&``, ``and`` <-> ``or``, a dropped
+# unary operator, a number made negative) is checked by parsing it back (:func:`_texts`).
+_SAME_PRECEDENCE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.LShift, ast.RShift)
+
+
+def _safe(node: ast.AST, op: str) -> bool:
+    if op.split(".")[0] in ("compare", "bool", "minmax", "loopctl", "noloop", "drop", "const+1"):
+        return True
+    if op == "const-1":
+        return isinstance(node, ast.Constant) and node.value >= 1
+    if op == "arith":
+        return isinstance(getattr(node, "op", None), _SAME_PRECEDENCE)
+    return False
+
+
+def _bare(node: ast.AST, change: Callable[[ast.AST], ast.AST]) -> str:
+    """The replacement text of a :func:`_safe` change (``noloop``: the iterable's)."""
+    new = change(copy.deepcopy(node))
+    if isinstance(new, (ast.For, ast.AsyncFor)):
+        new = new.iter
+    return "pass" if isinstance(new, ast.Pass) else ast.unparse(new)
+
 
 def _sites(
     path: str, text: str, wanted: Callable[[str], bool], where: Callable[[ast.AST, str, int], bool] | None = None
-) -> Iterator[tuple[_Site, str]]:
+) -> Iterator[tuple[_Site, str, ast.AST | None]]:
     """Every mutant of the functions ``wanted(qualname)`` selects (and ``where(node, operator, nth)``, when given),
-    with the mutated file text."""
-    tree = ast.parse(text)
+    with the mutated file text and the mutated function as parsed from it (with ``where``; without, a
+    :func:`_safe` change is not parsed: "" and None)."""
+    tree = _parsed(text)
     src = _Source(text)
     for qualname, fn in functions(tree):
         if not wanted(qualname):
             continue
         skip = _skipped(fn)
+        snippet: _Snippet | None = _Snippet(src, fn)
+        if not snippet.ok:  # a function that does not parse alone the same: the whole file, as before
+            snippet = None
         seen: dict[tuple[int, int, str], int] = {}
         for index, node in enumerate(ast.walk(fn)):
             if id(node) in skip or node is fn or not hasattr(node, "lineno"):
@@ -355,14 +426,20 @@ def _sites(
                 nth = seen[place] = seen.get(place, 0) + 1
                 if where is not None and not where(node, op, nth):
                     continue
-                new_fn = _expected(fn, index, change)
-                found = _texts(src, node, new_fn, qualname, index)
+                shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
+                end = shown.end_lineno or node.lineno
+                if where is None and _safe(node, op):  # generating: no parse needed (find() always checks)
+                    m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), "", nth, end)
+                    yield _Site(replace(m, after=_bare(node, change)), index, fn), "", None
+                    continue
+                fresh = snippet.parse(snippet.raw) if snippet is not None else None  # a copy, faster than deepcopy
+                new_fn = _expected(fn, index, change, fresh)
+                found = _texts(src, node, new_fn, qualname, index, snippet)
                 if found is None:  # no text of this change parses back to it: not generated
                     continue
-                after, mutated = found
-                shown = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node
-                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth)
-                yield _Site(m, index, fn), mutated
+                after, mutated, parsed = found
+                m = Mutant(path, qualname, node.lineno, node.col_offset, op, src.segment(shown), after, nth, end)
+                yield _Site(m, index, fn), mutated, parsed
 
 
 def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> list[Mutant]:
@@ -376,7 +453,7 @@ def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> l
     def wanted(q: str) -> bool:
         return names is None or q in names or any(q.startswith(n + ".") for n in names)
 
-    out = [s.mutant for s, _ in _sites(path, text, wanted)]
+    out = [s.mutant for s, _, _ in _sites(path, text, wanted)]
     return sorted(out, key=lambda m: (m.line, m.col, m.operator, m.nth))
 
 
@@ -390,6 +467,29 @@ def parse_key(key: str) -> tuple[str, int, int, str, int]:
     return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)
 
 
+_PARSED: dict[str, ast.Module] = {}  # file text -> its tree, never changed once parsed (see _parsed)
+
+
+def _parsed(text: str) -> ast.Module:
+    """``ast.parse(text)``, kept: a warm server parses each claimed file once for all of its forks (:func:`preparse`).
+
+    NOTE: callers only read the tree (a mutant is built in a deep copy of its function).
+    """
+    tree = _PARSED.get(text)
+    if tree is None:
+        tree = _PARSED[text] = ast.parse(text)
+    return tree
+
+
+def preparse(root: Path, paths: Iterable[str]) -> None:
+    """Parse ``paths`` now, so that :func:`find` on them later (in forks of this process) does not."""
+    for path in paths:
+        try:
+            _parsed((root / path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            continue
+
+
 def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     """The mutant ``key`` names, rebuilt from the file as it is now: (mutant, mutated file text, mutated def).
 
@@ -398,17 +498,17 @@ def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     path, line, col, op, nth = parse_key(key)
     try:
         text = (root / path).read_text(encoding="utf-8")
-        tree = ast.parse(text)
+        tree = _parsed(text)
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
         raise LiarError(f"mutant={key!r}: cannot read {path}: {exc}") from None
     around = {q for q, fn in functions(tree) if fn.lineno <= line <= (fn.end_lineno or fn.lineno)}
-    for site, mutated in _sites(
+    for site, mutated, parsed in _sites(
         path,
         text,
         around.__contains__,
         lambda node, name, k: (node.lineno, node.col_offset, name, k) == (line, col, op, nth),
     ):
-        return site.mutant, mutated, _find_function(ast.parse(mutated), site.mutant.qualname)
+        return site.mutant, mutated, parsed
     raise LiarError(
         f"mutant={key!r}: {path} has no such mutant now (its code changed since the key was made); "
         "run mutate again to get current keys"
@@ -450,7 +550,9 @@ def sample(mutants: Sequence[Mutant], n: int | None, seed: int, salt: str) -> li
 _PLAIN_DECORATORS = {"property", "staticmethod", "classmethod"}
 
 
-def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | None) -> tuple[Mutant, object]:
+def compile_mutant(
+    root: Path, key: str, module_globals: dict, owner: object | None, found: tuple[Mutant, str, ast.AST] | None = None
+) -> tuple[Mutant, object]:
     """(mutant, the changed function) compiled in ``module_globals``.
 
     The def is compiled inside a stand-in class of the same name (so
@@ -459,8 +561,9 @@ def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | N
     numbers, under the file's name: a traceback points at the mutated line.
     ``property``/``staticmethod``/``classmethod`` decorators are left off
     (the caller wraps like the original); other decorators are applied.
+    ``found``: what :func:`find` returned for ``key``, when the caller has it.
     """
-    mutant, _, fn = find(root, key)
+    mutant, _, fn = found if found is not None else find(root, key)
     fn = copy.deepcopy(fn)
     fn.decorator_list = [d for d in fn.decorator_list if not (isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
     cls_name = mutant.qualname.split(".")[-2] if "." in mutant.qualname else None
@@ -488,28 +591,51 @@ def compile_mutant(root: Path, key: str, module_globals: dict, owner: object | N
     return mutant, func
 
 
-def apply(key: str, root: Path):
+def apply(key: str, root: Path, late: Sequence[str] = ()):
     """Swap the mutant ``key`` into the running process, as :func:`harness.liars.apply` does a liar.
 
-    Returns a :class:`harness.liars.Applied`; raises LiarError when the key
-    names no mutant of the file as it is, or the target cannot be resolved.
+    ``late``: names of modules imported *after* the point where a fresh
+    witness process applies a mutant (a warm server's collection,
+    :mod:`harness.execute.warm`); a module-level function's ``from module
+    import f`` copies in them are rebound too, as those imports would have
+    bound the mutant. Returns a :class:`harness.liars.Applied`; raises
+    LiarError when the key names no mutant of the file as it is, or the
+    target cannot be resolved.
     """
     import importlib
     import inspect
+    import sys
 
-    path, *_ = parse_key(key)
-    mutant, _, _ = find(root, key)
+    found = find(root, key)
+    mutant = found[0]
     module = importlib.import_module(mutant.module)
     target = liars._resolve(f"mutant {key}", mutant.target)
     owner = target.owner if inspect.isclass(target.owner) else None
-    _, func = compile_mutant(root, key, vars(module), owner)
+    _, func = compile_mutant(root, key, vars(module), owner, found)
     replacement: object = func
     if isinstance(target.original, property):
         orig = target.original
         replacement = property(func, orig.fset, orig.fdel, orig.__doc__)
     spec = liars.Liar(f"mutant {key}", mutant.target, replacement, False, mutant.change)
     patch = liars._swap(spec, target)
-    return liars.Applied(spec.name, spec.target, target.original, patch.undo)
+    rebound: list[tuple[object, str]] = []
+    if target.in_module:
+        done = {id(m) for m, _ in patch.rebound} | {id(target.owner)}
+        for name in late:
+            mod = sys.modules.get(name)
+            if mod is None or id(mod) in done:
+                continue
+            for attr, value in list(vars(mod).items()):
+                if value is patch.plain:
+                    setattr(mod, attr, replacement)
+                    rebound.append((mod, attr))
+
+    def undo() -> None:
+        patch.undo()
+        for mod, attr in rebound:
+            setattr(mod, attr, patch.plain)
+
+    return liars.Applied(spec.name, spec.target, target.original, undo)
 
 
 __all__ = [
@@ -522,5 +648,6 @@ __all__ = [
     "functions",
     "generate",
     "parse_key",
+    "preparse",
     "sample",
 ]

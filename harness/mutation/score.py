@@ -189,28 +189,66 @@ def mutant_timeouts(card: Card, took: Mapping[str, float], default_timeout: floa
     }
 
 
-def mutant_job(card: Card, mutant: gen.Mutant, timeouts: Mapping[str, float]) -> Job:
-    """The card's witnesses under ``mutant``: a fresh process, stopping at the first witness that fails."""
-    return Job(card, card.witnesses, mutant=mutant.key, timeouts=dict(timeouts))
+def mutant_job(
+    card: Card, mutant: gen.Mutant, timeouts: Mapping[str, float], witnesses: Sequence[str] | None = None
+) -> Job:
+    """The card's witnesses (only ``witnesses``, ids in that order, when given) under ``mutant``: one process,
+    stopping at the first witness that fails."""
+    chosen = card.witnesses
+    if witnesses is not None:
+        by_id = {w.id: w for w in card.witnesses}
+        chosen = tuple(by_id[i] for i in witnesses)
+    return Job(card, chosen, mutant=mutant.key, timeouts=dict(timeouts))
 
 
-def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, root: Path) -> MutantResult:
-    """What the card's witnesses made of ``mutant``, judged exactly as under a liar (node outcomes *and* bounds).
+def _diff(root: Path, mutant: gen.Mutant) -> str:
+    try:
+        return gen.diff(root, mutant)
+    except LiarError:
+        return ""
 
+
+def not_reached(mutant: gen.Mutant, mark: Mark | None, root: Path) -> MutantResult:
+    """A mutant on lines no witness of the card runs: it survives (equivalent when marked) and is never run."""
+    lines = f"{mutant.path}:{mutant.line}" + (f"-{mutant.lines[-1]}" if len(mutant.lines) > 1 else "")
+    status, detail = MutantStatus.SURVIVED, f"not reached: no witness runs {lines} (never run)"
+    if mark is not None:
+        status, detail = MutantStatus.EQUIVALENT, mark.reason
+    return MutantResult(
+        mutant.key,
+        mutant.path,
+        mutant.line,
+        mutant.qualname,
+        mutant.operator,
+        mutant.change,
+        status,
+        detail=detail,
+        diff=_diff(root, mutant),
+        how=NOT_REACHED,
+    )
+
+
+NOT_REACHED = "not reached"
+
+
+def classify(
+    card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, root: Path, job: Job | None = None
+) -> MutantResult:
+    """What the witnesses made of ``mutant``, judged exactly as under a liar (node outcomes *and* bounds).
+
+    ``job``: the job that ran it (its witnesses, in the order they ran; default: every witness of the card).
     error: the mutant could not be applied. killed: a witness failed or
     errored (an assertion, an exception, a bound that did not hold, a
     collection error, a crash). timeout: a witness ran past its timeout.
     survived: every witness passed (skips are named: they checked nothing);
     equivalent: survived, and ``mark`` says why no input can tell it apart.
     """
+    witnesses = job.witnesses if job is not None else card.witnesses
+    outcomes = witness_outcomes(witnesses, res)
+    ran = [o for o in outcomes if o.nodes]
 
     def result(status: MutantStatus, killer: str = "", detail: str = "") -> MutantResult:
-        text = ""
-        if status != MutantStatus.KILLED:
-            try:
-                text = gen.diff(root, mutant)
-            except LiarError:
-                text = ""
+        seconds = [sum(n.duration for n in o.nodes) for o in ran if not killer or o.witness_id == killer]
         return MutantResult(
             mutant.key,
             mutant.path,
@@ -222,14 +260,16 @@ def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, 
             killer,
             detail,
             round(res.duration, 3),
-            text,
+            "" if status == MutantStatus.KILLED else _diff(root, mutant),
+            how=res.started_as or "fresh",
+            tried=len(ran),
+            witness_s=round(sum(seconds), 3),
         )
 
     if res.liar_error:
         return result(MutantStatus.ERROR, detail=f"could not be applied: {res.liar_error}")
-    outcomes = witness_outcomes(card.witnesses, res)
-    judged = [judge_witness(w, o) for w, o in zip(card.witnesses, outcomes, strict=False)]
-    for w, o, v in zip(card.witnesses, outcomes, judged, strict=False):
+    judged = [judge_witness(w, o) for w, o in zip(witnesses, outcomes, strict=False)]
+    for w, o, v in zip(witnesses, outcomes, judged, strict=False):
         if v.status in (Outcome.FAILED, Outcome.ERROR):
             node = o.first(Outcome.ERROR)
             if node is not None and (node.message or "").startswith("timeout:"):
@@ -244,6 +284,12 @@ def classify(card: Card, mutant: gen.Mutant, res: JobResult, mark: Mark | None, 
     if mark is not None:
         return result(MutantStatus.EQUIVALENT, detail=mark.reason)
     note = f" ({', '.join(skipped)} skipped: checked nothing)" if skipped else ""
+    if len(witnesses) < len(card.witnesses):
+        others = len(card.witnesses) - len(witnesses)
+        return result(
+            MutantStatus.SURVIVED,
+            detail=f"every witness that runs its lines passed{note} ({others} of {len(card.witnesses)} never run them)",
+        )
     return result(MutantStatus.SURVIVED, detail=f"every witness passed{note}")
 
 
@@ -272,6 +318,7 @@ def summarize(
     ``partial``: only chosen mutants ran (``--mutant``); shown, never judged.
     """
     count = {s: sum(r.status == s for r in results) for s in MutantStatus}
+    unreached = sum(r.status == MutantStatus.SURVIVED and r.how == NOT_REACHED for r in results)
     score = score_of(results)
     floor = cm.card.min_score
     holds = None if score is None or floor is None or partial else score >= floor
@@ -295,6 +342,7 @@ def summarize(
         previous,
         bound_digest,
         partial,
+        unreached,
     )
 
 
@@ -355,6 +403,8 @@ __all__ = [
     "impl_files",
     "mutant_job",
     "mutant_timeouts",
+    "NOT_REACHED",
+    "not_reached",
     "recalled",
     "score_of",
     "summarize",

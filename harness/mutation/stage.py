@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
-from harness import provenance
+from harness import protocol, provenance
 from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
-from harness.execute.jobs import Job, JobResult, RunConfig
+from harness.execute.executor import RAY
+from harness.execute.forkserver import WARM, WarmFacts
+from harness.execute.jobs import Job, JobResult, RunConfig, WarmCard, WarmSpec
 from harness.execute.outcomes import CardRun
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as gen
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
+from harness.mutation.reach import Killers, Reach, ordered, reach_of
 from harness.statuses import MutantStatus, Outcome
 from harness.subjects import DEFAULT
 
@@ -43,6 +47,7 @@ class MutateOptions:
     max_mutants: int | None = mutation.DEFAULT_MAX_MUTANTS  # per card; None: every mutant
     seed: int = 0  # which mutants are sampled
     only: tuple[str, ...] = ()  # run just these mutant keys (of each card's claimed code), no sampling
+    fast: bool = True  # line coverage, covering witnesses killer-first, warm servers; False: --slow, the reference
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,11 @@ class Measured:
     mutants_run: int
     mutants_reused: int
     wall_s: float
+    not_reached: int = 0  # survivors never run: no witness runs their lines
+    first_kill: int = 0  # run mutants killed (or timed out) by the first witness they ran against
+    started: Mapping[str, int] = field(default_factory=dict)  # how run mutants started ("warm", "fresh: why") -> n
+    traced: int = 0  # cards whose line coverage took a run of its own (their honest run was replayed)
+    witness_s: float = 0.0  # witness seconds the run mutants needed (MutantResult.witness_s, summed)
 
 
 def _say(reporter: Reporter | None, text: str) -> None:
@@ -84,6 +94,41 @@ def _open_ledger(req: RunRequest) -> Ledger | None:
         return None
 
 
+def traced_files(req: RunRequest, cards: Sequence[Card]) -> dict[str, tuple[str, ...]]:
+    """Card id -> the files its honest run traces in a ``mutate`` run: the Python files it claims
+    (default configuration only; none for ``--slow``)."""
+    opts = req.mutate
+    if opts is None or not opts.fast:
+        return {}
+    return {c.id: tuple(mutation.claimed(c, req.root)) for c in cards if c.subject == DEFAULT}
+
+
+def _why_fresh(m: gen.Mutant, facts: WarmFacts) -> str:
+    """Why ``m`` cannot fork from its card's warm server ("" when it can): what the fork would not reproduce."""
+    if facts.refused:
+        return facts.refused
+    ran = facts.ran.get(m.path, frozenset())
+    if any(n in ran for n in m.lines):
+        return f"line {m.line} runs while the witnesses are imported or collected, before a fork could change it"
+    holder = facts.held.get(f"{m.path}::{m.qualname}")
+    if holder:
+        return f"{m.qualname} is also held by {holder} (a parametrize list, a closure, ...), which a fork cannot rebind"
+    return ""
+
+
+def _traced(
+    req: RunRequest, cfg: RunConfig, plans: Mapping[str, mutation.CardMutants], need: Sequence[str]
+) -> dict[str, list[protocol.LinesRun]]:
+    """Line coverage for cards whose honest run did not trace this time (replayed): their witnesses once more."""
+    jobs = [Job(plans[c].card, plans[c].card.witnesses, coverage=traced_files(req, [plans[c].card])[c]) for c in need]
+    results = run_jobs(jobs, cfg, jobs=req.jobs, executor=req.executor)
+    out = {}
+    for cid, res in zip(need, results, strict=True):
+        ok = all(r.outcome == Outcome.PASSED for r in res.results.values()) and not res.stopped
+        out[cid] = res.lines_run if ok else []  # a run that did not hold says nothing: every witness runs
+    return out
+
+
 def measure(
     req: RunRequest,
     the_plan: RunPlan,
@@ -103,12 +148,13 @@ def measure(
     skipped: dict[str, str] = {}
     plans: dict[str, mutation.CardMutants] = {}
     timeouts: dict[str, dict[str, float]] = {}
+    took: dict[str, dict[str, float]] = {}
     _say(reporter, "mutate: generating the mutants of the code each card claims ...")
     for card in the_plan.cards:
         if card.subject != DEFAULT:
             continue  # a score measures the witnesses: on the default configuration only (run --matrix cells)
         replay = the_plan.replays.get(card.id)
-        held, took = _honest_times(card, runs.get(card.id), replay.entry if replay else None)
+        held, took[card.id] = _honest_times(card, runs.get(card.id), replay.entry if replay else None)
         if not held:
             skipped[card.id] = "not measured: the card's honest run did not hold (mutants say nothing then)"
             continue
@@ -122,16 +168,19 @@ def measure(
             skipped[card.id] = "not measured: the card claims no Python function (no refs into code, no covers)"
             continue
         plans[card.id] = cm
-        timeouts[card.id] = mutation.mutant_timeouts(card, took, req.timeout)
+        timeouts[card.id] = mutation.mutant_timeouts(card, took[card.id], req.timeout)
 
     reused: dict[str, dict[str, MutantResult]] = {}
     previous: dict[str, float | None] = {}
+    last: dict[str, MutationResult] = {}
     ledger = _open_ledger(req)
     if ledger is not None:
         with ledger:
             for cid in plans:
-                last = ledger.last_mutation(cid)
-                previous[cid] = last[2].score if last else None
+                newest = ledger.last_mutation(cid)
+                previous[cid] = newest[2].score if newest else None
+                if newest is not None:
+                    last[cid] = newest[2]
                 if req.changed:
                     same = ledger.last_mutation(cid, mutation.score_digest(plans[cid].card, the_plan.bound[cid]))
                     if same is not None:
@@ -141,15 +190,57 @@ def measure(
                             if m.status != MutantStatus.ERROR
                         }
 
+    cfg = RunConfig(
+        root=req.root,
+        profile=req.profile,
+        seed=req.seed,
+        default_timeout=req.timeout,
+        liars=False,
+        oracle_dir=req.oracle_dir,
+    )
+    todo = {cid: [m for m in cm.sample if m.key not in reused.get(cid, {})] for cid, cm in plans.items()}
+    reach: dict[str, Reach | None] = {}
+    traced: dict[str, list[protocol.LinesRun]] = {}
+    if opts.fast:
+        need = [cid for cid in plans if todo[cid] and not (runs.get(cid) and runs[cid].lines_run)]
+        if need:
+            _say(reporter, f"mutate: tracing the witnesses of {len(need)} replayed card(s) for line coverage ...")
+            traced = _traced(req, cfg, plans, need)
+        for cid in plans:
+            lines = traced.get(cid) if cid in traced else (runs[cid].lines_run if cid in runs else ())
+            reach[cid] = reach_of(plans[cid].card, lines or ())
+
+    ran: dict[tuple[str, str], MutantResult] = {}
     jobs: list[tuple[str, gen.Mutant, Job]] = []
-    for cid, cm in plans.items():
-        for m in cm.sample:
-            if m.key not in reused.get(cid, {}):
-                jobs.append((cid, m, mutation.mutant_job(cm.card, m, timeouts[cid])))
-    # the slowest cards' mutants first, so the pool does not end on one long card
-    slow = {cid: sum(timeouts[cid].values()) for cid in plans}
-    jobs.sort(key=lambda t: -slow[t[0]])
-    n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs)
+    warm_ok = opts.fast and req.executor.kind != RAY
+    for cid, ms in todo.items():
+        card = plans[cid].card
+        for m in ms:
+            mark = marks.get(m.key)
+            mark = mark if mark and mark.applies(cid) else None
+            ids = None
+            if reach.get(cid) is not None:
+                ids = reach[cid].running(m)
+                if not ids:
+                    ran[(cid, m.key)] = mutation.not_reached(m, mark, req.root)
+                    continue
+            jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids)))
+    # the slowest cards' mutants first, so the pool does not end on one long card; a card's mutants together
+    # (they share its warm server)
+    order = {cid: i for i, cid in enumerate(plans)}
+    load: dict[str, float] = {}
+    for cid, _, job in jobs:
+        load[cid] = load.get(cid, 0.0) + sum(took[cid].get(w.id, 1.0) for w in job.witnesses)
+    jobs.sort(key=lambda t: (-load[t[0]], order[t[0]]))
+    if warm_ok:  # each mutant may fork from its card's warm server; the next card's starts while this one's run
+        servers = {cid: WarmCard(cid, plans[cid].card, traced_files(req, [plans[cid].card])[cid]) for cid in load}
+        in_order = list(dict.fromkeys(cid for cid, _, _ in jobs))
+        after = {c: in_order[i + 1] if i + 1 < len(in_order) else None for i, c in enumerate(in_order)}
+        jobs = [
+            (cid, m, replace(job, warm=WarmSpec(servers[cid], partial(_why_fresh, m), servers.get(after[cid]))))
+            for cid, m, job in jobs
+        ]
+    n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs) - len(ran)
     picked = (
         f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
         if opts.only
@@ -160,36 +251,49 @@ def measure(
         reporter,
         f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
         f"{picked}; running {len(jobs)}"
+        + (f", {len(ran)} not reached (no witness runs their lines: never run)" if opts.fast else "")
         + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
-        + (f", {req.jobs} at a time" if req.executor.kind != "ray" else ", on the Ray cluster"),
+        + (f", {req.jobs} at a time" if req.executor.kind != RAY else ", on the Ray cluster")
+        + ("" if opts.fast else " (--slow: fresh processes, every witness, card order)"),
     )
 
-    cfg = RunConfig(
-        root=req.root,
-        profile=req.profile,
-        seed=req.seed,
-        default_timeout=req.timeout,
-        liars=False,
-        oracle_dir=req.oracle_dir,
-    )
-    results_of: list[JobResult]
+    killers = {cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans}
+    which = {(cid, m.key): m for cid, m, _ in jobs}
+
+    def prepare(job: Job) -> Job:
+        cid = job.card.id
+        m = which[(cid, job.mutant)]
+        ids = ordered([w.id for w in job.witnesses], killers[cid].hint(m), took[cid])
+        return replace(job, witnesses=tuple(next(w for w in job.witnesses if w.id == i) for i in ids))
+
+    def done(job: Job, finished: int, res: JobResult) -> None:
+        cid = job.card.id
+        m = which[(cid, job.mutant)]
+        mark = marks.get(m.key)
+        r = mutation.classify(plans[cid].card, m, res, mark if mark and mark.applies(cid) else None, req.root, job)
+        ran[(cid, m.key)] = r
+        if r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT):
+            killers[cid].record(m, r.killer)
+
+    run = [j for _, _, j in jobs]
     if reporter is None or not jobs:
-        results_of = run_jobs([j for _, _, j in jobs], cfg, jobs=req.jobs, executor=req.executor)
+        run_jobs(run, cfg, jobs=req.jobs, executor=req.executor, on_done=done, prepare=prepare if opts.fast else None)
     else:
         with reporter.progress(len(jobs)) as (on_start, on_done):
-            results_of = run_jobs(
-                [j for _, _, j in jobs],
+
+            def both(job: Job, finished: int, res: JobResult) -> None:
+                done(job, finished, res)
+                on_done(job, finished)
+
+            run_jobs(
+                run,
                 cfg,
                 jobs=req.jobs,
                 on_start=on_start,
                 executor=req.executor,
-                on_done=lambda job, finished, res: on_done(job, finished),
+                on_done=both,
+                prepare=prepare if opts.fast else None,
             )
-    ran: dict[tuple[str, str], MutantResult] = {}
-    for (cid, m, _), res in zip(jobs, results_of, strict=True):
-        card = plans[cid].card
-        mark = marks.get(m.key)
-        ran[(cid, m.key)] = mutation.classify(card, m, res, mark if mark and mark.applies(cid) else None, req.root)
 
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
@@ -222,7 +326,37 @@ def measure(
         for c in everyone
     }
     table = mutation.claims(req.root, files, claimed, per_card, generated)
-    return Measured(out, skipped, table, len(jobs), n_reused, time.monotonic() - t0)
+    run_rows = [ran[(cid, m.key)] for cid, m, _ in jobs]
+    started: dict[str, int] = {}
+    for r in run_rows:
+        started[r.how] = started.get(r.how, 0) + 1
+    if opts.fast and jobs:
+        fresh = sum(n for how, n in started.items() if how != WARM)
+        _say(
+            reporter,
+            f"mutate: {started.get(WARM, 0)} mutant(s) forked from their card's warm server, {fresh} started fresh"
+            + "".join(f"; {n}: {how.removeprefix('fresh: ')}" for how, n in sorted(started.items()) if how != WARM),
+        )
+    wall = time.monotonic() - t0
+    if jobs:
+        _say(
+            reporter,
+            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
+            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
+        )
+    return Measured(
+        out,
+        skipped,
+        table,
+        len(jobs),
+        n_reused,
+        wall,
+        not_reached=len(ran) - len(run_rows),
+        first_kill=sum(r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and r.tried == 1 for r in run_rows),
+        started=started,
+        traced=len(traced),
+        witness_s=round(sum(r.witness_s for r in run_rows), 3),
+    )
 
 
 def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]) -> dict[str, MutationResult]:
@@ -246,4 +380,4 @@ def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]
     return out
 
 
-__all__ = ["Measured", "MutateOptions", "measure", "recall"]
+__all__ = ["Measured", "MutateOptions", "measure", "recall", "traced_files"]

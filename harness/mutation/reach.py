@@ -1,0 +1,137 @@
+"""Which witnesses can tell a mutant from the original: reachability, from the honest run's line coverage.
+
+A ``mutate`` run's honest runs trace the files each card claims
+(:class:`harness.linecov.LineTracer`): per node, the lines its test body ran;
+and the lines that ran outside any test body (collection, fixture set-up and
+tear-down), which any node may have depended on. :func:`reach_of` turns that
+into a card's :class:`Reach`.
+
+A mutant changes only the code on its lines (:attr:`harness.mutation.generate.Mutant.lines`).
+A witness whose test body never ran any of them, in a run that is otherwise
+the same, runs exactly as it did honestly: it passes. So:
+
+- **not reached**: no witness ran any of its lines, and none ran outside a
+  test body: every witness would pass; the mutant survives and is never run
+  (reported as survived, with that reason);
+- **covering witnesses**: the mutant runs against the witnesses whose test
+  body ran one of its lines, or against every witness when one of its lines
+  ran outside a test body (set-up that any witness may share);
+- **order** (:func:`ordered`, :class:`Killers`): the witness that killed
+  this mutant last time, then the ones that killed its neighbours (same
+  line, then same function; this run's results as they come in, then the
+  last run's), then the rest fastest first. A mutant run stops at the first
+  witness that fails, so a good guess is most of the saving.
+
+NOTE: what this assumes. A witness that runs none of the mutant's lines
+still shares the process with the witnesses before it: a value one of them
+computed under the mutant and cached (an ``lru_cache``, a module-level
+table) could reach it. Lines run while building such a cache in one
+witness's test body count for that witness only. tests/test_mutate_fast.py
+runs a fixed sample both ways and compares every status.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from harness import protocol
+from harness.cards import Card
+from harness.document import MutantResult
+from harness.mutation.generate import Mutant
+from harness.statuses import MutantStatus
+
+Lines = Mapping[str, frozenset[int]]  # path relative to the root -> line numbers
+
+
+def _merge(into: dict[str, set[int]], lines: Mapping[str, Iterable[int]]) -> None:
+    for path, numbers in lines.items():
+        into.setdefault(path, set()).update(numbers)
+
+
+def _hits(lines: Lines, mutant: Mutant) -> bool:
+    ran = lines.get(mutant.path)
+    return bool(ran) and any(n in ran for n in mutant.lines)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The lines each witness's test body ran in the honest run, and those run outside any test body."""
+
+    witnesses: tuple[str, ...]  # witness ids, card order
+    by_witness: Mapping[str, Lines]
+    outside: Lines
+
+    def running(self, mutant: Mutant) -> tuple[str, ...]:
+        """Ids of the witnesses that can tell ``mutant`` apart, card order; () when none can: not reached."""
+        if _hits(self.outside, mutant):
+            return self.witnesses
+        return tuple(w for w in self.witnesses if _hits(self.by_witness.get(w, {}), mutant))
+
+    @property
+    def lines(self) -> int:
+        """Distinct traced lines run by any witness or outside a test body (for the run's note)."""
+        every: dict[str, set[int]] = {}
+        for lines in (*self.by_witness.values(), self.outside):
+            _merge(every, lines)
+        return sum(len(v) for v in every.values())
+
+
+def reach_of(card: Card, lines_run: Sequence[protocol.LinesRun]) -> Reach | None:
+    """The card's :class:`Reach` from the honest run's :class:`harness.protocol.LinesRun` events; None when
+    there are none (nothing was traced: every mutant runs against every witness)."""
+    if not lines_run:
+        return None
+    outside: dict[str, set[int]] = {}
+    by_witness: dict[str, dict[str, set[int]]] = {w.id: {} for w in card.witnesses}
+    for ev in lines_run:
+        if not ev.nodeid:
+            _merge(outside, ev.lines)
+            continue
+        for w in card.witnesses:
+            if protocol.node_matches(w.test, ev.nodeid):
+                _merge(by_witness[w.id], ev.lines)
+
+    def frozen(lines: dict[str, set[int]]) -> Lines:
+        return {p: frozenset(n) for p, n in lines.items()}
+
+    return Reach(tuple(w.id for w in card.witnesses), {w: frozen(v) for w, v in by_witness.items()}, frozen(outside))
+
+
+def ordered(ids: Sequence[str], first: Sequence[str], seconds: Mapping[str, float]) -> tuple[str, ...]:
+    """``ids`` with those in ``first`` leading (in ``first``'s order), the rest fastest first by ``seconds``
+    (their honest times; ties and unknown times keep the order of ``ids``)."""
+    lead = [w for w in dict.fromkeys(first) if w in ids]
+    rest = sorted((w for w in ids if w not in lead), key=lambda w: seconds.get(w, float("inf")))
+    return tuple(lead + rest)
+
+
+class Killers:
+    """Which witness killed which mutant, last run (the ledger) and this run so far: who to try first.
+
+    Lives on the scheduling thread: :meth:`record` as results come in, :meth:`hint` as jobs start.
+    """
+
+    def __init__(self, last: Iterable[MutantResult] = ()) -> None:
+        self.last = {m.key: m for m in last if m.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and m.killer}
+        self.now: list[tuple[str, int, str, str]] = []  # (path, line, qualname, killer), in order of arrival
+
+    def record(self, mutant: Mutant, killer: str) -> None:
+        if killer:
+            self.now.append((mutant.path, mutant.line, mutant.qualname, killer))
+
+    def hint(self, mutant: Mutant) -> list[str]:
+        """Witness ids to try first for ``mutant``: its own killer last run, then its neighbours' killers
+        (same line, then same function by how many they killed; this run before the last)."""
+        own = self.last.get(mutant.key)
+        out = [own.killer] if own is not None else []
+        past = [(m.path, m.line, m.qualname, m.killer) for m in self.last.values()]
+        for rows in (list(reversed(self.now)), past):
+            out += [k for p, ln, _, k in rows if (p, ln) == (mutant.path, mutant.line)]
+            same_fn = Counter(k for p, _, q, k in rows if (p, q) == (mutant.path, mutant.qualname))
+            out += [k for k, _ in same_fn.most_common()]
+        return list(dict.fromkeys(out))
+
+
+__all__ = ["Killers", "Lines", "Reach", "ordered", "reach_of"]
