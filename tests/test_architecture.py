@@ -214,3 +214,10 @@ def test_public_surface_is_declared_and_resolves():
     assert set(harness.__all__) >= {"plugin", "prove", "RunRequest", "liar"}
     for name in harness.__all__:
         assert getattr(harness, name) is not None
+
+
+def test_test_modules_have_unique_basenames_across_tests_and_witnesses():
+    """pytest imports test modules by basename (rootdir, no packages): two test_x.py in tests/ and witnesses/
+    make `pytest` fail at collection ("import file mismatch") on a fresh checkout."""
+    names = [p.name for folder in ("tests", "witnesses") for p in (ROOT / folder).glob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
