@@ -5,7 +5,8 @@ mutant, on a fixed sample: every mutant of the fixture project's cards-fast, and
 cards-fast/FX-TABLE is built to reach each way a mutant can run (tests/fixtures/project/fakeimpl/table.py):
 ``sizes`` runs while the witnesses are collected and ``double`` is held in a parametrize list (both must start
 fresh), ``triple`` is imported by name into the witness module and ``Counter`` is a class (both fork from the
-warm server), and ``clamp``'s cap is never reached. FX-SCALE and FX-LOOP are the mutation fixture's cards
+warm server), ``clamp``'s cap is never reached, and a mutant of ``spin`` loops in the witness tried first but
+fails the one card order puts first. FX-SCALE and FX-LOOP are the mutation fixture's cards
 (a cap no witness reaches; mutants that loop until their timeout).
 """
 
@@ -118,7 +119,20 @@ def test_a_mutant_runs_against_the_witnesses_that_run_its_line_only(both):
     assert s[key]["killer"] == "triple" and s[key]["tried"] == 3  # card order: sizes and double pass first
     survivor = ("FX-TABLE", "fakeimpl/table.py:20:7:compare")  # x > top -> x >= top: run, and nothing fails
     assert f[survivor]["status"] == "survived" and f[survivor]["tried"] == 1
-    assert "(4 of 5 never run them)" in f[survivor]["detail"]
+    assert "(6 of 7 never run them)" in f[survivor]["detail"]
+
+
+def test_a_timeout_first_is_checked_against_the_witnesses_card_order_puts_before_it(both):
+    """spin-plain (fast, so tried first) loops under i -= 1; spin-guarded, before it in card order, refuses.
+    The reference path stops at spin-guarded: killed. The fast one times out first, then runs spin-guarded."""
+    (_, fast), (_, slow) = both
+    f, s = _mutants(fast), _mutants(slow)
+    key = ("FX-TABLE", "fakeimpl/table.py:38:8:arith")
+    assert (s[key]["status"], s[key]["killer"]) == ("killed", "spin-guarded")
+    assert (f[key]["status"], f[key]["killer"], f[key]["tried"]) == ("killed", "spin-guarded", 2)
+    loops = ("FX-TABLE", "fakeimpl/table.py:38:13:const-1")  # i += 0: both loop; card order's first one counts
+    both_ways = {(f[loops]["status"], f[loops]["killer"]), (s[loops]["status"], s[loops]["killer"])}
+    assert both_ways == {("timeout", "spin-guarded")}
 
 
 def test_a_real_sample_gets_the_reference_paths_status(tmp_path):
