@@ -106,7 +106,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.execute import procs
-from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, TITLE_ROOM
+from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, SOCKET_PATH_ENV, TITLE_ROOM
 from harness.protocol import ACCOUNT_ENV
 
 FORKSERVER = "forkserver"
@@ -231,7 +231,11 @@ class ForkServer:
         on_lost: Callable[[str], None] | None = None,
         module: str = "harness.execute.zygote",
         argv: Sequence[str] = (),
+        via: ForkServer | None = None,
     ) -> None:
+        """Start ``python -m module LOG ROOM ARGV...``; or, with ``via`` (a zygote), fork it from there (its
+        libraries already imported: a warm server starts in a third of the time), reached over a unix socket
+        at ``LOG.sock``. Raises :class:`Unavailable` when it does not start or say it is ready in time."""
         self.env = dict(env)
         self.log = log
         self.on_lost = on_lost
@@ -247,6 +251,43 @@ class ForkServer:
         self._ready = threading.Event()
         self._modules: list[str] | None = None
         self._modules_seen = threading.Condition(self._lock)
+        if via is not None:
+            self._fork_from(via, module, argv, cwd, log)
+        else:
+            self._popen(python, module, argv, cwd, log)
+        self.alive = True
+        self.pid = self.proc.pid
+        self.reader = threading.Thread(target=self._read, name="kvproof-forkserver", daemon=True)
+        self.reader.start()
+        if not self._ready.wait(ready_timeout):
+            self.close()
+            raise Unavailable(f"the fork server was not ready after {ready_timeout:g} s")
+        if not self.alive:
+            raise Unavailable(self.why)
+
+    def _fork_from(self, zygote: ForkServer, module: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
+        path = log.with_suffix(".sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            listener.listen(1)
+            listener.settimeout(30.0)
+            env = {**self.env, SOCKET_PATH_ENV: str(path), procs.WATCHDOG_ENV: "inherited"}  # the zygote's read end
+            # NOTE: the zygote child keeps the watchdog pipe for the server's own loop (no watchdog thread: a
+            # warm server must be single-threaded when it forks)
+            self.proc = zygote.spawn([str(log), "-", *argv], env, cwd, log, entry=module)  # as _popen's argv
+            try:
+                self.sock, _ = listener.accept()
+            except OSError as exc:
+                self.proc.kill_tree()
+                raise Unavailable(f"the fork server did not connect: {exc}") from None
+        except OSError as exc:
+            raise Unavailable(f"the fork server could not start: {exc}") from None
+        finally:
+            listener.close()
+            path.unlink(missing_ok=True)
+
+    def _popen(self, python: str, module: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         watchdog = procs.watchdog_fd()
         zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
@@ -279,15 +320,6 @@ class ForkServer:
         finally:
             theirs.close()
         self.sock = ours
-        self.alive = True
-        self.pid = self.proc.pid
-        self.reader = threading.Thread(target=self._read, name="kvproof-forkserver", daemon=True)
-        self.reader.start()
-        if not self._ready.wait(ready_timeout):
-            self.close()
-            raise Unavailable(f"the fork server was not ready after {ready_timeout:g} s")
-        if not self.alive:
-            raise Unavailable(self.why)
 
     # -------------------------------------------------------- requests
 
@@ -296,8 +328,11 @@ class ForkServer:
         with self._send_lock:
             self.sock.sendall(data)
 
-    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild:
-        """Fork a child that runs :func:`harness.execute.pytest_main.main` with ``args``; returns once it started.
+    def spawn(
+        self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, entry: str | None = None
+    ) -> ForkChild:
+        """Fork a child that runs :func:`harness.execute.pytest_main.main` with ``args`` (or module ``entry`` as
+        ``__main__``, ``python -m entry args`` would); returns once it started.
 
         Raises :class:`Unavailable` when the zygote is gone or could not fork.
         """
@@ -309,7 +344,15 @@ class ForkServer:
             self._children[child.id] = child
         try:
             self._send(
-                {"op": "spawn", "id": child.id, "argv": list(args), "env": dict(env), "cwd": str(cwd), "log": str(log)}
+                {
+                    "op": "spawn",
+                    "id": child.id,
+                    "argv": list(args),
+                    "env": dict(env),
+                    "cwd": str(cwd),
+                    "log": str(log),
+                    "entry": entry,
+                }
             )
         except OSError as exc:
             self._gone(f"the fork server's socket failed: {exc}")
@@ -410,7 +453,7 @@ class ForkServer:
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._kill_proc()
             code = self.proc.wait()
         if not why:
             why = f"the fork server (pid {self.pid}) ended ({procs.exit_text(code)})"
@@ -427,6 +470,12 @@ class ForkServer:
         if not self.closing and self.on_lost is not None:
             self.on_lost(why)
 
+    def _kill_proc(self) -> None:
+        if isinstance(self.proc, ForkChild):
+            self.proc.kill_tree()  # forked from a zygote: that zygote kills it
+        else:
+            self.proc.kill()
+
     def close(self) -> None:
         """End the zygote (it kills any child still running) and wait for it."""
         self.closing = True
@@ -437,7 +486,7 @@ class ForkServer:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._kill_proc()
             self.proc.wait()
         if threading.current_thread() is not self.reader:
             self.reader.join(timeout=10)
@@ -688,22 +737,49 @@ class Launcher:
             self._prewarming.append(thread)
         thread.start()
 
+    def _zygote(self) -> ForkServer | None:
+        """The run's fork server, started if it is not yet (None when there is none to be had)."""
+        with self._lock:
+            if self.failed:
+                return None
+            if self.server is not None and not self.server.alive and not self.server.closing:
+                self.server = None
+            if self.server is None:
+                try:
+                    self.server = ForkServer(
+                        self.python, self.env, self.cwd, self.log, self.ready_timeout, on_lost=self._fail
+                    )
+                except Unavailable:
+                    return None
+            return self.server
+
     def _start_warm(self, folder: Path, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
-        """A new warm server in ``folder``, or (None, why it cannot serve)."""
+        """A new warm server in ``folder`` (forked from the run's zygote when it can be, else a new interpreter),
+        or (None, why it cannot serve)."""
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            server = ForkServer(
-                self.python,
-                self.env,
-                self.cwd,
-                folder / "server.log",
-                self.ready_timeout,
-                on_lost=None,
-                module="harness.execute.warm",
-                argv=list(argv(folder)),
-            )
-        except (Unavailable, OSError) as exc:
+            args = list(argv(folder))
+        except OSError as exc:
             return None, f"its warm server could not start: {exc}"
+        server = None
+        for via in (self._zygote(), None):
+            try:
+                server = ForkServer(
+                    self.python,
+                    self.env,
+                    self.cwd,
+                    folder / "server.log",
+                    self.ready_timeout,
+                    on_lost=None,
+                    module="harness.execute.warm",
+                    argv=args,
+                    via=via,
+                )
+                break
+            except Unavailable as exc:
+                why = f"its warm server could not start: {exc}"
+        if server is None:
+            return None, why
         if server.facts.refused:
             server.close()
             return None, server.facts.refused
