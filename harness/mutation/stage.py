@@ -24,8 +24,9 @@ from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
 from harness.execute.executor import RAY
-from harness.execute.forkserver import WARM, WarmFacts
+from harness.execute.forkserver import WarmFacts
 from harness.execute.jobs import Job, JobResult, RunConfig, WarmCard, WarmSpec
+from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun, witness_outcomes
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
