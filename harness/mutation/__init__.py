@@ -1,7 +1,8 @@
 """Mutation analysis: of the plausible slips in the code a card claims, how many would its witnesses catch?
 
 - ``generate``: mutants, one small :mod:`ast` change to one function each,
-  named by a reproducible key; also compiles one into a running process.
+  named by a reproducible key.
+- ``swap``: applying one in a running witness process, as a liar is applied.
 - ``marks``: equivalence marks (``obligations/equivalent-mutants.yaml``).
 - ``score``: what a card claims, its sample of mutants, each mutant's job and
   classification, the card's score, and what no card claims.
