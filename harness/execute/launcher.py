@@ -85,6 +85,7 @@ class Launcher:
         self.warm_failed: dict[str, str] = {}  # key -> why its server cannot serve
         self.warm_started = 0
         self._starting: dict[str, _Starting] = {}  # key -> a start under way (another thread waits on it)
+        self._using: dict[str, int] = {}  # key -> jobs between finding its server and forking from it
         self._prewarming: list[threading.Thread] = []
         self.failed = ""
         self.losses = 0
@@ -164,21 +165,39 @@ class Launcher:
         Idle servers of other keys are closed (a card's jobs come together). A server that is lost is not
         started again: its key's later jobs start fresh.
         """
-        found, why = self._warm_server(*server)
-        self._evict(keep={server[0], then[0] if then is not None else server[0]})
-        if then is not None:
-            self._prewarm(*then)
-        if found is None:
-            return None, f"fresh: {why}"
-        why = fresh(found.facts)
-        if why:
-            return None, f"fresh: {why}"
+        key = server[0]
+        found, why = self._reserve(*server)
         try:
-            return found.spawn(args, env, cwd, log), WARM
-        except Unavailable as exc:
+            self._evict(keep={key, then[0] if then is not None else key})
+            if then is not None:
+                self._prewarm(*then)
+            if found is None:
+                return None, f"fresh: {why}"
+            why = fresh(found.facts)
+            if why:
+                return None, f"fresh: {why}"
+            try:
+                return found.spawn(args, env, cwd, log), WARM
+            except Unavailable as exc:
+                with self._warm_lock:
+                    self.warm_failed[key] = f"its warm server could not fork: {exc}"
+                return None, f"fresh: {self.warm_failed[key]}"
+        finally:
+            if found is not None:
+                with self._warm_lock:
+                    self._using[key] -= 1
+
+    def _reserve(self, key: str, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
+        """:meth:`_warm_server`, held for this job (:meth:`_evict` leaves it alone) until the caller lets go."""
+        while True:
+            found, why = self._warm_server(key, argv)
+            if found is None:
+                return None, why
             with self._warm_lock:
-                self.warm_failed[server[0]] = f"its warm server could not fork: {exc}"
-            return None, f"fresh: {self.warm_failed[server[0]]}"
+                if self.warm.get(key) is found and found.alive:
+                    self._using[key] = self._using.get(key, 0) + 1
+                    return found, ""
+            # closed by another job's _evict after it was found (this job was dispatched, not yet here): again
 
     def _warm_server(self, key: str, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
         """(warm server ``key``, "") started if needed (or waited for, when another thread starts it); (None, why)."""
@@ -221,7 +240,7 @@ class Launcher:
         """Close the warm servers no job will want (a card's jobs run together): those of other keys than
         ``keep`` (the job's card and the next) that no child runs in."""
         with self._warm_lock:
-            done = [k for k, s in self.warm.items() if k not in keep and not s.busy]
+            done = [k for k, s in self.warm.items() if k not in keep and not s.busy and not self._using.get(k)]
             servers = [self.warm.pop(k) for k in done]
         for server in servers:
             server.close()
