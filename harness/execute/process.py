@@ -160,7 +160,9 @@ def _pytest_args(cfg: RunConfig, plan: Path, nodes: list[str], first_failure: bo
         "-rN",
     ]
     if first_failure:
-        args.append("--exitfirst")  # a liar is caught by the first witness that fails under it
+        # a mutant is caught by the first witness that fails under it; its report keeps the failure's first line
+        # only, so pytest renders the traceback natively (no source parsed per frame: ~20 ms a mutant)
+        args += ["--exitfirst", "--tb=native"]
     if cfg.seed is not None:
         args.append(f"--hypothesis-seed={cfg.seed}")
     return args + nodes
