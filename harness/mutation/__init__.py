@@ -8,6 +8,8 @@
   classification, the card's score, and what no card claims.
 - ``reach``: the honest run's line coverage -> mutants no witness reaches
   (never run), the witnesses that can tell each mutant apart, who to try first.
+- ``pool``: running them in the worker pool: witnesses killer-first as each
+  job starts, results and follow-ups as each ends.
 - ``stage``: the mutate stage of a run (``run_obligations.py mutate``):
   runs the mutants in the worker pool, each forked from its card's warm
   server (:mod:`harness.execute.warm`) when a fork can stand for a fresh

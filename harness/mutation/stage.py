@@ -25,15 +25,16 @@ from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
 from harness.execute.executor import RAY
 from harness.execute.forkserver import WarmFacts
-from harness.execute.jobs import Job, JobResult, RunConfig, WarmCard, WarmSpec
+from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
 from harness.execute.launcher import WARM
-from harness.execute.outcomes import CardRun, witness_outcomes
+from harness.execute.outcomes import CardRun
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as gen
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
-from harness.mutation.reach import Killers, Reach, ordered, reach_of
+from harness.mutation.pool import MutantPool
+from harness.mutation.reach import Killers, Reach, reach_of
 from harness.statuses import MutantStatus, Outcome
 from harness.subjects import DEFAULT
 
@@ -258,84 +259,16 @@ def measure(
         + ("" if opts.fast else " (--slow: fresh processes, every witness, card order)"),
     )
 
-    killers = {cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans}
-    which = {(cid, m.key): m for cid, m, _ in jobs}
-    timed_out: dict[tuple[str, str], MutantResult] = {}  # a follow-up runs the witnesses before the timed-out one
-
-    def prepare(job: Job) -> Job:
-        cid = job.card.id
-        if (cid, job.mutant) in timed_out:
-            return job  # a follow-up keeps card order
-        m = which[(cid, job.mutant)]
-        ids = ordered([w.id for w in job.witnesses], killers[cid].hint(m), took[cid])
-        return replace(job, witnesses=tuple(next(w for w in job.witnesses if w.id == i) for i in ids))
-
-    def done(job: Job, finished: int, res: JobResult) -> None:
-        cid = job.card.id
-        m = which[(cid, job.mutant)]
-        mark = marks.get(m.key)
-        r = mutation.classify(plans[cid].card, m, res, mark if mark and mark.applies(cid) else None, req.root, job)
-        first = timed_out.pop((cid, m.key), None)
-        if first is not None:  # a follow-up: a witness before the timed-out one failed, or the timeout stands
-            r = mutation.after_timeout(first, r)
-        ran[(cid, m.key)] = r
-        if r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT):
-            killers[cid].record(m, r.killer)
-
-    def more(job: Job, res: JobResult) -> list[Job]:
-        """After a timeout: the covering witnesses before the timed-out one in card order that did not run.
-
-        NOTE: the reference path runs every witness in card order and its status is the first one's that
-        fails or runs out of time. A fast run's first detection by a timeout is checked against the
-        witnesses card order puts before it (one that fails there makes the mutant killed, as it is in the
-        reference); a fast run's first detection by a failure is not (a witness card order puts earlier
-        that would run out of time is not looked for: the mutant is killed, not timeout, either way detected).
-        """
-        cid = job.card.id
-        r = ran.get((cid, job.mutant))
-        if not opts.fast or r is None or r.status != MutantStatus.TIMEOUT or (cid, job.mutant) in timed_out:
-            return []
-        order = [w.id for w in plans[cid].card.witnesses]
-        if r.killer not in order:
-            return []
-        ran_ids = {o.witness_id for o in witness_outcomes(job.witnesses, res) if o.nodes}
-        before = [w for w in order[: order.index(r.killer)] if w in {x.id for x in job.witnesses} - ran_ids]
-        if not before:
-            return []
-        timed_out[(cid, job.mutant)] = r
-        by_id = {w.id: w for w in job.witnesses}
-        return [replace(job, witnesses=tuple(by_id[w] for w in before))]
-
-    run = [j for _, _, j in jobs]
-    if reporter is None or not jobs:
-        run_jobs(
-            run,
-            cfg,
-            jobs=req.jobs,
-            executor=req.executor,
-            on_done=done,
-            prepare=prepare if opts.fast else None,
-            more=more,
-        )
-    else:
-        with reporter.progress(len(jobs)) as (on_start, on_done):
-
-            def both(job: Job, finished: int, res: JobResult) -> None:
-                follow_up = (job.card.id, job.mutant) in timed_out
-                done(job, finished, res)
-                if not follow_up:
-                    on_done(job, finished)
-
-            run_jobs(
-                run,
-                cfg,
-                jobs=req.jobs,
-                on_start=on_start,
-                executor=req.executor,
-                on_done=both,
-                prepare=prepare if opts.fast else None,
-                more=more,
-            )
+    pool = MutantPool(
+        {cid: plans[cid].card for cid in plans},
+        jobs,
+        marks,
+        req.root,
+        killers={cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans},
+        took=took,
+        fast=opts.fast,
+    )
+    ran.update(pool.run(cfg, req.jobs, req.executor, reporter))
 
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
