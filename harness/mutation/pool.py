@@ -39,8 +39,7 @@ Key = tuple[str, str]  # (card id, mutant key)
 class MutantPool:
     """The jobs of a mutation stage (``(card id, mutant, job)``, in start order) and what came of them.
 
-    ``took``: card id -> witness id -> honest seconds (fastest first); ``fast``: False for ``--slow`` (no
-    reordering, no follow-ups). Lives on the scheduling thread.
+    ``fast``: False for ``--slow`` (no reordering, no follow-ups). Lives on the scheduling thread.
     """
 
     def __init__(
@@ -51,11 +50,10 @@ class MutantPool:
         root: Path,
         *,
         killers: Mapping[str, Killers],
-        took: Mapping[str, Mapping[str, float]],
         fast: bool,
     ) -> None:
         self.cards, self.jobs, self.marks, self.root = cards, list(jobs), marks, root
-        self.killers, self.took, self.fast = killers, took, fast
+        self.killers, self.fast = killers, fast
         self.which: dict[Key, Mutant] = {(cid, m.key): m for cid, m, _ in self.jobs}
         self.ran: dict[Key, MutantResult] = {}
         self.timed_out: dict[Key, MutantResult] = {}  # its follow-up runs the witnesses before the timed-out one
@@ -70,7 +68,7 @@ class MutantPool:
         if (cid, job.mutant) in self.timed_out:
             return job
         m = self.which[(cid, job.mutant)]
-        ids = ordered([w.id for w in job.witnesses], self.killers[cid].hint(m), self.took.get(cid, {}))
+        ids = ordered([w.id for w in job.witnesses], self.killers[cid].hint(m))
         return replace(job, witnesses=tuple(next(w for w in job.witnesses if w.id == i) for i in ids))
 
     def done(self, job: Job, res: JobResult) -> bool:

@@ -265,7 +265,6 @@ def measure(
         marks,
         req.root,
         killers={cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans},
-        took=took,
         fast=opts.fast,
     )
     ran.update(pool.run(cfg, req.jobs, req.executor, reporter))
