@@ -46,18 +46,24 @@ class LineTracer:
         self.bucket: dict[str, set[int]] = {}  # co_filename -> lines run since the last take()
         self.running = False
 
-    def _line(self, frame: FrameType, event: str, arg: Any):
-        if event == "line":
-            name = frame.f_code.co_filename
-            lines = self.bucket.get(name)
-            if lines is None:
-                lines = self.bucket[name] = set()
-            lines.add(frame.f_lineno)
-        return self._line
-
     def _call(self, frame: FrameType, event: str, arg: Any):
-        # NOTE: called for every Python frame while tracing; the frames of other files get no line tracer
-        return self._line if frame.f_code.co_filename in self.shown else None
+        # NOTE: called for every Python frame while tracing; the frames of other files get no line tracer. A
+        # traced frame's lines go to the bucket open when it was entered (or resumed: a generator's resumption
+        # is a new call): buckets change between pytest's phases, when no frame of the traced code runs.
+        name = frame.f_code.co_filename
+        if name not in self.shown:
+            return None
+        lines = self.bucket.get(name)
+        if lines is None:
+            lines = self.bucket[name] = set()
+        add = lines.add
+
+        def line(frame: FrameType, event: str, arg: Any):
+            if event == "line":
+                add(frame.f_lineno)
+            return line
+
+        return line
 
     def start(self) -> None:
         if not self.shown or self.running:

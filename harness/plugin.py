@@ -451,7 +451,7 @@ class _Recorder:
         self.emit(protocol.LiarApplied(name, True, target=applied.target))
 
     def _apply_mutant(self, key: str, late: tuple[str, ...] = ()) -> None:
-        from harness.mutation.generate import apply
+        from harness.mutation.swap import apply
 
         try:
             applied = apply(key, self.root, late)

@@ -30,7 +30,8 @@ DEFERRED = {
     ("harness.cli", "harness.oracle.cli"): "CLI dispatch",
     # the witness side applies a liar or mutant only when its plan names one
     ("harness.plugin", "harness.liars"): "witness side: only a liar process needs the liar index",
-    ("harness.plugin", "harness.mutation.generate"): "witness side: only a mutant process needs the generator",
+    ("harness.plugin", "harness.mutation.generate"): "witness side: only a warm server parses the claimed files",
+    ("harness.plugin", "harness.mutation.swap"): "witness side: only a mutant process applies a mutant",
     ("harness.plugin", "harness.linecov"): "witness side: only a mutate run's honest run traces lines",
     # the harness never imports the project under proof at its own import time
     ("harness.oracle.store", "impl.model.weights"): "the project under proof (impl), optional",

@@ -1,6 +1,6 @@
 """The fork server (harness/execute/forkserver.py): witness processes forked from a zygote behave as fresh subprocesses.
 
-Unit tests drive :func:`harness.execute.process.execute` with a :class:`harness.execute.forkserver.Launcher`
+Unit tests drive :func:`harness.execute.process.execute` with a :class:`harness.execute.launcher.Launcher`
 on a copy of tests/fixtures/project (plus a few probe witnesses written into
 the copy); end-to-end tests run ``run_obligations.py`` with each launcher.
 """

@@ -13,6 +13,7 @@ import pytest
 
 from harness.errors import LiarError
 from harness.mutation import generate as mutants
+from harness.mutation import swap
 
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
 
@@ -168,7 +169,7 @@ def test_apply_swaps_a_function_and_undo_restores_it(fixture_on_path):
     import fakeimpl.scale as mod
 
     original = mod.scale
-    applied = mutants.apply(_key(FIXTURE, "scale", "x * k -> x / k"), FIXTURE)
+    applied = swap.apply(_key(FIXTURE, "scale", "x * k -> x / k"), FIXTURE)
     assert mod.scale(3) == 1.5 and mod.scale is not original
     assert applied.target == "fakeimpl.scale:scale"
     assert inspect.getsourcefile(mod.scale) == str((FIXTURE / "fakeimpl/scale.py").resolve())
@@ -189,7 +190,7 @@ def test_apply_keeps_the_kind_of_method(fixture_on_path, qualname, change, check
     import fakeimpl.scale as mod
 
     before = inspect.getattr_static(mod.Box, qualname.split(".")[1])
-    applied = mutants.apply(_key(FIXTURE, qualname, change), FIXTURE)
+    applied = swap.apply(_key(FIXTURE, qualname, change), FIXTURE)
     after = inspect.getattr_static(mod.Box, qualname.split(".")[1])
     assert type(after) is type(before)
     assert check(mod.Box)
@@ -218,7 +219,7 @@ def test_zero_argument_super_works_in_a_mutated_method(tmp_path):
         import sup_pkg.m as m
 
         key = next(x.key for x in mutants.generate(tmp_path, "sup_pkg/m.py", ["Child.size"]) if x.operator == "arith")
-        applied = mutants.apply(key, tmp_path)
+        applied = swap.apply(key, tmp_path)
         assert m.Child().size() == 9
         applied.undo()
         assert m.Child().size() == 11

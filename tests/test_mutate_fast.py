@@ -5,7 +5,8 @@ mutant, on a fixed sample: every mutant of the fixture project's cards-fast, and
 cards-fast/FX-TABLE is built to reach each way a mutant can run (tests/fixtures/project/fakeimpl/table.py):
 ``sizes`` runs while the witnesses are collected and ``double`` is held in a parametrize list (both must start
 fresh), ``triple`` is imported by name into the witness module and ``Counter`` is a class (both fork from the
-warm server), and ``clamp``'s cap is never reached. FX-SCALE and FX-LOOP are the mutation fixture's cards
+warm server), ``clamp``'s cap is never reached, and a mutant of ``spin`` loops in one witness and fails the
+one card order puts first. FX-SCALE and FX-LOOP are the mutation fixture's cards
 (a cap no witness reaches; mutants that loop until their timeout).
 """
 
@@ -118,7 +119,49 @@ def test_a_mutant_runs_against_the_witnesses_that_run_its_line_only(both):
     assert s[key]["killer"] == "triple" and s[key]["tried"] == 3  # card order: sizes and double pass first
     survivor = ("FX-TABLE", "fakeimpl/table.py:20:7:compare")  # x > top -> x >= top: run, and nothing fails
     assert f[survivor]["status"] == "survived" and f[survivor]["tried"] == 1
-    assert "(4 of 5 never run them)" in f[survivor]["detail"]
+    assert "(6 of 7 never run them)" in f[survivor]["detail"]
+
+
+def test_spin_mutants_get_the_reference_paths_status(both):
+    """spin-guarded comes first in card order: under i -= 1 it refuses (killed); under i += 0 both loop (timeout)."""
+    (_, fast), (_, slow) = both
+    f, s = _mutants(fast), _mutants(slow)
+    for key, want in (("fakeimpl/table.py:38:8:arith", "killed"), ("fakeimpl/table.py:38:13:const-1", "timeout")):
+        got = {(f[("FX-TABLE", key)]["status"], f[("FX-TABLE", key)]["killer"])}
+        got.add((s[("FX-TABLE", key)]["status"], s[("FX-TABLE", key)]["killer"]))
+        assert got == {(want, "spin-guarded")}, key
+
+
+def test_a_timeout_first_is_checked_against_the_witnesses_card_order_puts_before_it(project):
+    """A killer guessed from a neighbour puts spin-plain first; it loops under i -= 1. The pool then runs
+    spin-guarded, which card order puts before it, and the mutant is killed, as the reference path says."""
+    from harness.cards import load_card
+    from harness.execute.jobs import JobResult
+    from harness.mutation import generate as gen
+    from harness.mutation import score
+    from harness.mutation.pool import MutantPool
+    from harness.mutation.reach import Killers
+    from harness.protocol import NodeResult
+
+    card, problems, _ = load_card(project / "cards-fast" / "FX-TABLE.yaml", project)
+    assert not problems
+    m = gen.find(project, "fakeimpl/table.py:38:8:arith")[0]
+    by = {w.id: w for w in card.witnesses}
+    job = score.mutant_job(card, m, {}, ["spin-plain", "spin-guarded"])
+    pool = MutantPool({card.id: card}, [(card.id, m, job)], {}, project, killers={card.id: Killers()}, fast=True)
+    test = by["spin-plain"].test
+    first = JobResult(duration=2.5, stopped=f"the process was stopped after {test} timed out")
+    first.results[test] = NodeResult(test, "error", 2.0, message="timeout: still running after 2 s")
+    assert not pool.done(job, first)
+    follow = pool.more(job, first)
+    assert [[w.id for w in j.witnesses] for j in follow] == [["spin-guarded"]]
+    then = JobResult(duration=0.2)
+    test = by["spin-guarded"].test
+    then.results[test] = NodeResult(test, "error", 0.01, message="ValueError: past 10")
+    assert pool.done(follow[0], then)  # a follow-up
+    r = pool.ran[(card.id, m.key)]
+    assert (r.status, r.killer, r.tried, r.duration_s) == ("killed", "spin-guarded", 2, 2.7)
+    assert pool.more(follow[0], then) == []
 
 
 def test_a_real_sample_gets_the_reference_paths_status(tmp_path):

@@ -16,8 +16,9 @@ Read in this order:
   events and timeouts, kill it, read its result.
 - ``outcomes``: a card's job results -> its witness outcomes and liar runs,
   the input of the judge (:mod:`harness.verdict`).
-- ``forkserver`` (the runner's end: launcher, fork server handle, child
-  handle) and ``zygote`` (the zygote's end: preload once, fork per job);
+- ``forkserver`` (the runner's end: fork server handle, child handle),
+  ``launcher`` (which fork server starts each job) and ``zygote`` (the
+  zygote's end: preload once, fork per job);
   ``warm`` (a mutate run's per-card server: the witnesses imported and
   collected once, a fork per mutant).
 - ``pytest_main``: the entry point inside each witness process.

@@ -1,7 +1,8 @@
 """A fork server for witness processes: the interpreter and third-party imports are paid once per run.
 
-This module is the runner's end (:class:`Launcher`, :class:`ForkServer`,
-:class:`ForkChild`); the zygote's end is :mod:`harness.execute.zygote`. The
+This module is the runner's end of one fork server (:class:`ForkServer`,
+:class:`ForkChild`; :mod:`harness.execute.launcher` picks the server for each
+job); the zygote's end is :mod:`harness.execute.zygote`. The
 two ends share only the request format and the constants the zygote
 module defines.
 
@@ -70,7 +71,7 @@ itself, except when the zygote is gone (below).
 Warm servers
 ------------
 A ``mutate`` run's mutants start from a second kind of server, one per card
-(:meth:`Launcher.spawn_warm`, :mod:`harness.execute.warm`): the same runner's
+(:meth:`harness.execute.launcher.Launcher.spawn_warm`, :mod:`harness.execute.warm`): the same runner's
 end (:class:`ForkServer`, requests, kills, endings), but the process has also
 imported the code under test and let pytest collect the card's witnesses, so
 it is *not* free of the project as the zygote is; that is its point, and why
@@ -87,7 +88,8 @@ killed the runner): the zygote kills every child's tree and exits; each
 child's own watchdog kills it as well. The zygote gone mid-run: the runner
 says so once, kills the jobs that were running (each is its session's
 leader: checked through ``/proc`` before the kill), runs them again and
-every later job as plain subprocesses (:class:`Launcher`).
+every later job as plain subprocesses (:class:`harness.execute.launcher.Launcher`,
+which picks the fork server for each job).
 """
 
 from __future__ import annotations
@@ -106,8 +108,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.execute import procs
-from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, TITLE_ROOM
-from harness.protocol import ACCOUNT_ENV
+from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, SOCKET_PATH_ENV, TITLE_ROOM
 
 FORKSERVER = "forkserver"
 SUBPROCESS = "subprocess"
@@ -231,7 +232,11 @@ class ForkServer:
         on_lost: Callable[[str], None] | None = None,
         module: str = "harness.execute.zygote",
         argv: Sequence[str] = (),
+        via: ForkServer | None = None,
     ) -> None:
+        """Start ``python -m module LOG ROOM ARGV...``; or, with ``via`` (a zygote), fork it from there (its
+        libraries already imported: a warm server starts in a third of the time), reached over a unix socket
+        at ``LOG.sock``. Raises :class:`Unavailable` when it does not start or say it is ready in time."""
         self.env = dict(env)
         self.log = log
         self.on_lost = on_lost
@@ -247,6 +252,43 @@ class ForkServer:
         self._ready = threading.Event()
         self._modules: list[str] | None = None
         self._modules_seen = threading.Condition(self._lock)
+        if via is not None:
+            self._fork_from(via, module, argv, cwd, log)
+        else:
+            self._popen(python, module, argv, cwd, log)
+        self.alive = True
+        self.pid = self.proc.pid
+        self.reader = threading.Thread(target=self._read, name="kvproof-forkserver", daemon=True)
+        self.reader.start()
+        if not self._ready.wait(ready_timeout):
+            self.close()
+            raise Unavailable(f"the fork server was not ready after {ready_timeout:g} s")
+        if not self.alive:
+            raise Unavailable(self.why)
+
+    def _fork_from(self, zygote: ForkServer, module: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
+        path = log.with_suffix(".sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            listener.listen(1)
+            listener.settimeout(30.0)
+            env = {**self.env, SOCKET_PATH_ENV: str(path), procs.WATCHDOG_ENV: "inherited"}  # the zygote's read end
+            # NOTE: the zygote child keeps the watchdog pipe for the server's own loop (no watchdog thread: a
+            # warm server must be single-threaded when it forks)
+            self.proc = zygote.spawn([str(log), "-", *argv], env, cwd, log, entry=module)  # as _popen's argv
+            try:
+                self.sock, _ = listener.accept()
+            except OSError as exc:
+                self.proc.kill_tree()
+                raise Unavailable(f"the fork server did not connect: {exc}") from None
+        except OSError as exc:
+            raise Unavailable(f"the fork server could not start: {exc}") from None
+        finally:
+            listener.close()
+            path.unlink(missing_ok=True)
+
+    def _popen(self, python: str, module: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         watchdog = procs.watchdog_fd()
         zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
@@ -279,15 +321,6 @@ class ForkServer:
         finally:
             theirs.close()
         self.sock = ours
-        self.alive = True
-        self.pid = self.proc.pid
-        self.reader = threading.Thread(target=self._read, name="kvproof-forkserver", daemon=True)
-        self.reader.start()
-        if not self._ready.wait(ready_timeout):
-            self.close()
-            raise Unavailable(f"the fork server was not ready after {ready_timeout:g} s")
-        if not self.alive:
-            raise Unavailable(self.why)
 
     # -------------------------------------------------------- requests
 
@@ -296,8 +329,11 @@ class ForkServer:
         with self._send_lock:
             self.sock.sendall(data)
 
-    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild:
-        """Fork a child that runs :func:`harness.execute.pytest_main.main` with ``args``; returns once it started.
+    def spawn(
+        self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, entry: str | None = None
+    ) -> ForkChild:
+        """Fork a child that runs :func:`harness.execute.pytest_main.main` with ``args`` (or module ``entry`` as
+        ``__main__``, ``python -m entry args`` would); returns once it started.
 
         Raises :class:`Unavailable` when the zygote is gone or could not fork.
         """
@@ -309,7 +345,15 @@ class ForkServer:
             self._children[child.id] = child
         try:
             self._send(
-                {"op": "spawn", "id": child.id, "argv": list(args), "env": dict(env), "cwd": str(cwd), "log": str(log)}
+                {
+                    "op": "spawn",
+                    "id": child.id,
+                    "argv": list(args),
+                    "env": dict(env),
+                    "cwd": str(cwd),
+                    "log": str(log),
+                    "entry": entry,
+                }
             )
         except OSError as exc:
             self._gone(f"the fork server's socket failed: {exc}")
@@ -410,7 +454,7 @@ class ForkServer:
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._kill_proc()
             code = self.proc.wait()
         if not why:
             why = f"the fork server (pid {self.pid}) ended ({procs.exit_text(code)})"
@@ -427,6 +471,12 @@ class ForkServer:
         if not self.closing and self.on_lost is not None:
             self.on_lost(why)
 
+    def _kill_proc(self) -> None:
+        if isinstance(self.proc, ForkChild):
+            self.proc.kill_tree()  # forked from a zygote: that zygote kills it
+        else:
+            self.proc.kill()
+
     def close(self) -> None:
         """End the zygote (it kills any child still running) and wait for it."""
         self.closing = True
@@ -437,7 +487,7 @@ class ForkServer:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._kill_proc()
             self.proc.wait()
         if threading.current_thread() is not self.reader:
             self.reader.join(timeout=10)
@@ -450,21 +500,6 @@ def _tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(text.splitlines()[-lines:])
-
-
-_VOLATILE = (
-    procs.WATCHDOG_ENV,
-    SOCKET_ENV,
-    ACCOUNT_ENV,
-    "PYTEST_CURRENT_TEST",
-)  # differ from call to call, read by no import
-
-
-def _same_env(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
-    def strip(env: Mapping[str, str]) -> dict[str, str]:
-        return {k: v for k, v in env.items() if k not in _VOLATILE}
-
-    return strip(a) == strip(b)
 
 
 @dataclass(frozen=True)
@@ -485,244 +520,3 @@ class WarmFacts:
         ran = {str(p): frozenset(int(n) for n in lines) for p, lines in dict(msg.get("ran") or {}).items()}
         held = {str(k): str(v) for k, v in dict(msg.get("held") or {}).items()}
         return cls(ran, held, str(msg.get("refused") or ""))
-
-
-class _Starting:
-    """A warm server being started by one thread; the others that want it wait on ``done``."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.server: ForkServer | None = None
-        self.why = ""
-
-
-WARM = "warm"  # JobResult.started_as of a job forked from its card's warm server
-MAX_LOSSES = 3  # fork servers lost in one run before every later job starts as a plain subprocess
-MAX_ENVIRONMENTS = 12  # zygotes for environments other than the run's (one per --matrix configuration)
-
-
-class Launcher:
-    """A run's fork server, started on the first job and started again when it is lost (a witness may kill
-    its parent); after :data:`MAX_LOSSES` losses, or when one cannot start, every job starts as a plain
-    subprocess.
-
-    A job whose environment differs from the run's (a ``--matrix``
-    configuration's settings, e.g. ``KVPROOF_KERNEL=numpy``) gets a zygote of
-    its own, started with that environment on its first job (at most
-    :data:`MAX_ENVIRONMENTS` of them), so what an interpreter reads once at
-    start-up is what a fresh process with those settings would read.
-
-    :meth:`spawn` returns None when the job must start as a subprocess
-    instead (the zygote failed, or there are too many environments). Each
-    loss is said once, on stderr.
-    """
-
-    name = FORKSERVER
-
-    def __init__(
-        self,
-        python: str,
-        env: Mapping[str, str],
-        cwd: Path,
-        log: Path,
-        ready_timeout: float,
-        say: Callable[[str], None] | None = None,
-    ) -> None:
-        self.python, self.env, self.cwd, self.log, self.ready_timeout = python, dict(env), cwd, log, ready_timeout
-        self.say = say if say is not None else _say
-        self.server: ForkServer | None = None
-        self.others: dict[tuple, ForkServer] = {}  # environment (its stable items) -> its zygote
-        self.warm: dict[str, ForkServer] = {}  # warm server key -> server, least recently used first
-        self.warm_failed: dict[str, str] = {}  # key -> why its server cannot serve
-        self.warm_started = 0
-        self._starting: dict[str, _Starting] = {}  # key -> a start under way (another thread waits on it)
-        self._prewarming: list[threading.Thread] = []
-        self.failed = ""
-        self.losses = 0
-        self._lock = threading.Lock()
-        self._warm_lock = threading.Lock()
-
-    def _fail(self, why: str) -> None:
-        with self._lock:
-            self.losses += 1
-            last = self.losses >= MAX_LOSSES and not self.failed
-            if last:
-                self.failed = why
-        if last:
-            self.say(f"kvproof: {why}; the remaining witness processes start as plain subprocesses")
-        elif not self.failed:
-            self.say(f"kvproof: {why}; starting a new fork server for the next witness processes")
-
-    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkChild | None:
-        with self._lock:
-            if self.failed:
-                return None
-            if self.server is not None and not self.server.alive and not self.server.closing:
-                self.server = None  # lost (on_lost said so): the next job starts a new one
-            if self.server is None:
-                try:
-                    self.server = ForkServer(
-                        self.python, self.env, self.cwd, self.log, self.ready_timeout, on_lost=self._fail
-                    )
-                except Unavailable as exc:
-                    self.failed = str(exc)
-                    self.say(f"kvproof: {exc}; witness processes start as plain subprocesses")
-                    return None
-            server = self.server
-            if not _same_env(env, server.env):
-                server = self._other(env)
-                if server is None:
-                    return None
-        try:
-            return server.spawn(args, env, cwd, log)
-        except Unavailable:
-            return None  # the zygote is gone (on_lost said so) or this one fork failed
-
-    def _other(self, env: Mapping[str, str]) -> ForkServer | None:
-        """The zygote for an environment other than the run's, started on first use (lock held)."""
-        key = tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE))
-        server = self.others.get(key)
-        if server is not None and not server.alive and not server.closing:
-            server = None  # lost: start it again
-        if server is None:
-            if len(self.others) >= MAX_ENVIRONMENTS and key not in self.others:
-                return None
-            log = self.log.with_name(f"{self.log.stem}-{len(self.others) + 1}{self.log.suffix}")
-            try:
-                server = ForkServer(self.python, dict(key), self.cwd, log, self.ready_timeout, on_lost=self._fail)
-            except Unavailable as exc:
-                self.say(f"kvproof: {exc}; witness processes of that environment start as plain subprocesses")
-                return None
-            self.others[key] = server
-        return server
-
-    def spawn_warm(
-        self,
-        server: tuple[str, Callable[[Path], Sequence[str]]],
-        fresh: Callable[[WarmFacts], str],
-        args: Sequence[str],
-        env: Mapping[str, str],
-        cwd: Path,
-        log: Path,
-        then: tuple[str, Callable[[Path], Sequence[str]]] | None = None,
-    ) -> tuple[ForkChild | None, str]:
-        """(a child forked from warm server ``server``, "warm"), or (None, "fresh: why") when the job must start
-        as a fresh process (:meth:`spawn`): ``fresh(facts)`` said so, or the server could not start or serve.
-
-        ``server`` is (key, how to start it: ``argv(folder)`` gives its pytest arguments, ``folder`` its own
-        scratch folder). It starts on the first job of its key (later jobs of the key wait for it), with this
-        launcher's environment; ``then``, the server the next jobs will want, starts ahead in the background.
-        Idle servers of other keys are closed (a card's jobs come together). A server that is lost is not
-        started again: its key's later jobs start fresh.
-        """
-        found, why = self._warm_server(*server)
-        self._evict(keep={server[0], then[0] if then is not None else server[0]})
-        if then is not None:
-            self._prewarm(*then)
-        if found is None:
-            return None, f"fresh: {why}"
-        why = fresh(found.facts)
-        if why:
-            return None, f"fresh: {why}"
-        try:
-            return found.spawn(args, env, cwd, log), WARM
-        except Unavailable as exc:
-            with self._warm_lock:
-                self.warm_failed[server[0]] = f"its warm server could not fork: {exc}"
-            return None, f"fresh: {self.warm_failed[server[0]]}"
-
-    def _warm_server(self, key: str, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
-        """(warm server ``key``, "") started if needed (or waited for, when another thread starts it); (None, why)."""
-        with self._warm_lock:
-            if self.failed:
-                return None, self.failed
-            if key in self.warm_failed:
-                return None, self.warm_failed[key]
-            found = self.warm.pop(key, None)
-            if found is not None:
-                if found.alive:
-                    self.warm[key] = found  # most recently used last
-                    return found, ""
-                self.warm_failed[key] = f"its warm server ended ({found.why or 'lost'})"
-                return None, self.warm_failed[key]
-            starting = self._starting.get(key)
-            mine = starting is None
-            if mine:
-                starting = self._starting[key] = _Starting()
-                self.warm_started += 1
-                folder = self.log.parent / f"warm-{self.warm_started:03d}"
-        if not mine:
-            starting.done.wait()
-            return starting.server, starting.why
-        found, why = self._start_warm(folder, argv)
-        with self._warm_lock:
-            self._starting.pop(key, None)
-            if found is not None and self.failed:  # the launcher closed while this one started
-                found.close()
-                found, why = None, self.failed
-            if found is not None:
-                self.warm[key] = found
-            else:
-                self.warm_failed[key] = why
-        starting.server, starting.why = found, why
-        starting.done.set()
-        return found, why
-
-    def _evict(self, keep: set[str]) -> None:
-        """Close the warm servers no job will want (a card's jobs run together): those of other keys than
-        ``keep`` (the job's card and the next) that no child runs in."""
-        with self._warm_lock:
-            done = [k for k, s in self.warm.items() if k not in keep and not s.busy]
-            servers = [self.warm.pop(k) for k in done]
-        for server in servers:
-            server.close()
-
-    def _prewarm(self, key: str, argv: Callable[[Path], Sequence[str]]) -> None:
-        """Start warm server ``key`` in the background, unless it runs, starts, or cannot."""
-        with self._warm_lock:
-            if self.failed or key in self.warm or key in self._starting or key in self.warm_failed:
-                return
-            thread = threading.Thread(
-                target=self._warm_server, args=(key, argv), name=f"kvproof-warm-{key}", daemon=True
-            )
-            self._prewarming.append(thread)
-        thread.start()
-
-    def _start_warm(self, folder: Path, argv: Callable[[Path], Sequence[str]]) -> tuple[ForkServer | None, str]:
-        """A new warm server in ``folder``, or (None, why it cannot serve)."""
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            server = ForkServer(
-                self.python,
-                self.env,
-                self.cwd,
-                folder / "server.log",
-                self.ready_timeout,
-                on_lost=None,
-                module="harness.execute.warm",
-                argv=list(argv(folder)),
-            )
-        except (Unavailable, OSError) as exc:
-            return None, f"its warm server could not start: {exc}"
-        if server.facts.refused:
-            server.close()
-            return None, server.facts.refused
-        return server, ""
-
-    def close(self) -> None:
-        with self._lock:
-            servers = [s for s in (self.server, *self.others.values()) if s is not None]
-            self.server, self.others = None, {}
-            self.failed = self.failed or "closed"
-        with self._warm_lock:
-            servers += list(self.warm.values())
-            self.warm = {}
-            starting = list(self._prewarming)
-        for server in servers:
-            server.close()
-        for thread in starting:  # a server that finishes starting now closes itself (self.failed is set)
-            thread.join(self.ready_timeout + 10)
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -262,18 +263,23 @@ def run_jobs(
     on_done: Callable[[Job, int, JobResult], None] | None = None,
     executor: ExecutorSpec | None = None,
     prepare: Callable[[Job], Job] | None = None,
+    more: Callable[[Job, JobResult], Sequence[Job]] | None = None,
 ) -> list[JobResult]:
     """Run independent jobs (mutants), ``jobs`` processes at a time; results in the order of ``jobs_list``.
 
     The executor, BLAS threads and Ctrl-C handling are those of
     :func:`run_cards`; jobs start in the order given. ``prepare(job)``, when given, is what starts instead
     of ``job``, decided as it starts (the witnesses' order, from the results so far); ``on_start`` and
-    ``on_done(job, finished, result)`` see that job. Everything here runs on the calling thread.
+    ``on_done(job, finished, result)`` see that job. ``more(job, result)``, when given, names follow-up jobs
+    to start next (their results go to ``on_done`` only, with ``finished`` not counting them). Everything
+    here runs on the calling thread.
     """
     jobs = max(1, int(jobs))
     cfg = blas_config(cfg, jobs > 1)
     ready = [_Plain(j, i) for i, j in enumerate(jobs_list)][::-1]  # pop() from the end: first job first
     results: dict[int, JobResult] = {}
+    extra = count(len(jobs_list))
+    main = [0]  # results of jobs_list's jobs so far
 
     def pop() -> _Plain:
         item = ready.pop()
@@ -281,8 +287,11 @@ def run_jobs(
 
     def finished(item: _Plain, res: JobResult) -> None:
         results[item.index] = res
+        main[0] += item.index < len(jobs_list)
         if on_done:
-            on_done(item.job, len(results), res)
+            on_done(item.job, main[0], res)
+        if more is not None:
+            ready.extend(_Plain(j, next(extra)) for j in reversed(more(item.job, res)))
 
     with make_executor(executor, cfg, jobs) as ex:
         _drive(ex, lambda: bool(ready), pop, finished, on_start)

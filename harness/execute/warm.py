@@ -171,6 +171,9 @@ class WarmServer:
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         recorder = session.config.pluginmanager.get_plugin(RECORDER)
         ran = recorder.end_warmup() if recorder is not None else {}
+        # NOTE: a server forked from the zygote inherits its frozen objects, which gc.get_referrers does not
+        # search: unfrozen first, or a holder made in the zygote (a library's registry) would go unseen
+        gc.unfreeze()
         ready = facts(session, recorder, ran)
         capman = session.config.pluginmanager.get_plugin("capturemanager")
         for stream in (sys.stdout, sys.stderr):
@@ -238,12 +241,17 @@ def _redirect_copies(server_out: os.stat_result) -> None:
 
 def serve_main(argv: Sequence[str]) -> int:
     """The warm server's entry point: ``LOG ROOM PYTEST-ARGS...``; the socket and watchdog fds in the environment."""
+    path = os.environ.pop(zygote.SOCKET_PATH_ENV, None)
     try:
-        sock_fd = int(os.environ.pop(zygote.SOCKET_ENV))
-    except (KeyError, ValueError):
+        if path:  # forked from the run's zygote: the runner listens there
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+        else:
+            sock = socket.socket(fileno=int(os.environ.pop(zygote.SOCKET_ENV)))
+    except (KeyError, ValueError, OSError):
         print(
-            f"harness.execute.warm: {zygote.SOCKET_ENV} names no socket: this module is started by the runner "
-            "(harness.execute.forkserver), not by hand",
+            f"harness.execute.warm: neither {zygote.SOCKET_PATH_ENV} nor {zygote.SOCKET_ENV} names a socket: this "
+            "module is started by the runner (harness.execute.forkserver), not by hand",
             file=sys.stderr,
         )
         return 2
@@ -251,7 +259,6 @@ def serve_main(argv: Sequence[str]) -> int:
     watchdog = int(watchdog_raw) if watchdog_raw and watchdog_raw.isdigit() else None
     procs.become_subreaper()
     zygote.set_title([sys.executable, "-m", "harness.execute.warm", *argv[:1]])
-    sock = socket.socket(fileno=sock_fd)
     for problem in zygote.preload():
         print(f"harness.execute.warm: not preloaded: {problem}", file=sys.stderr)
     keeper = pytest_main.AccountKeeper()

@@ -24,6 +24,7 @@ from harness.execute import procs
 from harness.execute import pytest_main as _pytest_main
 
 SOCKET_ENV = "KVPROOF_FORKSERVER_FD"
+SOCKET_PATH_ENV = "KVPROOF_FORKSERVER_SOCKET"  # a server forked from the zygote connects here instead (a path)
 BYTECODE_ENV = "KVPROOF_ZYGOTE_BYTECODE"  # the run's PYTHONPYCACHEPREFIX / PYTHONDONTWRITEBYTECODE, held back (preload)
 TITLE_ROOM = 8192  # bytes of command line the zygote starts with, so each child can show its own (ps, /proc)
 
@@ -293,15 +294,16 @@ def set_title(argv: Sequence[str]) -> bool:
     return True
 
 
-def enter_child(msg: Mapping[str, Any], zygote: Zygote) -> None:
+def enter_child(msg: Mapping[str, Any], zygote: Zygote, watch: bool = True) -> None:
     """In a forked child: become the witness process ``msg`` asks for, up to running pytest.
 
     Its own session, its command line, default signal handling, none of the zygote's sockets; ``msg``'s
     cwd and environment; stdout and stderr to its log, stdin from /dev/null; faulthandler; the runner's
-    watchdog; numpy's global generator reseeded.
+    watchdog (``watch`` False: its fd is left in the environment for the child's own loop to watch);
+    numpy's global generator reseeded.
     """
     os.setsid()
-    set_title([sys.executable, "-m", "harness.execute.pytest_main", *msg["argv"]])
+    set_title([sys.executable, "-m", msg.get("entry") or "harness.execute.pytest_main", *msg["argv"]])
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -326,7 +328,8 @@ def enter_child(msg: Mapping[str, Any], zygote: Zygote) -> None:
         import faulthandler
 
         faulthandler.enable()
-    procs.watch_runner()
+    if watch:
+        procs.watch_runner()
     if "numpy.random" in sys.modules:
         # NOTE: a fresh process seeds numpy's global generator from the OS; forked ones would share the
         # zygote's state (the random module reseeds itself after fork)
@@ -350,8 +353,16 @@ def _child(msg: Mapping[str, Any], zygote: Zygote) -> None:
     """In the forked child: become the witness process ``msg`` asks for, run pytest, ``os._exit``."""
     code = 70
     try:
-        enter_child(msg, zygote)
-        code = _pytest_main.main(msg["argv"])
+        entry = msg.get("entry")
+        enter_child(msg, zygote, watch=not entry)
+        if entry:  # a server of its own (harness.execute.warm), run as `python -m ENTRY ARGV` would run it
+            import runpy
+
+            sys.argv = [entry, *msg["argv"]]
+            runpy.run_module(entry, run_name="__main__", alter_sys=True)
+            code = 0
+        else:
+            code = _pytest_main.main(msg["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

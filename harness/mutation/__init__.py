@@ -1,12 +1,15 @@
 """Mutation analysis: of the plausible slips in the code a card claims, how many would its witnesses catch?
 
 - ``generate``: mutants, one small :mod:`ast` change to one function each,
-  named by a reproducible key; also compiles one into a running process.
+  named by a reproducible key.
+- ``swap``: applying one in a running witness process, as a liar is applied.
 - ``marks``: equivalence marks (``obligations/equivalent-mutants.yaml``).
 - ``score``: what a card claims, its sample of mutants, each mutant's job and
   classification, the card's score, and what no card claims.
 - ``reach``: the honest run's line coverage -> mutants no witness reaches
   (never run), the witnesses that can tell each mutant apart, who to try first.
+- ``pool``: running them in the worker pool: witnesses killer-first as each
+  job starts, results and follow-ups as each ends.
 - ``stage``: the mutate stage of a run (``run_obligations.py mutate``):
   runs the mutants in the worker pool, each forked from its card's warm
   server (:mod:`harness.execute.warm`) when a fork can stand for a fresh

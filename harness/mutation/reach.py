@@ -19,7 +19,7 @@ the same, runs exactly as it did honestly: it passes. So:
 - **order** (:func:`ordered`, :class:`Killers`): the witness that killed
   this mutant last time, then the ones that killed its neighbours (same
   line, then same function; this run's results as they come in, then the
-  last run's), then the rest fastest first. A mutant run stops at the first
+  last run's), then the rest in card order. A mutant run stops at the first
   witness that fails, so a good guess is most of the saving.
 
 NOTE: what this assumes. A witness that runs none of the mutant's lines
@@ -99,12 +99,16 @@ def reach_of(card: Card, lines_run: Sequence[protocol.LinesRun]) -> Reach | None
     return Reach(tuple(w.id for w in card.witnesses), {w: frozen(v) for w, v in by_witness.items()}, frozen(outside))
 
 
-def ordered(ids: Sequence[str], first: Sequence[str], seconds: Mapping[str, float]) -> tuple[str, ...]:
-    """``ids`` with those in ``first`` leading (in ``first``'s order), the rest fastest first by ``seconds``
-    (their honest times; ties and unknown times keep the order of ``ids``)."""
+def ordered(ids: Sequence[str], first: Sequence[str]) -> tuple[str, ...]:
+    """``ids`` (card order) with those in ``first`` leading, in ``first``'s order; the rest in card order.
+
+    NOTE: card order for the rest, not fastest first (PIT's): a mutant's status is its first detection in
+    card order (the reference path's), so with no killer to guess the first detection here is the
+    reference's, and a timeout needs no follow-up. Measured on the default sample: the same number killed by
+    the first witness tried (509 of 574 either way), the same wall time within noise.
+    """
     lead = [w for w in dict.fromkeys(first) if w in ids]
-    rest = sorted((w for w in ids if w not in lead), key=lambda w: seconds.get(w, float("inf")))
-    return tuple(lead + rest)
+    return tuple(lead + [w for w in ids if w not in lead])
 
 
 class Killers:

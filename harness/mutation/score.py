@@ -293,6 +293,15 @@ def classify(
     return result(MutantStatus.SURVIVED, detail=f"every witness passed{note}")
 
 
+def after_timeout(first: MutantResult, then: MutantResult) -> MutantResult:
+    """A mutant that ran past a witness's timeout (``first``), then ran against the witnesses card order puts
+    before that one (``then``): killed by the first of them that failed, as in card order; else the timeout."""
+    both = {"duration_s": round(first.duration_s + then.duration_s, 3), "tried": first.tried + then.tried}
+    if then.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT):
+        return replace(then, **both)
+    return replace(first, **both, witness_s=round(first.witness_s + then.witness_s, 3))
+
+
 # ---------------------------------------------------------------- score
 
 
@@ -404,6 +413,7 @@ __all__ = [
     "mutant_job",
     "mutant_timeouts",
     "NOT_REACHED",
+    "after_timeout",
     "not_reached",
     "recalled",
     "score_of",

@@ -24,15 +24,17 @@ from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LedgerError
 from harness.execute.executor import RAY
-from harness.execute.forkserver import WARM, WarmFacts
-from harness.execute.jobs import Job, JobResult, RunConfig, WarmCard, WarmSpec
+from harness.execute.forkserver import WarmFacts
+from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
+from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as gen
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
-from harness.mutation.reach import Killers, Reach, ordered, reach_of
+from harness.mutation.pool import MutantPool
+from harness.mutation.reach import Killers, Reach, reach_of
 from harness.statuses import MutantStatus, Outcome
 from harness.subjects import DEFAULT
 
@@ -257,43 +259,15 @@ def measure(
         + ("" if opts.fast else " (--slow: fresh processes, every witness, card order)"),
     )
 
-    killers = {cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans}
-    which = {(cid, m.key): m for cid, m, _ in jobs}
-
-    def prepare(job: Job) -> Job:
-        cid = job.card.id
-        m = which[(cid, job.mutant)]
-        ids = ordered([w.id for w in job.witnesses], killers[cid].hint(m), took[cid])
-        return replace(job, witnesses=tuple(next(w for w in job.witnesses if w.id == i) for i in ids))
-
-    def done(job: Job, finished: int, res: JobResult) -> None:
-        cid = job.card.id
-        m = which[(cid, job.mutant)]
-        mark = marks.get(m.key)
-        r = mutation.classify(plans[cid].card, m, res, mark if mark and mark.applies(cid) else None, req.root, job)
-        ran[(cid, m.key)] = r
-        if r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT):
-            killers[cid].record(m, r.killer)
-
-    run = [j for _, _, j in jobs]
-    if reporter is None or not jobs:
-        run_jobs(run, cfg, jobs=req.jobs, executor=req.executor, on_done=done, prepare=prepare if opts.fast else None)
-    else:
-        with reporter.progress(len(jobs)) as (on_start, on_done):
-
-            def both(job: Job, finished: int, res: JobResult) -> None:
-                done(job, finished, res)
-                on_done(job, finished)
-
-            run_jobs(
-                run,
-                cfg,
-                jobs=req.jobs,
-                on_start=on_start,
-                executor=req.executor,
-                on_done=both,
-                prepare=prepare if opts.fast else None,
-            )
+    pool = MutantPool(
+        {cid: plans[cid].card for cid in plans},
+        jobs,
+        marks,
+        req.root,
+        killers={cid: Killers(last[cid].mutants if cid in last else ()) for cid in plans},
+        fast=opts.fast,
+    )
+    ran.update(pool.run(cfg, req.jobs, req.executor, reporter))
 
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
