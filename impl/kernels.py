@@ -52,6 +52,8 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -440,20 +442,70 @@ def _compiler() -> str | None:
     return None
 
 
+def _compiler_id(cc: str) -> str:
+    exe = Path(shutil.which(cc)).resolve()  # type: ignore[arg-type]
+    st = exe.stat()
+    return f"{exe}:{st.st_size}:{st.st_mtime_ns}"  # a new compiler rebuilds; no subprocess per process
+
+
 def build(force: bool = False, isa: str | None = None) -> Path:
     """Compile (or find the cached) shared library of the ISA build ``isa`` (default: KVPROOF_KERNEL_ISA);
     returns its path. SettingError for a build this CPU cannot execute; OSError/RuntimeError when it
     cannot be compiled."""
+    return _build(C_SOURCE, cache_dir(), force, isa, prune=True)
+
+
+VARIANTS = "variants"  # the cache's folder of changed sources' builds (build_source)
+VARIANTS_KEEP_S = 7 * 24 * 3600  # a variant build not used for this long is removed by the next build_source
+
+
+def build_source(text: str, isa: str | None = None) -> Path:
+    """Compile a changed copy of kernels.c (``text``: a C mutant, :mod:`harness.mutation.cbuild`) exactly as the
+    kernel of ISA build ``isa`` (default: KVPROOF_KERNEL_ISA) is compiled, into the cache's ``variants/``
+    folder keyed by the text; returns its path. RuntimeError with the compiler's message when it does not
+    compile: never a fallback. The same text always gives the same bytes (the compiler reads it as
+    ``kvkernel.c`` from its own folder), so a change the compiler optimises away gives the original's file."""
+    folder = cache_dir() / VARIANTS
+    so = _build(text, folder, False, isa, prune=False)
+    now = time.time()
+    os.utime(so, (now, so.stat().st_mtime))
+    for old in folder.glob("kvkernel-*.so"):
+        try:
+            if now - old.stat().st_atime > VARIANTS_KEEP_S:
+                old.unlink()
+        except OSError:
+            continue
+    return so
+
+
+def use_source(text: str) -> Callable[[], None]:
+    """Run this process's kernel from a changed copy of kernels.c (``text``) until the returned ``undo()``.
+
+    The loaded :class:`Kernel` is rebound in place (every object holding it, e.g. a model's linears,
+    calls the changed build). SettingError when the numpy fallback is in force (there is no kernel to
+    change: refused, never a silent fallback); RuntimeError when ``text`` does not compile.
+    """
+    k = load()
+    if k is None:
+        raise SettingError(f"a changed kernels.c cannot run: the numpy fallback is in force ({status()})")
+    path = build_source(text, k.build)
+    saved = dict(vars(k))
+    k.__init__(path, build=k.build)  # type: ignore[misc]
+
+    def undo() -> None:
+        vars(k).clear()
+        vars(k).update(saved)
+
+    return undo
+
+
+def _build(source: str, folder: Path, force: bool, isa: str | None, prune: bool) -> Path:
     isa = checked_isa(isa)
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    exe = Path(shutil.which(cc)).resolve()  # type: ignore[arg-type]
-    st = exe.stat()
-    compiler = f"{exe}:{st.st_size}:{st.st_mtime_ns}"  # a new compiler rebuilds; no subprocess per process
     flags = (*BASE_FLAGS, *ISA_BUILDS[isa].flags)
-    key = hashlib.sha256("\0".join([C_SOURCE, " ".join(flags), compiler, _cpu_signature()]).encode()).hexdigest()
-    folder = cache_dir()
+    key = hashlib.sha256("\0".join([source, " ".join(flags), _compiler_id(cc), _cpu_signature()]).encode()).hexdigest()
     so = folder / f"kvkernel-{isa}-{key[:16]}.so"
     if so.exists() and not force:
         return so
@@ -462,7 +514,7 @@ def build(force: bool = False, isa: str | None = None) -> Path:
         if not os.access(folder, os.W_OK):
             raise PermissionError(folder)
     except OSError:  # a read-only checkout: build in the temp folder instead
-        folder = Path(tempfile.gettempdir()) / f"kvproof-kernels-{os.getuid()}"
+        folder = Path(tempfile.gettempdir()) / f"kvproof-kernels-{os.getuid()}" / folder.name
         folder.mkdir(parents=True, exist_ok=True)
         so = folder / so.name
         if so.exists() and not force:
@@ -471,18 +523,21 @@ def build(force: bool = False, isa: str | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent first users (the gate's -j N witnesses) compile once
         if so.exists() and not force:
             return so
-        return _compile(cc, flags, so, folder, isa)
+        return _compile(cc, flags, so, folder, isa, source, prune)
 
 
-def _compile(cc: str, flags: tuple[str, ...], so: Path, folder: Path, isa: str) -> Path:
+def _compile(cc: str, flags: tuple[str, ...], so: Path, folder: Path, isa: str, source: str, prune: bool) -> Path:
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-        src = Path(tmp) / "kvkernel.c"
-        src.write_text(C_SOURCE)
-        out = Path(tmp) / so.name
-        r = subprocess.run([cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True, timeout=120)
+        Path(tmp, "kvkernel.c").write_text(source)
+        # relative names, from the build folder: the library's bytes depend on the source and flags only
+        r = subprocess.run(
+            [cc, *flags, "-o", so.name, "kvkernel.c"], cwd=tmp, capture_output=True, text=True, timeout=120
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:2000]}")
-        os.replace(out, so)  # atomic: concurrent builders each write their own temp file
+        os.replace(Path(tmp, so.name), so)  # atomic: concurrent builders each write their own temp file
+    if not prune:
+        return so
     # older builds of this ISA (other sources or flags), and unnamed ones from before ISA builds; another
     # ISA's build stays (a loaded .so survives unlink anyway)
     others = {f"kvkernel-{name}-" for name in ISA_BUILDS if name != isa}

@@ -1,7 +1,12 @@
 """Mutation analysis: of the plausible slips in the code a card claims, how many would its witnesses catch?
 
-- ``generate``: mutants, one small :mod:`ast` change to one function each,
-  named by a reproducible key.
+- ``keys``: a mutant's key (``path:line:col:operator``) and change, shared by both languages.
+- ``generate``: Python mutants, one small :mod:`ast` change to one function each,
+  named by a reproducible key; ``cgen``: C mutants, one token change to one C
+  function or function-like macro each (tree-sitter's C grammar).
+- ``cbuild``: C mutants built before they run, through the project's build
+  hook: one that does not compile is error, one that compiles to the unchanged
+  bytes equivalent; neither runs.
 - ``swap``: applying one in a running witness process, as a liar is applied.
 - ``marks``: equivalence marks (``obligations/equivalent-mutants.yaml``).
 - ``score``: what a card claims, its sample of mutants, each mutant's job and

@@ -42,14 +42,13 @@ import copy
 import difflib
 import hashlib
 import random
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.errors import LiarError
-
-OPERATORS = ("arith", "compare", "boolop", "unary", "bool", "const+1", "const-1", "loopctl", "noloop", "minmax", "drop")
+from harness.mutation import cgen
+from harness.mutation.keys import OPERATORS, Mutant, parse_key
 
 _ARITH: dict[type, type] = {
     ast.Add: ast.Sub,
@@ -90,53 +89,6 @@ _MINMAX = {
     "nanmax": "nanmin",
 }
 _DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Raise, ast.Assert, ast.Delete)
-_KEY = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+):(?P<col>\d+):(?P<op>[a-z]+(?:[+-]1|\.\d+)?)(?:#(?P<nth>\d+))?$")
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """One mutant: where, what it changes, and the text before and after."""
-
-    path: str  # relative to the project root, posix
-    qualname: str  # the function or method it changes ("KVCache.evict")
-    line: int
-    col: int
-    operator: str
-    before: str  # the source text replaced
-    after: str  # what replaces it
-    nth: int = 1  # several nodes start at one place (``a * b * c``): the outermost is 1, in ast.walk order
-    end_line: int = 0  # the last line of the changed code (0: ``line``); see :attr:`lines`
-
-    @property
-    def key(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}:{self.operator}" + (f"#{self.nth}" if self.nth > 1 else "")
-
-    @property
-    def lines(self) -> range:
-        """The lines the changed code spans: the mutant can change what runs only when one of them runs."""
-        return range(self.line, max(self.line, self.end_line) + 1)
-
-    @property
-    def module(self) -> str:
-        """The importable module the file is (``impl/model/__init__.py`` -> ``impl.model``)."""
-        parts = list(Path(self.path).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        return ".".join(parts)
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}:{self.qualname}"
-
-    @property
-    def change(self) -> str:
-        """One line: ``before -> after`` (long texts clipped)."""
-
-        def clip(s: str) -> str:
-            s = " ".join(s.split())
-            return s if len(s) <= 60 else s[:57] + "..."
-
-        return f"{clip(self.before)} -> {clip(self.after)}"
 
 
 @dataclass(frozen=True)
@@ -457,16 +409,6 @@ def generate(root: Path, path: str, qualnames: Iterable[str] | None = None) -> l
     return sorted(out, key=lambda m: (m.line, m.col, m.operator, m.nth))
 
 
-def parse_key(key: str) -> tuple[str, int, int, str, int]:
-    """(path, line, col, operator, nth) of a mutant key; LiarError when it is not one."""
-    m = _KEY.match(key)
-    if not m or m["op"].split(".")[0] not in OPERATORS:
-        raise LiarError(
-            f"mutant={key!r}: not a mutant key; expected PATH.py:LINE:COL:OPERATOR such as impl/kv.py:131:12:compare"
-        )
-    return m["path"], int(m["line"]), int(m["col"]), m["op"], int(m["nth"] or 1)
-
-
 _PARSED: dict[str, ast.Module] = {}  # file text -> its tree, never changed once parsed (see _parsed)
 
 
@@ -493,9 +435,12 @@ def preparse(root: Path, paths: Iterable[str]) -> None:
 def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     """The mutant ``key`` names, rebuilt from the file as it is now: (mutant, mutated file text, mutated def).
 
-    LiarError when the file or the mutant is not there (the file changed since the key was made).
+    LiarError when the file or the mutant is not there (the file changed since the key was made). A C
+    file's mutant: :func:`harness.mutation.cgen.find` (the def is None).
     """
     path, line, col, op, nth = parse_key(key)
+    if cgen.is_c(path):  # a C mutant: found in the C grammar
+        return cgen.find(root, key)  # type: ignore[return-value]
     try:
         text = (root / path).read_text(encoding="utf-8")
         tree = _parsed(text)

@@ -20,6 +20,7 @@ from harness.cards import EQUIVALENT_FILE
 from harness.errors import InputRefused, LiarError, YamlAliasRefused
 from harness.inputs import HINTS_LIMIT, read_text
 from harness.mutation import generate as gen
+from harness.mutation.keys import KEY_PATTERN
 
 EQUIVALENT_SCHEMA = {
     "type": "object",
@@ -35,8 +36,8 @@ EQUIVALENT_SCHEMA = {
                 "properties": {
                     "mutant": {
                         "type": "string",
-                        "pattern": gen._KEY.pattern,
-                        "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N]",
+                        "pattern": KEY_PATTERN.pattern,
+                        "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N] (or PATH.c:...)",
                         "x-allowed": "a mutant key such as impl/kv.py:131:12:compare",
                     },
                     "reason": {

@@ -64,8 +64,10 @@ class Reach:
     outside: Lines
 
     def running(self, mutant: Mutant) -> tuple[str, ...]:
-        """Ids of the witnesses that can tell ``mutant`` apart, card order; () when none can: not reached."""
-        if _hits(self.outside, mutant):
+        """Ids of the witnesses that can tell ``mutant`` apart, card order; () when none can: not reached.
+
+        A C mutant: every witness (C lines are not traced; a C mutant is never "not reached")."""
+        if not mutant.path.endswith(".py") or _hits(self.outside, mutant):
             return self.witnesses
         return tuple(w for w in self.witnesses if _hits(self.by_witness.get(w, {}), mutant))
 

@@ -7,7 +7,10 @@ For each selected card (``run_obligations.py mutate``):
    and every function of a ``.py`` file listed under an explicit
    ``covers:``. Derived covers (the files of refs and witnesses) do not
    widen it: a card about ``KVCache.evict`` is not scored on
-   ``KVCache.nbytes``.
+   ``KVCache.nbytes``. C too (:mod:`harness.mutation.cgen`): a ref
+   ``impl/kernels.c::kv_attend`` claims that function and every function
+   and macro it reaches by name; a ``.c`` file under an explicit
+   ``covers:`` claims all of it.
 2. **generate** (:mod:`harness.mutation.generate`) every mutant of those functions and
    **sample** at most ``--max-mutants`` per card, reproducibly from the seed.
 3. **run** each mutant as a generated liar: a fresh witness process with the
@@ -43,6 +46,7 @@ from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
 from harness.execute.jobs import Job, JobResult
 from harness.execute.outcomes import witness_outcomes
+from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
 from harness.mutation.marks import Mark
 from harness.statuses import MutantStatus, Outcome
@@ -105,15 +109,18 @@ def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
     out: dict[str, set[str] | None] = {}
     if card.explicit_covers:
         for f in card.covers:
-            if f.endswith(".py") and is_code(f) and (root / f).is_file():
+            if f.endswith((".py", *cgen.C_SUFFIXES)) and is_code(f) and (root / f).is_file():
                 out[f] = None
     for ref in card.refs:
         path, _, qual = ref.partition("::")
-        if not path.endswith(".py") or not is_code(path) or not (root / path).is_file():
+        if not path.endswith((".py", *cgen.C_SUFFIXES)) or not is_code(path) or not (root / path).is_file():
             continue
         if path in out and out[path] is None:
             continue
         out.setdefault(path, set()).add(qual)
+    for path, names in out.items():
+        if names is not None and cgen.is_c(path):  # a C entry point claims what it reaches
+            out[path] = set(cgen.reach(root, path, names))
     return {p: (None if q is None else frozenset(q)) for p, q in sorted(out.items())}
 
 
@@ -131,14 +138,18 @@ class Generated:
 
     def file(self, path: str) -> list[gen.Mutant]:
         if path not in self._by_file:
-            self._by_file[path] = gen.generate(self.root, path)
+            make = cgen.generate if cgen.is_c(path) else gen.generate
+            self._by_file[path] = make(self.root, path)
         return self._by_file[path]
 
     def functions(self, path: str) -> list[str]:
-        """Qualnames of the file's functions and methods, in file order."""
+        """Qualnames of the file's functions and methods (a C file's functions and macros), in file order."""
         if path not in self._functions:
-            tree = ast.parse((self.root / path).read_text(encoding="utf-8"))
-            self._functions[path] = [q for q, _ in gen.functions(tree)]
+            if cgen.is_c(path):
+                self._functions[path] = cgen.names(self.root, path)
+            else:
+                tree = ast.parse((self.root / path).read_text(encoding="utf-8"))
+                self._functions[path] = [q for q, _ in gen.functions(tree)]
         return self._functions[path]
 
 
@@ -208,12 +219,8 @@ def _diff(root: Path, mutant: gen.Mutant) -> str:
         return ""
 
 
-def not_reached(mutant: gen.Mutant, mark: Mark | None, root: Path) -> MutantResult:
-    """A mutant on lines no witness of the card runs: it survives (equivalent when marked) and is never run."""
-    lines = f"{mutant.path}:{mutant.line}" + (f"-{mutant.lines[-1]}" if len(mutant.lines) > 1 else "")
-    status, detail = MutantStatus.SURVIVED, f"not reached: no witness runs {lines} (never run)"
-    if mark is not None:
-        status, detail = MutantStatus.EQUIVALENT, mark.reason
+def unrun(mutant: gen.Mutant, status: MutantStatus, detail: str, how: str, root: Path) -> MutantResult:
+    """The result of a mutant that was never run (``how`` says why: :data:`NOT_REACHED`, :data:`BUILT_OUT`)."""
     return MutantResult(
         mutant.key,
         mutant.path,
@@ -224,8 +231,26 @@ def not_reached(mutant: gen.Mutant, mark: Mark | None, root: Path) -> MutantResu
         status,
         detail=detail,
         diff=_diff(root, mutant),
-        how=NOT_REACHED,
+        how=how,
     )
+
+
+def built_out(mutant: gen.Mutant, status: MutantStatus, detail: str, root: Path) -> MutantResult:
+    """A C mutant the build already decided (:mod:`harness.mutation.cbuild`): equivalent (the same bytes as the
+    unchanged file) or error (does not compile); never run."""
+    return unrun(mutant, status, detail, BUILT_OUT, root)
+
+
+BUILT_OUT = "not run: decided by its build"
+
+
+def not_reached(mutant: gen.Mutant, mark: Mark | None, root: Path) -> MutantResult:
+    """A mutant on lines no witness of the card runs: it survives (equivalent when marked) and is never run."""
+    lines = f"{mutant.path}:{mutant.line}" + (f"-{mutant.lines[-1]}" if len(mutant.lines) > 1 else "")
+    status, detail = MutantStatus.SURVIVED, f"not reached: no witness runs {lines} (never run)"
+    if mark is not None:
+        status, detail = MutantStatus.EQUIVALENT, mark.reason
+    return unrun(mutant, status, detail, NOT_REACHED, root)
 
 
 NOT_REACHED = "not reached"
@@ -385,7 +410,8 @@ def claims(
 
 
 def impl_files(root: Path, cards: Sequence[Card]) -> list[str]:
-    """The implementation's Python files: every ``.py`` under the top folders the cards' refs point into."""
+    """The implementation's files: every ``.py`` under the top folders the cards' refs point into, and every C
+    file there that the project builds and loads changed copies of (``[tool.kvproof.c-sources]``)."""
     tops = sorted({ref.split("/", 1)[0] for c in cards for ref in c.refs if "/" in ref.split("::", 1)[0]})
     own = {w.file for c in cards for w in c.all_witnesses}
     files = []
@@ -394,6 +420,7 @@ def impl_files(root: Path, cards: Sequence[Card]) -> list[str]:
         if not folder.is_dir() or top in ("witnesses", "tests"):
             continue
         files += [p.relative_to(root).as_posix() for p in sorted(folder.rglob("*.py"))]
+    files += [c for c in cbuild.hooks(root) if c.split("/", 1)[0] in tops]
     return [f for f in files if f not in own]
 
 
@@ -413,7 +440,9 @@ __all__ = [
     "mutant_job",
     "mutant_timeouts",
     "NOT_REACHED",
+    "BUILT_OUT",
     "after_timeout",
+    "built_out",
     "not_reached",
     "recalled",
     "score_of",

@@ -30,6 +30,7 @@ from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
+from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
@@ -116,6 +117,39 @@ def _why_fresh(m: gen.Mutant, facts: WarmFacts) -> str:
     if holder:
         return f"{m.qualname} is also held by {holder} (a parametrize list, a closure, ...), which a fork cannot rebind"
     return ""
+
+
+def _built(
+    req: RunRequest,
+    jobs: list[tuple[str, gen.Mutant, Job]],
+    marks: Mapping[str, Mark],
+    ran: dict[tuple[str, str], MutantResult],
+    reporter: Reporter | None,
+) -> list[tuple[str, gen.Mutant, Job]]:
+    """Build the C mutants among ``jobs`` (:mod:`harness.mutation.cbuild`): one that does not compile is error,
+    one that compiles to the unchanged file's bytes equivalent (both into ``ran``, never run); the jobs left."""
+    cs = [m for _, m, _ in jobs if cgen.is_c(m.path)]
+    if not cs:
+        return jobs
+    report = cbuild.prebuild(req.root, cs, req.jobs, partial(_say, reporter))
+    counts = {s: sum(b.status == s for b in report.results.values()) for s in ("ok", "same", "error")}
+    _say(
+        reporter,
+        f"mutate: {len(report.results)} C mutant(s) built in {report.wall_s:.1f} s "
+        f"({report.cpu_s:.1f} s of compiling): {counts['ok']} to run, {counts['same']} compile to the unchanged "
+        "bytes (equivalent, not run), "
+        f"{counts['error']} do not compile (error, not scored)",
+    )
+    left = []
+    for cid, m, job in jobs:
+        b = report.results.get(m.key)
+        if b is None or b.status == "ok":
+            left.append((cid, m, job))
+        elif b.status == "same":
+            ran[(cid, m.key)] = mutation.built_out(m, MutantStatus.EQUIVALENT, b.detail, req.root)
+        else:
+            ran[(cid, m.key)] = mutation.built_out(m, MutantStatus.ERROR, b.detail, req.root)
+    return left
 
 
 def _traced(
@@ -227,6 +261,7 @@ def measure(
                     ran[(cid, m.key)] = mutation.not_reached(m, mark, req.root)
                     continue
             jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids)))
+    jobs = _built(req, jobs, marks, ran, reporter)
     # the slowest cards' mutants first, so the pool does not end on one long card; a card's mutants together
     # (they share its warm server)
     order = {cid: i for i, cid in enumerate(plans)}
@@ -243,6 +278,7 @@ def measure(
             for cid, m, job in jobs
         ]
     n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs) - len(ran)
+    unreached = sum(r.how == mutation.NOT_REACHED for r in ran.values())
     picked = (
         f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
         if opts.only
@@ -253,7 +289,8 @@ def measure(
         reporter,
         f"mutate: {len(plans)} card(s), {sum(len(cm.sample) for cm in plans.values())} mutant(s) "
         f"{picked}; running {len(jobs)}"
-        + (f", {len(ran)} not reached (no witness runs their lines: never run)" if opts.fast else "")
+        + (f", {unreached} not reached (no witness runs their lines: never run)" if opts.fast else "")
+        + (f", {len(ran) - unreached} decided by their build (C: never run)" if len(ran) > unreached else "")
         + (f", reusing {n_reused} from the ledger (--changed)" if n_reused else "")
         + (f", {req.jobs} at a time" if req.executor.kind != RAY else ", on the Ray cluster")
         + ("" if opts.fast else " (--slow: fresh processes, every witness, card order)"),
@@ -272,6 +309,10 @@ def measure(
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
     per_card: dict[str, list[MutantResult]] = {}
+
+    def marked(cid: str, mark: Mark | None) -> bool:
+        return bool(mark and mark.applies(cid))
+
     for cid, cm in plans.items():
         rows = []
         for m in cm.sample:
@@ -279,7 +320,8 @@ def measure(
             mark = marks.get(m.key)
             if r.status == MutantStatus.SURVIVED and mark and mark.applies(cid):  # a mark made since it was reused
                 r = replace(r, status=MutantStatus.EQUIVALENT, detail=mark.reason)
-            elif r.status == MutantStatus.EQUIVALENT and not (mark and mark.applies(cid)):  # its mark was removed
+            elif r.status == MutantStatus.EQUIVALENT and r.how != mutation.BUILT_OUT and not marked(cid, mark):
+                # its mark was removed (an equivalent decided by its build needs none)
                 r = replace(r, status=MutantStatus.SURVIVED, detail="every witness passed")
             rows.append(r)
         per_card[cid] = rows
@@ -325,7 +367,7 @@ def measure(
         len(jobs),
         n_reused,
         wall,
-        not_reached=len(ran) - len(run_rows),
+        not_reached=sum(r.how == mutation.NOT_REACHED for r in ran.values()),
         first_kill=sum(r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and r.tried == 1 for r in run_rows),
         started=started,
         traced=len(traced),

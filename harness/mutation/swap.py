@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import liars
-from harness.mutation.generate import Mutant, find
+from harness.errors import LiarError
+from harness.mutation import cbuild, cgen
+from harness.mutation.generate import Mutant, find, parse_key
 
 _PLAIN_DECORATORS = {"property", "staticmethod", "classmethod"}
 
@@ -75,6 +77,8 @@ def apply(key: str, root: Path, late: Sequence[str] = ()):
     import inspect
     import sys
 
+    if cgen.is_c(parse_key(key)[0]):
+        return apply_c(key, root)
     found = find(root, key)
     mutant = found[0]
     module = importlib.import_module(mutant.module)
@@ -107,4 +111,20 @@ def apply(key: str, root: Path, late: Sequence[str] = ()):
     return liars.Applied(spec.name, spec.target, target.original, undo)
 
 
-__all__ = ["apply", "compile_mutant"]
+def apply_c(key: str, root: Path):
+    """Run this process on the C mutant ``key``: its file's ``load`` hook (:mod:`harness.mutation.cbuild`) gets
+    the changed text (built already by the stage, so only loaded here). LiarError when the key names no
+    mutant now or the project declares no hooks; any error of the hook (no kernel loaded, a build that
+    fails) propagates: the mutant is ``error``, never run on unchanged code."""
+    mutant, text, _ = cgen.find(root, key)
+    hooks = cbuild.hooks(root).get(mutant.path)
+    if hooks is None:
+        raise LiarError(
+            f"mutant={key!r}: {mutant.path} has no [tool.kvproof.c-sources] entry in pyproject.toml (how to build "
+            "and load a changed copy of it)"
+        )
+    undo = cbuild.resolve(hooks.load)(text)
+    return liars.Applied(f"mutant {key}", f"{mutant.path}::{mutant.qualname}", None, undo)
+
+
+__all__ = ["apply", "apply_c", "compile_mutant"]
