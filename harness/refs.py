@@ -1,6 +1,7 @@
 """Resolve refs and pytest node ids statically, with :mod:`ast`; nothing is imported.
 
-``path.py::Name`` and ``path.py::Class.method`` (refs) and
+``path.py::Name`` and ``path.py::Class.method`` (refs; ``path.c::name`` for C, in tree-sitter's
+C grammar) and
 ``path.py::test_x`` / ``path.py::TestClass::test_x`` (test nodes) are looked
 up in the parsed source of ``root/path.py``. The result gives the lines of
 the definition, for reports that show the referenced source beside a proof.
@@ -13,6 +14,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.mutation import cgen
 from harness.suggest import did_you_mean
 
 
@@ -87,9 +89,29 @@ def resolve_symbol(root: Path, file: str, qualname: str) -> RefSite | str:
     return RefSite(file, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno)
 
 
+def resolve_c(root: Path, file: str, name: str) -> RefSite | str:
+    """Find the C function or function-like macro ``name`` in ``root/file`` (tree-sitter's C grammar,
+    :mod:`harness.mutation.cgen`): its first definition's lines, or a message saying what is missing."""
+    path = root / file
+    if not path.is_file():
+        return f"no such file {file}"
+    try:
+        units = cgen.units(root, file)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{file}: cannot read: {exc}"
+    for u in units:
+        if u.name == name:
+            return RefSite(file, u.line, u.end_line)
+    names = {u.name: u for u in units}
+    return f"`{name}` is not a function or function-like macro of {file}{did_you_mean(name, names)}"
+
+
 def resolve_ref(root: Path, ref: str) -> RefSite | str:
-    """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`)."""
+    """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`), or ``path.c::name``
+    (:func:`resolve_c`)."""
     file, _, qual = ref.partition("::")
+    if cgen.is_c(file):
+        return resolve_c(root, file, qual)
     return resolve_symbol(root, file, qual)
 
 

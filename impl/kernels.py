@@ -53,7 +53,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +105,7 @@ class Kernel:
     """
 
     def __init__(self, path: Path, build: str = "auto") -> None:
-        lib = ctypes.CDLL(str(path))
+        lib = self.lib = ctypes.CDLL(str(path))
         self.path = path
         self.build = build
         self._linear = lib.kv_linear
@@ -478,9 +478,25 @@ def build_source(text: str, isa: str | None = None) -> Path:
     return so
 
 
-def use_source(text: str) -> Callable[[], None]:
+def preprocess_source(text: str, isa: str | None = None) -> str:
+    """``text`` (a copy of kernels.c) after the C preprocessor, with exactly the flags of ISA build ``isa``:
+    what that build compiles (:mod:`harness.mutation.cbuild` asks which mutants are in it)."""
+    isa = checked_isa(isa)
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
+    flags = [f for f in (*BASE_FLAGS, *ISA_BUILDS[isa].flags) if f != "-shared"]
+    cmd = [cc, *flags, "-E", "-P", "-x", "c", "-"]
+    r = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cc} -E failed: {r.stderr.strip()[:2000]}")
+    return r.stdout
+
+
+def use_source(text: str, switches: Mapping[str, int] | None = None) -> Callable[[], None]:
     """Run this process's kernel from a changed copy of kernels.c (``text``) until the returned ``undo()``.
 
+    ``switches``: int globals of the built library to set once it is loaded (a mutant schema's switch).
     The loaded :class:`Kernel` is rebound in place (every object holding it, e.g. a model's linears,
     calls the changed build). SettingError when the numpy fallback is in force (there is no kernel to
     change: refused, never a silent fallback); RuntimeError when ``text`` does not compile.
@@ -491,6 +507,8 @@ def use_source(text: str) -> Callable[[], None]:
     path = build_source(text, k.build)
     saved = dict(vars(k))
     k.__init__(path, build=k.build)  # type: ignore[misc]
+    for name, value in (switches or {}).items():
+        ctypes.c_int.in_dll(k.lib, name).value = value
 
     def undo() -> None:
         vars(k).clear()
@@ -534,7 +552,7 @@ def _compile(cc: str, flags: tuple[str, ...], so: Path, folder: Path, isa: str, 
             [cc, *flags, "-o", so.name, "kvkernel.c"], cwd=tmp, capture_output=True, text=True, timeout=120
         )
         if r.returncode != 0:
-            raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:2000]}")
+            raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:20000]}")
         os.replace(Path(tmp, so.name), so)  # atomic: concurrent builders each write their own temp file
     if not prune:
         return so

@@ -34,6 +34,7 @@ about the entry point is scored on the code the entry point runs.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterable, Iterator
@@ -389,7 +390,7 @@ def _sites(raw: bytes, path: str) -> Iterator[tuple[Mutant, _Change]]:
         seen: dict[tuple[int, int, str], int] = {}
         for node in _nodes(u.body):
             for ch in _changes(node):
-                line = next(i for i in range(len(starts) - 1, -1, -1) if starts[i] <= ch.start) + 1
+                line = bisect.bisect_right(starts, ch.start)
                 col = ch.start - starts[line - 1]
                 place = (line, col, ch.operator)
                 nth = seen[place] = seen.get(place, 0) + 1
@@ -425,8 +426,58 @@ def find(root: Path, key: str) -> tuple[Mutant, str, None]:
     )
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A C mutant as a text edit: ``raw[start:end]`` becomes ``text``; ``wrap_start:wrap_end`` is the smallest
+    expression or statement holding it (``stmt``: a statement), which a mutant schema switches
+    (:mod:`harness.mutation.cbuild`)."""
+
+    mutant: Mutant
+    start: int
+    end: int
+    text: bytes
+    wrap_start: int
+    wrap_end: int
+    stmt: bool
+    lines: tuple[int, int]  # the wrap's first and last line
+    constant: bool  # in a place C needs a constant (an array size, a case label, a static initializer, ...)
+
+
+def _in_constant_place(node) -> bool:
+    """Is ``node`` part of an expression C evaluates at compile time (where no run-time switch may stand)?"""
+    child, p = node, node.parent
+    while p is not None and p.type not in ("compound_statement", "translation_unit"):
+        if p.type == "array_declarator":
+            size = p.child_by_field_name("size")
+            if size is not None and size.start_byte <= child.start_byte and child.end_byte <= size.end_byte:
+                return True
+        if p.type in ("case_statement", "enumerator", "bitfield_clause", "static_assert_declaration"):
+            return True
+        if p.type == "declaration" and any(
+            c.type == "storage_class_specifier" and c.text == b"static" for c in p.children
+        ):
+            return True
+        child, p = p, p.parent
+    return False
+
+
+def edits(root: Path, path: str, keys: Iterable[str]) -> dict[str, Edit]:
+    """The :class:`Edit` of each of ``keys`` (mutants of ``root/path``) that the file has now."""
+    want = set(keys)
+    out = {}
+    for m, ch in _sites((root / path).read_bytes(), path):
+        if m.key in want:
+            stmt = ch.operator in ("drop", "loopctl")
+            lines = (ch.at.start_point[0] + 1, ch.at.end_point[0] + 1)
+            const = _in_constant_place(ch.at)
+            out[m.key] = Edit(
+                m, ch.start, ch.end, ch.text.encode(), ch.at.start_byte, ch.at.end_byte, stmt, lines, const
+            )
+    return out
+
+
 def is_c(path: str) -> bool:
     return path.endswith(C_SUFFIXES)
 
 
-__all__ = ["C_SUFFIXES", "Unit", "find", "generate", "is_c", "names", "reach", "units", "unparsed"]
+__all__ = ["C_SUFFIXES", "Edit", "Unit", "edits", "find", "generate", "is_c", "names", "reach", "units", "unparsed"]

@@ -123,7 +123,8 @@ def apply_c(key: str, root: Path):
             f"mutant={key!r}: {mutant.path} has no [tool.kvproof.c-sources] entry in pyproject.toml (how to build "
             "and load a changed copy of it)"
         )
-    undo = cbuild.resolve(hooks.load)(text)
+    schema = cbuild.schema_for(root, mutant.path, text)  # built by the stage, with this mutant behind a switch
+    undo = cbuild.resolve(hooks.load)(*schema) if schema is not None else cbuild.resolve(hooks.load)(text)
     return liars.Applied(f"mutant {key}", f"{mutant.path}::{mutant.qualname}", None, undo)
 
 
