@@ -131,7 +131,8 @@ def _built(
     cs = [m for _, m, _ in jobs if cgen.is_c(m.path)]
     if not cs:
         return jobs
-    report = cbuild.prebuild(req.root, cs, req.jobs, partial(_say, reporter))
+    fast = req.mutate.fast if req.mutate is not None else True  # --slow: every C mutant built alone (the reference)
+    report = cbuild.prebuild(req.root, cs, req.jobs, partial(_say, reporter), schema=fast)
     counts = {s: sum(b.status == s for b in report.results.values()) for s in ("ok", "same", "error")}
     _say(
         reporter,
