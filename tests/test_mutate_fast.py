@@ -185,3 +185,33 @@ def test_a_real_sample_gets_the_reference_paths_status(tmp_path):
     assert set(f) == set(s) and len(f) == 15
     assert {k: m["status"] for k, m in f.items()} == {k: m["status"] for k, m in s.items()}
     assert all(m["how"] in ("warm", "not reached") or m["how"].startswith("fresh: ") for m in f.values())
+
+
+def test_c_mutants_get_the_same_status_from_the_schema_as_built_alone(tmp_path):
+    """A fixed sample of kernels.c's mutants (chosen by what they change, not by line) against KERNEL-ACC: the fast
+    path (one schema; the preprocessor's word on #if branches) and --slow (each built alone, compared by bytes)
+    agree mutant by mutant."""
+    from harness.mutation import cgen
+
+    ms = cgen.generate(REPO, "impl/kernels.c")
+
+    def first(qualname: str, operator: str, nth: int = 0) -> str:
+        return [m.key for m in ms if m.qualname == qualname and m.operator == operator][nth]
+
+    keys = [
+        first("vexp", "const+1", 2),  # a polynomial coefficient
+        first("kv_rope", "arith"),
+        first("softmax_numerators", "compare"),
+        first("kv_default_threads", "drop"),  # how many threads: results do not depend on it
+        first("VFMA", "drop"),  # the generic vector fma: another ISA build's code on an x86-64 with FMA
+    ]
+    docs = []
+    for name, extra in (("fast", ()), ("slow", ("--slow",))):
+        args = ["mutate", "KERNEL-ACC", "--no-liars", "-j", "2", *(f"--mutant={k}" for k in keys)]
+        proc = kvproof(REPO, *args, *extra, "--reports", str(tmp_path / name), "--json", str(tmp_path / f"{name}.json"))
+        _no_traceback(proc)
+        docs.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    f, s = _mutants(docs[0]), _mutants(docs[1])
+    assert set(f) == set(s) and len(f) == len(keys)
+    assert {k: m["status"] for k, m in f.items()} == {k: m["status"] for k, m in s.items()}
+    assert "killed" in {m["status"] for m in f.values()}

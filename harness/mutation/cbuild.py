@@ -137,8 +137,8 @@ def prebuild(root: Path, mutants: Sequence, jobs: int, say=None, schema: bool = 
     """Build every C mutant of ``mutants`` (:class:`~harness.mutation.keys.Mutant`) through its file's hooks;
     each mutant's :class:`Built`, keyed by mutant key.
 
-    Per file: with a ``preprocess`` hook, a mutant absent from the preprocessed file is ``same`` (not in
-    this build). ``schema`` (the default): the rest go into one mutant schema
+    Per file, ``schema`` (the default): with a ``preprocess`` hook, a mutant absent from the preprocessed file
+    is ``same`` (not in this build); the rest go into one mutant schema
     (:mod:`harness.mutation.cschema`), built once; a mutant the compiler refuses there (it names the
     line), or one in a place C needs a constant, is built alone, ``jobs`` at a time (``schema=False``: every
     mutant alone), and compared with the unchanged file's build (same bytes: ``same``; no build: ``error``).
@@ -163,7 +163,7 @@ def prebuild(root: Path, mutants: Sequence, jobs: int, say=None, schema: bool = 
         eds = cgen.edits(root, path, [m.key for m in ms])
         alone = [k for k in (m.key for m in ms) if k not in eds]  # (the file changed: find() will say so)
         todo = list(eds.values())
-        if h.preprocess:
+        if h.preprocess and schema:  # (the reference path, schema=False, compares each build's bytes instead)
             text, ids = cschema.render(raw, todo)
             row = _run_builder(root, h.preprocess, [{"key": "", "text": text.decode(), "op": "preprocess"}])[0]
             if row.get("error"):

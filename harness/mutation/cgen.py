@@ -235,10 +235,11 @@ def _units(raw: bytes) -> tuple[tuple[Unit, ...], tuple[tuple[int, int], ...], d
                 unparsed.append((child.start_point[0] + 1, child.end_point[0] + 1))
                 walk(child)
             elif child.type in ("expression_statement", "call_expression", "declaration"):
-                leaves = [n for n in _leaves(child) if n.type in ("identifier", "(", ")", ",", "number_literal")]
+                kinds = ("identifier", "type_identifier", "(", ")", ",", "number_literal")
+                leaves = [n for n in _leaves(child) if n.type in kinds]
                 for i in range(len(leaves) - 2):  # MACRO(NAME, ...): the macro defines NAME
                     shape = (leaves[i].type, leaves[i + 1].type, leaves[i + 2].type)
-                    if shape == ("identifier", "(", "identifier"):
+                    if shape[0] in kinds[:2] and shape[1] == "(" and shape[2] in kinds[:2]:
                         top_calls.append((leaves[i + 2].text.decode(), leaves[i].text.decode()))
 
     walk(tree.root_node)
@@ -451,7 +452,11 @@ def _in_constant_place(node) -> bool:
             size = p.child_by_field_name("size")
             if size is not None and size.start_byte <= child.start_byte and child.end_byte <= size.end_byte:
                 return True
-        if p.type in ("case_statement", "enumerator", "bitfield_clause", "static_assert_declaration"):
+        if p.type in ("case_statement", "enumerator"):
+            value = p.child_by_field_name("value")
+            if value is not None and value.start_byte <= child.start_byte and child.end_byte <= value.end_byte:
+                return True
+        if p.type in ("bitfield_clause", "static_assert_declaration"):
             return True
         if p.type == "declaration" and any(
             c.type == "storage_class_specifier" and c.text == b"static" for c in p.children
