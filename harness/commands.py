@@ -97,10 +97,8 @@ def check_project_targets(root: Path) -> None:
     """Load the targets the project's pyproject.toml declares (``[tool.kvproof] targets``) before anything runs;
     ProjectTargetsInvalid (a UsageError: exit 2, one paragraph naming the file, field and fix) when they do not.
     Witness processes load the same entries; this makes a bad one one message, not an ERROR per witness."""
-    if not project.table(root):  # none, or an empty [tool.kvproof] (a root marker only)
-        return
-    registry.use_project(root)
-    registry.project_targets()
+    if project.table(root):  # none, or an empty [tool.kvproof] (a root marker only): nothing to load
+        project.load(root, registry.TARGETS)
 
 
 def _target_problems(root: Path) -> list[Problem]:
