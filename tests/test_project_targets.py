@@ -5,6 +5,7 @@ selected by default in its witness processes, and refused up front, one paragrap
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import sys
 import textwrap
@@ -164,3 +165,21 @@ def test_validate_checks_targets_yaml_names_registered_targets_and_existing_repr
     assert check.returncode == 2, check.stdout + check.stderr
     assert f"obligations/targets.yaml: {says}" in check.stdout, check.stdout
     assert "Traceback" not in check.stdout + check.stderr
+
+
+def test_run_target_project_proves_the_cards_tagged_targets_on_each_project_target(tmp_path, env):  # noqa: F811
+    """``kvproof run --target project``: a TOY-TRUNCATE@toycache cell beside the plain run (its own target gates);
+    TOY-READBACK, not tagged ``targets``, has no cell there (shown as such, also in index.html)."""
+    root = make_project(tmp_path / "toy")
+    card = root / "obligations" / "TOY-TRUNCATE.yaml"
+    card.write_text(card.read_text().replace("tags: [toycache]", "tags: [toycache, targets]"))
+    proc = kvproof(root, env, "run", "--target", "project", "--json", "v.json", "-j", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((root / "v.json").read_text())
+    assert {c["id"]: c["verdict"] for c in doc["cards"]} == {
+        "TOY-READBACK": "PROVEN",
+        "TOY-TRUNCATE": "PROVEN",
+        "TOY-TRUNCATE@toycache": "PROVEN",
+    }
+    page = next(p for p in (root / "reports").iterdir() if not p.is_symlink() and p.is_dir()) / "index.html"
+    assert "the card has no cell under this subject" in page.read_text()
