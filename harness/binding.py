@@ -14,6 +14,7 @@ replayable by comparing these hashes; nothing here decides that.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
@@ -24,6 +25,7 @@ from harness.cards import Card, display_path
 from harness.files import sha256_file
 from harness.liars import LiarSite
 from harness.oracle.store import MANIFEST, current_weights, resolve_oracle_dir
+from harness.refs import parse_module
 
 SETTINGS_PATH = "(settings: KVPROOF_* and the numerics line)"  # the label of the settings entry
 # KVPROOF_* variables that say where things are or how processes start, never what is computed; every other
@@ -130,12 +132,32 @@ def oracle_files(card: Card, oracle_dir: Path | None) -> tuple[tuple[Path, str],
     return ((resolve_oracle_dir(oracle_dir) / MANIFEST, "oracle"),)
 
 
+# kvproof's generic witnesses, installed with it (a project's witness modules import the claims they use):
+# a witness module that imports one of them is bound to all of them (the claims and the checks they make)
+GENERIC_WITNESSES = ("harness.targets.claims", "harness.targets.judge")
+GENERIC_FILES = tuple(Path(__file__).resolve().parent / "targets" / f"{m.split('.')[-1]}.py" for m in GENERIC_WITNESSES)
+
+
+def generic_support(witness_file: Path) -> list[Path]:
+    """:data:`GENERIC_FILES` when ``witness_file`` imports one of :data:`GENERIC_WITNESSES` (read with ast), else []."""
+    tree = parse_module(witness_file) if witness_file.is_file() else ""
+    if isinstance(tree, str):
+        return []
+    names = [a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    if any(n == g or n.startswith(g + ".") for n in names for g in GENERIC_WITNESSES):
+        return list(GENERIC_FILES)
+    return []
+
+
 def support_files(root: Path, witness_files: list[Path]) -> list[Path]:
     """Modules that shape a witness run besides the witness module itself, sorted.
 
     Every ``conftest.py`` from the project root down to each witness's
-    folder (pytest loads them all), and the non-test ``*.py`` modules in the
-    witness's own folder (helpers it imports, e.g. ``witnesses/synthetic.py``).
+    folder (pytest loads them all), the non-test ``*.py`` modules in the
+    witness's own folder (helpers it imports, e.g. ``witnesses/synthetic.py``),
+    and kvproof's generic witness modules when the witness imports them
+    (:func:`generic_support`; outside the project, shown with their full path).
     """
     found: set[Path] = set()
     root = root.resolve()
@@ -150,4 +172,5 @@ def support_files(root: Path, witness_files: list[Path]) -> list[Path]:
             found.update(
                 p for p in folder.glob("*.py") if not p.name.startswith("test_") and p.resolve() != file.resolve()
             )
+        found.update(generic_support(file))
     return sorted(found)

@@ -13,9 +13,12 @@ Exit codes: 0 every selected card PROVEN (or the command succeeded),
 whose evidence could not be recorded, 130 interrupted. Mistakes a user can make end in a message, never a
 traceback.
 
-The project root (where ``impl/``, ``witnesses/`` and ``obligations/`` live,
-and what paths in cards are relative to) is the folder of
-run_obligations.py, or ``KVPROOF_ROOT``. Cards are read from
+The project root (where ``witnesses/`` and ``obligations/`` live, and what
+paths in cards are relative to) is ``KVPROOF_ROOT``, else the nearest folder
+at or above the working directory whose pyproject.toml has a
+``[tool.kvproof]`` table or that holds ``obligations/``
+(:func:`harness.project.project_root`); the ``kvproof`` console script and
+run_obligations.py are the same command. Cards are read from
 ``--cards DIR``, else ``KVPROOF_CARDS_DIR``, else ``<root>/obligations``.
 Every run writes a dated report folder and a ledger row under ``--reports
 DIR``, else ``KVPROOF_REPORTS_DIR``, else ``<root>/reports`` (see
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness import argtypes
@@ -282,7 +286,7 @@ def _reading_parsers(sub) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="run_obligations.py",
+        prog=program(),
         description="Run the theorem cards in obligations/ and report PROVEN / FAILED / VACUOUS / "
         "UNVERIFIED / ERROR per card. `run` is the default command.",
     )
@@ -291,6 +295,11 @@ def _parser() -> argparse.ArgumentParser:
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")
     return parser
+
+
+def program() -> str:
+    """How the user called us: ``kvproof`` (the console script, ``pip install -e .``), else ``run_obligations.py``."""
+    return "kvproof" if Path(sys.argv[0]).name == "kvproof" else "run_obligations.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,15 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         terminal.render_problems(
             console(stderr=True),
             exc.problems,
-            f"cannot run: {len(exc.problems)} problem(s) in the cards "
-            f"(`run_obligations.py validate` lists every problem):",
+            f"cannot run: {len(exc.problems)} problem(s) in the cards (`{program()} validate` lists every problem):",
         )
         return 2
     except HarnessError as exc:
-        print(f"run_obligations.py: error: {exc}", file=sys.stderr)
+        print(f"{program()}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("run_obligations.py: interrupted", file=sys.stderr)
+        print(f"{program()}: interrupted", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import outputs, timings
-from harness.cards import did_you_mean, display_path, load_cards, select
+from harness.cards import Problem, did_you_mean, display_path, load_cards, select
 from harness.compare import compare, thresholds_from_cards
 from harness.compare_io import load_ref, open_ledger
 from harness.errors import UsageError
@@ -37,6 +37,7 @@ from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
 from harness.scaffold import scaffold
 from harness.staleness import status_exit_code, status_rows
+from harness.targets import known, project, registry
 
 if TYPE_CHECKING:
     from harness.execute.executor import ExecutorSpec
@@ -89,6 +90,35 @@ def _load(root: Path, folder: Path):
     return loaded.result, loaded.sites, loaded.liar_problems
 
 
+# ---------------------------------------------------------------- the project's targets
+
+
+def check_project_targets(root: Path) -> None:
+    """Load the targets the project's pyproject.toml declares (``[tool.kvproof] targets``) before anything runs;
+    ProjectTargetsInvalid (a UsageError: exit 2, one paragraph naming the file, field and fix) when they do not.
+    Witness processes load the same entries; this makes a bad one one message, not an ERROR per witness."""
+    if project.table(root):  # none, or an empty [tool.kvproof] (a root marker only): nothing to load
+        project.load(root, registry.TARGETS)
+
+
+def _target_problems(root: Path) -> list[Problem]:
+    """``validate``: what is wrong with the project's ``[tool.kvproof]`` table and targets, then with
+    ``obligations/targets.yaml`` (its schema, that every target it names is registered, that each reproduction
+    file and card exists), as problems naming the file and the field."""
+    try:
+        check_project_targets(root)
+    except project.ProjectTargetsInvalid as exc:
+        field = f"{project.TABLE} {exc.field}" if exc.field else ""
+        return [Problem(display_path(exc.path, root), 0, field, exc.value, exc.message)]
+    if not (root / known.KNOWN_PATH).is_file():
+        return []
+    try:
+        known.load(root)
+    except known.KnownInvalid as exc:
+        return [Problem(display_path(exc.path, root), 0, exc.where, "", exc.message)]
+    return []
+
+
 # ---------------------------------------------------------------- run
 
 
@@ -129,6 +159,7 @@ def _show_mutant(key: str) -> int:
 def _prove(args: argparse.Namespace, mutate=None) -> int:
 
     root = project_root()
+    check_project_targets(root)
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(
@@ -236,6 +267,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     stale = [p for p in mark_problems if p.kind == "stale"]
     problems = list(result.problems) + list(liar_problems) + [p for p in mark_problems if p.kind != "stale"]
     problems += _timings_problems(folder, root)  # `run` refuses a malformed timings.json too
+    problems += _target_problems(root)  # `run` refuses targets that do not load too (check_project_targets)
     if stale:
         terminal.render_problems(
             make_console(stderr=True),

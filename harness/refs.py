@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.mutation import cgen
+from harness.project import KVPROOF_HOME
 from harness.suggest import did_you_mean
 
 
@@ -120,10 +121,43 @@ def resolve_test(root: Path, node_id: str) -> RefSite | str:
 
     A ``[param]`` suffix is accepted by base name (parametrized ids are
     generated at collection time and cannot be checked without importing).
+    A test function the module imports by name (``from harness.targets.claims
+    import test_x``: pytest collects it there) counts too, when the module it
+    comes from defines it (looked up in the project, then in kvproof's
+    checkout; a module found in neither is taken on trust, and collection
+    decides).
     """
     base = node_id.split("[", 1)[0]
     file, _, rest = base.partition("::")
     result = resolve_symbol(root, file, rest.replace("::", "."))
+    if isinstance(result, str) and "is not defined" in result and "::" not in rest:
+        imported = _imported_test(root, file, rest)
+        if imported is not None:
+            return imported
     if isinstance(result, str) and "is not defined" in result:
         return result.replace("is not defined", "is not a test")
     return result
+
+
+def _imported_test(root: Path, file: str, name: str) -> RefSite | str | None:
+    """Where ``file`` imports test function ``name`` (``from module import name [as alias]`` at its top), checked
+    in the module it comes from when that is found; None when it imports no such name."""
+    tree = parse_module(root / file)
+    if isinstance(tree, str):
+        return None
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        for alias in node.names:
+            if (alias.asname or alias.name) != name:
+                continue
+            site = RefSite(file, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno)
+            rel = Path(*node.module.split(".")).with_suffix(".py")
+            for base in dict.fromkeys((root, KVPROOF_HOME)):
+                if (base / rel).is_file():
+                    found = resolve_symbol(base, rel.as_posix(), alias.name)
+                    if isinstance(found, str):
+                        return f"{file}:{node.lineno} imports {alias.name} from {node.module}, but {found}"
+                    return site
+            return site  # an installed module outside both: pytest's collection decides
+    return None

@@ -299,7 +299,9 @@ def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None
 
 
 def replay_command(settings: RunSettings | RunHeader, card_id: str) -> str:
-    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default)."""
+    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default):
+    ``kvproof run ...`` when the run was started by the ``kvproof`` console script (a project without
+    run_obligations.py), else ``python run_obligations.py run ...``."""
     cards = ""
     root, folder = settings.root, settings.cards_dir
     if root and folder and Path(folder) != Path(root) / "obligations":
@@ -307,7 +309,8 @@ def replay_command(settings: RunSettings | RunHeader, card_id: str) -> str:
             cards = f" --cards {Path(folder).relative_to(root).as_posix()}"
         except ValueError:
             cards = f" --cards {folder}"
-    return f"python run_obligations.py run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}"
+    program = "kvproof" if (settings.command or "").split(" ", 1)[0] == "kvproof" else "python run_obligations.py"
+    return f"{program} run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}"
 
 
 @dataclass(frozen=True)

@@ -489,7 +489,8 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
         counted = [cell["verdict"] for name, cell in row["cells"].items() if name in required]
         counted = [v for v in counted if v != NOT_APPLICABLE]
         row["verdict"] = min(counted, key=lambda v: _RANK.get(v, 0)) if counted else NOT_RUNNABLE
-        row["cells"] = [{"subject": s["name"], **row["cells"].get(s["name"], {"verdict": "–"})} for s in subs]
+        none = {"verdict": "–", "anchor": "", "reason": "the card has no cell under this subject", "reproduction": ""}
+        row["cells"] = [{"subject": s["name"], **row["cells"].get(s["name"], none)} for s in subs]
     return {
         "subjects": [
             {**s, "settings_text": " ".join(f"{k}={v}" for k, v in s["settings"].items()) or "no settings"}

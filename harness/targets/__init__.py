@@ -14,7 +14,13 @@ for that target (a skip naming the capability), never a verdict.
     transformers.py  thin adapters over the installed transformers' cache layer classes (Dynamic,
                      Static, both sliding-window layers, the quantized layers whose backend imports
                      here; the others are visible "not runnable here" targets with the reason)
-    registry.py      name -> Target; selections (own, transformers, all, a comma list); available()
+    project.py       a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
+                     pyproject.toml, imported from the project root and checked (one message per bad entry)
+    registry.py      name -> Target (built-in and the project's); selections (own, transformers, project,
+                     all, a comma list; default: project when it declares targets, else own); available()
+    judge.py         what target witnesses share: a handle beside the reference, the checks, strategies
+    claims.py        kvproof's generic target witnesses (cards TGT-*), installed so a project's witness
+                     module can import the ones its cards name
     fixture.py       the pytest plugin: ``kv_target`` (parametrized), ``--kvproof-target``, the
                      ``kv_capabilities`` marker, ``--kvproof-repro DIR`` and the ``kv_repro`` fixture
     repro.py         a falsifying example -> a standalone script that imports only the library and
@@ -25,7 +31,8 @@ for that target (a skip naming the capability), never a verdict.
     survey.py        survey mode: the TGT witnesses over third-party targets, printed as a card x
                      target matrix; exit 1 only for a cell the known list does not expect
 
-Arrows run one way: protocol, repro <- own, transformers <- registry <- fixture, known <- survey. Nothing here
-imports the judge, the ledger or the report; own imports impl (the project under proof), transformers
+Arrows run one way: protocol, repro <- own, transformers, project <- registry <- fixture, known <- survey;
+own, repro <- judge <- claims. Nothing here imports the harness's verdict
+code (verdict.py), the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).
 """

@@ -8,8 +8,10 @@ declares what it needs::
     def test_something(kv_target, evidence): ...
 
 The test is parametrized over the targets of ``--kvproof-target NAME[,NAME]``
-(names, groups ``own``/``transformers``/``all``, globs), else
-``KVPROOF_TARGETS``, else ``own`` (the reference and impl's designs), with
+(names, groups ``own``/``transformers``/``project``/``all``, globs), else
+``KVPROOF_TARGETS``, else the project's own targets when its pyproject.toml
+declares some (``[tool.kvproof] targets``, found from pytest's rootdir up),
+else ``own`` (the reference and impl's designs), with
 the target name as the parameter id (``test_x[transformers.static]``). A
 target that lacks a needed capability skips with ``n/a: target X lacks
 capability Y``; one that cannot run here skips with ``n/a: target X is not
@@ -28,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import TargetUnknown
+from harness.errors import TargetUnknown, UsageError
+from harness.project import project_root
 from harness.targets import registry
 from harness.targets.protocol import Handle, Target
 from harness.targets.repro import Check, Header, Trace, render, write
@@ -42,8 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kvproof-target",
         default=None,
         metavar="NAME[,NAME]",
-        help=f"targets for kv_target witnesses: names, groups (own, transformers, all) or globs "
-        f"(default: ${registry.ENV_TARGETS}, else own)",
+        help=f"targets for kv_target witnesses: names, groups (own, transformers, project, all) or globs "
+        f"(default: ${registry.ENV_TARGETS}, else the project's [tool.kvproof] targets, else own)",
     )
     group.addoption(
         "--kvproof-repro",
@@ -58,9 +61,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{MARKER}(*capabilities): the kv_target capabilities a witness needs (else n/a for that target)"
     )
     try:
+        registry.use_project(project_of(config))
         registry.select(config.getoption("kvproof_target"))
-    except TargetUnknown as exc:
+    except (TargetUnknown, UsageError) as exc:  # an unknown name; the project's [tool.kvproof] targets do not load
         raise pytest.UsageError(str(exc)) from None
+
+
+def project_of(config: pytest.Config) -> Path | None:
+    """The kvproof project whose targets these witnesses see: ``KVPROOF_ROOT``, else the nearest project at or
+    above pytest's rootdir (the harness sets it to the project root), else none."""
+    try:
+        return project_root(Path(config.rootpath))
+    except UsageError:
+        return None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

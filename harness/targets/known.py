@@ -22,10 +22,19 @@ import yaml
 
 from harness.cards import TARGETS_FILE
 from harness.errors import UsageError
+from harness.project import KVPROOF_HOME
 from harness.targets import registry
 
-KNOWN_PATH = Path("obligations") / TARGETS_FILE
-SCHEMA_PATH = Path("obligations") / "targets.schema.json"
+KNOWN_PATH = Path("obligations") / TARGETS_FILE  # relative to the project root
+SCHEMA_PATH = KVPROOF_HOME / "obligations" / "targets.schema.json"  # kvproof's, whatever the project
+
+
+class KnownInvalid(UsageError):
+    """obligations/targets.yaml is malformed: ``path``, ``where`` (a field path), ``message`` (what and the fix)."""
+
+    def __init__(self, path: Path, where: str, message: str) -> None:
+        super().__init__(f"{path}: {where}: {message}")
+        self.path, self.where, self.message = path, where, message
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,8 @@ class Survey:
         return target in self.surveyed and registry.get(target).binding() != self.surveyed[target]
 
 
-def problem(path: Path, where: str, msg: str) -> UsageError:
-    return UsageError(f"{path}: {where}: {msg}")
+def problem(path: Path, where: str, msg: str) -> KnownInvalid:
+    return KnownInvalid(path, where, msg)
 
 
 def load(root: Path) -> Survey:
@@ -83,19 +92,20 @@ def load(root: Path) -> Survey:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise problem(path, "YAML", str(exc)) from None
-    schema = json.loads((root / SCHEMA_PATH).read_text(encoding="utf-8"))
+        raise problem(path, "YAML", f"{exc}; fix the YAML") from None
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
-        raise problem(path, "/".join(str(p) for p in e.path) or "(top)", e.message)
+        where = "/".join(str(p) for p in e.path) or "(top)"
+        raise problem(path, where, f"{e.message}; the format is {SCHEMA_PATH.name} (docs/targets.md)")
     surveyed: dict[str, str] = {}
     known: dict[str, tuple[Known, ...]] = {}
     for name, entry in data["targets"].items():
         try:
             registry.get(name)
         except LookupError as exc:
-            raise problem(path, f"targets/{name}", str(exc)) from None
+            raise problem(path, f"targets/{name}", f"{exc}; name a registered target, or remove the entry") from None
         surveyed[name] = entry["surveyed"]
         items, seen = [], set()
         for i, k in enumerate(entry["known"]):
@@ -129,10 +139,15 @@ def check_files(root: Path, path: Path, where: str, k: dict) -> None:
     """The reproduction exists inside the root; the card exists and names this witness with this test."""
     repro = (root / k["reproduction"]).resolve()
     if not repro.is_relative_to(root.resolve()) or not repro.is_file():
-        raise problem(path, f"{where}/reproduction", f"{k['reproduction']!r} is not a file inside the project root")
+        raise problem(
+            path,
+            f"{where}/reproduction",
+            f"{k['reproduction']!r} is not a file inside the project root; "
+            "write the reproduction there (--kvproof-repro DIR writes one per failure) or correct the path",
+        )
     card_path = root / "obligations" / f"{k['card']}.yaml"
     if not card_path.is_file():
-        raise problem(path, f"{where}/card", f"card={k['card']!r}: no {card_path.relative_to(root)}")
+        raise problem(path, f"{where}/card", f"card={k['card']!r}: no {card_path.relative_to(root)}; name a card")
     card = yaml.safe_load(card_path.read_text(encoding="utf-8")) or {}
     tests = {w.get("id"): w.get("test") for w in card.get("witnesses", []) + card.get("controls", [])}
     if k["witness"] not in tests:

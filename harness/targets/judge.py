@@ -1,4 +1,10 @@
-"""What the target witnesses (witnesses/test_targets.py) share: rows, a handle beside its reference, the checks.
+"""What target witnesses share: rows, a handle beside its reference, the checks (public: a project's witnesses use it).
+
+:mod:`harness.targets.claims` (kvproof's generic target witnesses, cards
+``TGT-*``) is built on it, and so can a project's own witness: take the
+``kv_target``, ``kv_repro`` and ``evidence`` fixtures, make a
+``Judge(kv_target, evidence, kv_repro, claim, verbs)``, drive ``judge.pair(...)``
+with ``judge.append`` / ``judge.call`` and check with ``judge.agree``.
 
 Every known answer comes from the reference target (``reference``: a list of
 rows in numpy, each verb its definition) fed the same calls, or from the
@@ -17,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from harness.targets import registry
+from harness.targets.own import TARGETS as OWN_TARGETS
 from harness.targets.protocol import Geometry, Handle, Target, Visible
 from harness.targets.repro import Check, held_rows_differ, visible_differs
 
-REFERENCE = registry.get("reference")
+REFERENCE = OWN_TARGETS["reference"]  # the list-of-rows known answers (not looked up by name: no project needed)
 REFUSALS = (ValueError, RuntimeError)  # how the targets document a refusal (impl's CacheError is a ValueError)
 
 geometries = st.builds(
