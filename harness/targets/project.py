@@ -36,7 +36,7 @@ from harness.errors import UsageError
 from harness.targets.protocol import Target
 
 TABLE = "[tool.kvproof]"
-KEYS = ("targets",)  # the keys [tool.kvproof] may hold
+KEYS = ("targets", "c-sources")  # the keys [tool.kvproof] may hold (c-sources: harness.mutation.cbuild)
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 NAME_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$"  # as obligations/targets.schema.json's target names
 RESERVED_PREFIXES = ("impl.", "transformers.")
