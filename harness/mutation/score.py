@@ -9,8 +9,8 @@ For each selected card (``run_obligations.py mutate``):
    widen it: a card about ``KVCache.evict`` is not scored on
    ``KVCache.nbytes``. C too (:mod:`harness.mutation.cgen`): a ref
    ``impl/kernels.c::kv_attend`` claims that function and every function
-   and macro it reaches by name; a ``.c`` file under an explicit
-   ``covers:`` claims all of it.
+   and macro it reaches by name. A ``.c`` file under ``covers:`` binds the
+   card to its bytes but claims nothing: C is claimed deliberately, by ref.
 2. **generate** (:mod:`harness.mutation.generate`) every mutant of those functions and
    **sample** at most ``--max-mutants`` per card, reproducibly from the seed.
 3. **run** each mutant as a generated liar: a fresh witness process with the
@@ -109,7 +109,7 @@ def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
     out: dict[str, set[str] | None] = {}
     if card.explicit_covers:
         for f in card.covers:
-            if f.endswith((".py", *cgen.C_SUFFIXES)) and is_code(f) and (root / f).is_file():
+            if f.endswith(".py") and is_code(f) and (root / f).is_file():  # C: claimed by refs only
                 out[f] = None
     for ref in card.refs:
         path, _, qual = ref.partition("::")
