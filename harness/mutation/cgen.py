@@ -13,7 +13,7 @@ operators are the Python ones, as C spells them:
 - ``const+1`` / ``const-1``: an integer literal (decimal or hex, suffix kept) +-1; a floating literal +1;
 - ``loopctl``: ``break``<->``continue``;   ``noloop``: a ``for``/``while`` condition -> ``0``;
 - ``minmax``: ``fmaxf``<->``fminf`` (and the vector max/min intrinsics);
-- ``drop``: one expression statement -> ``;``.
+- ``drop``: one expression statement -> ``;`` (not one that does nothing: ``(void)x;``).
 
 Where: the body of every function definition, and the body of every
 function-like macro whose text parses as C on its own (a macro that
@@ -357,8 +357,16 @@ def _changes(n) -> Iterator[_Change]:
         fn = n.child_by_field_name("function")
         if fn is not None and fn.type == "identifier" and fn.text.decode() in _MINMAX:
             yield _Change("minmax", fn.start_byte, fn.end_byte, _MINMAX[fn.text.decode()], n)
-    if t == "expression_statement" and n.named_child_count:
+    if t == "expression_statement" and n.named_child_count and not _no_op(n.named_children[0]):
         yield _Change("drop", n.start_byte, n.end_byte, ";", n)
+
+
+def _no_op(expr) -> bool:
+    """``(void)x`` or a bare name or number: a statement that does nothing (dropping it is no mutant)."""
+    if expr.type == "cast_expression":
+        ty = expr.child_by_field_name("type")
+        return ty is not None and ty.text.replace(b" ", b"") == b"void" and _no_op(expr.child_by_field_name("value"))
+    return expr.type in ("identifier", "number_literal", "parenthesized_expression") and b"(" not in expr.text[1:]
 
 
 def _nodes(body) -> Iterator:
