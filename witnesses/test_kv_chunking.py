@@ -43,18 +43,26 @@ def test_any_chunking_is_bit_identical_on_the_numpy_fallback(monkeypatch, eviden
 def any_chunking_property(evidence, build) -> None:
     """On ``build(**geometry)``'s model, one prefill and a random chunking (1-token chunks by step()) give every
     position the same logits and the cache the same K, k_raw, V and pos, bit for bit; the session's
-    last_logits (what generate continues from) is the last row of the full prefill either way."""
+    last_logits (what generate continues from) is the last row of the full prefill either way. Sessions with
+    a sliding window too (both the same window): a query's visible keys are decided from its absolute
+    position, so they must not depend on which chunk it came in either."""
     from impl.kv import KVCache
 
     # the chunked feed starts from a small capacity too, so its buffers grow (and are copied) mid-way
-    @given(geo=geometries, case=chunkings(), seed=st.integers(0, 9999), capacity=st.sampled_from([1, 2, 5, 64]))
-    def prop(geo, case, seed, capacity):
+    @given(
+        geo=geometries,
+        case=chunkings(),
+        seed=st.integers(0, 9999),
+        capacity=st.sampled_from([1, 2, 5, 64]),
+        window=st.one_of(st.none(), st.integers(1, 12)),
+    )
+    def prop(geo, case, seed, capacity, window):
         n, chunks = case
         model = build(**geo)
         ids = token_ids(n, seed)
-        whole = Session(model)
+        whole = Session(model, window=window)
         lw = whole.prefill(ids)
-        parts = Session(model, cache=KVCache(model.config.kv_geometry, model.ropes, capacity=capacity))
+        parts = Session(model, window=window, cache=KVCache(model.config.kv_geometry, model.ropes, capacity=capacity))
         lp = feed(parts, ids, chunks)
         delta = max(float(np.max(np.abs(lw - lp))), cache_delta(whole.cache, parts.cache))
         for s in (whole, parts):
