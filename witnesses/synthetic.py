@@ -58,6 +58,27 @@ thetas = st.one_of(
 )
 
 
+def fresh_tiny_llama(**geometry) -> Llama:
+    """``tiny_llama(**geometry)`` built now, not taken from the cache: its Linears take the numerics path in
+    force at this moment (a Linear keeps the path it was built on), e.g. inside :func:`force_numpy_fallback`."""
+    return tiny_llama.__wrapped__(**geometry)
+
+
+def force_numpy_fallback(monkeypatch) -> None:
+    """Run the rest of a test on impl's numpy fallback, the path a process without a C compiler (or with
+    KVPROOF_KERNEL=numpy) takes: impl.kernels' loaded state becomes "no kernel", so kernels.load() returns
+    None and every numerics choice made from here on takes its numpy branch (Linear's numpy-gemv layout for
+    Linears built from now on, see :func:`fresh_tiny_llama`; rmsnorm, silu, swiglu, RopeTable.apply and
+    attention, which ask at each call). KVPROOF_ATTENTION is unset (auto), as a ``kernel`` there would refuse
+    a missing kernel. ``monkeypatch`` undoes both when the test ends."""
+    from impl import kernels
+    from impl.attention import attention_kernel
+
+    monkeypatch.setattr(kernels, "_state", {"kernel": None, "why": "switched off by the witness (numpy fallback)"})
+    monkeypatch.delenv("KVPROOF_ATTENTION", raising=False)
+    assert kernels.load() is None and attention_kernel() is None, "the numpy fallback is not in force"
+
+
 def token_ids(n: int, seed: int) -> list[int]:
     return [int(x) for x in np.random.default_rng(seed).integers(0, VOCAB, n)]
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.model.session import Session
-from witnesses.synthetic import cache_delta, geometries, tiny_llama, token_ids
+from witnesses.synthetic import cache_delta, force_numpy_fallback, fresh_tiny_llama, geometries, tiny_llama, token_ids
 
 
 @st.composite
@@ -28,21 +28,49 @@ def feed(s: Session, ids: list[int], chunks) -> np.ndarray:
 
 
 def test_any_chunking_is_bit_identical_on_random_geometries(evidence):
+    any_chunking_property(evidence, tiny_llama)
+
+
+def test_any_chunking_is_bit_identical_on_the_numpy_fallback(monkeypatch, evidence):
+    """random-chunkings with the kernel switched off (as without a C compiler, or under KVPROOF_KERNEL=numpy),
+    on models built under it: Linear's numpy-gemv, numpy's rmsnorm, swiglu and RoPE, and causal_attention's
+    one-query-at-a-time numpy loop (attend_one), the fallback the proof describes, which the kernel path never
+    runs."""
+    force_numpy_fallback(monkeypatch)
+    any_chunking_property(evidence, fresh_tiny_llama)
+
+
+def any_chunking_property(evidence, build) -> None:
+    """On ``build(**geometry)``'s model, one prefill and a random chunking (1-token chunks by step()) give every
+    position the same logits and the cache the same K, k_raw, V and pos, bit for bit; the session's
+    last_logits (what generate continues from) is the last row of the full prefill either way. Sessions with
+    a sliding window too (both the same window): a query's visible keys are decided from its absolute
+    position, so they must not depend on which chunk it came in either."""
     from impl.kv import KVCache
 
     # the chunked feed starts from a small capacity too, so its buffers grow (and are copied) mid-way
-    @given(geo=geometries, case=chunkings(), seed=st.integers(0, 9999), capacity=st.sampled_from([1, 2, 5, 64]))
-    def prop(geo, case, seed, capacity):
+    @given(
+        geo=geometries,
+        case=chunkings(),
+        seed=st.integers(0, 9999),
+        capacity=st.sampled_from([1, 2, 5, 64]),
+        window=st.one_of(st.none(), st.integers(1, 12)),
+    )
+    def prop(geo, case, seed, capacity, window):
         n, chunks = case
-        model = tiny_llama(**geo)
+        model = build(**geo)
         ids = token_ids(n, seed)
-        whole = Session(model)
+        whole = Session(model, window=window)
         lw = whole.prefill(ids)
-        parts = Session(model, cache=KVCache(model.config.kv_geometry, model.ropes, capacity=capacity))
+        parts = Session(model, window=window, cache=KVCache(model.config.kv_geometry, model.ropes, capacity=capacity))
         lp = feed(parts, ids, chunks)
         delta = max(float(np.max(np.abs(lw - lp))), cache_delta(whole.cache, parts.cache))
+        for s in (whole, parts):
+            assert s.last_logits is not None, "a fed session holds no last_logits"
+            delta = max(delta, float(np.max(np.abs(s.last_logits - lw[-1]))))
         evidence.observe("max_abs_delta", delta)
         assert delta == 0 and np.array_equal(lw, lp)
+        assert np.array_equal(whole.last_logits, lw[-1]) and np.array_equal(parts.last_logits, lw[-1])
         evidence.count("examples")
 
     prop()

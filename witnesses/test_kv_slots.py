@@ -12,7 +12,7 @@ from impl.kv import KVCache
 from impl.model.llama import rmsnorm, silu
 from impl.model.session import Session
 from impl.rope import RopeTable, apply_rope
-from witnesses.synthetic import VOCAB, geometries, tiny_llama, token_ids
+from witnesses.synthetic import VOCAB, force_numpy_fallback, fresh_tiny_llama, geometries, tiny_llama, token_ids
 
 
 def tag(layer: int, pos: int, head: int, d: np.ndarray) -> np.ndarray:
@@ -21,6 +21,21 @@ def tag(layer: int, pos: int, head: int, d: np.ndarray) -> np.ndarray:
 
 
 def test_append_lands_in_its_layer_pos_head_slot_and_reads_back_exactly(evidence):
+    slot_property(evidence)
+
+
+def test_append_lands_in_its_slot_and_reads_back_exactly_on_the_numpy_fallback(monkeypatch, evidence):
+    """The slot property with the kernel switched off (as without a C compiler): the read-back then goes
+    through causal_attention's numpy loop and attend_one's reshape of the cached rows to (n, Hkv, D), the
+    path the proof describes, which the kernel path never runs."""
+    force_numpy_fallback(monkeypatch)
+    slot_property(evidence)
+
+
+def slot_property(evidence) -> None:
+    """Tagged K, k_raw, V appended in random chunks land in their (layer, pos, head) slots, and attention
+    with a window of 1 reads each V row back bit for bit, on the attention path in force."""
+
     @given(geo=geometries, chunks=st.lists(st.integers(1, 6), min_size=1, max_size=6))
     def prop(geo, chunks):
         L, H, D = geo["n_layers"], geo["n_kv_heads"], geo["head_dim"]
@@ -92,9 +107,23 @@ def uncached_reference(model, ids: list[int]):
 
 
 def test_cached_path_equals_uncached_reference_position_by_position(evidence):
+    cached_equals_uncached_property(evidence, tiny_llama)
+
+
+def test_cached_path_equals_uncached_reference_on_the_numpy_fallback(monkeypatch, evidence):
+    """The same with the kernel switched off (as without a C compiler), on models built under it: the cached
+    path reads K/V back through causal_attention's numpy loop, the reference through attend_one directly."""
+    force_numpy_fallback(monkeypatch)
+    cached_equals_uncached_property(evidence, fresh_tiny_llama)
+
+
+def cached_equals_uncached_property(evidence, build) -> None:
+    """Prefill + decode steps on ``build(**geometry)``'s model build a cache and logits bit-identical to the
+    uncached reference; so does generate's prompt path (its last row)."""
+
     @given(geo=geometries, n_prefill=st.integers(1, 9), n_steps=st.integers(0, 6), seed=st.integers(0, 999))
     def prop(geo, n_prefill, n_steps, seed):
-        model = tiny_llama(**geo)
+        model = build(**geo)
         ids = token_ids(n_prefill + n_steps, seed)
         s = Session(model)
         rows = [s.prefill(ids[:n_prefill])] + [s.step(t)[None] for t in ids[n_prefill:]]

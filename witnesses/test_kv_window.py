@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from impl.attention import attention_kernel, causal_attention, window_lo
 from impl.model.session import Session
-from witnesses.synthetic import cache_delta, tiny_llama, token_ids
+from witnesses.synthetic import cache_delta, force_numpy_fallback, fresh_tiny_llama, tiny_llama, token_ids
 from witnesses.test_kv_slots import uncached_reference
 
 # (pos, query row, W, lowest visible row) -- worked out by hand from "visible iff pos >= p - W + 1"
@@ -98,12 +98,25 @@ def test_windowed_attention_equals_masked_reference(evidence):
     """Bit for bit against the reference of the attention path in force (numpy: a -inf mask over [0, hi)
     with the same float32 steps; kernel: the kernel over only the visible rows, which the witness copies
     out itself), and within 1e-5 of a float64 reference on either path."""
+    masked_reference_property(evidence, tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8))
+
+
+def test_windowed_attention_equals_masked_reference_on_the_numpy_fallback(monkeypatch, evidence):
+    """The same with the kernel switched off (as without a C compiler, or under KVPROOF_KERNEL=numpy or
+    KVPROOF_ATTENTION=numpy): causal_attention's numpy loop and attend_one's -inf mask against the masked
+    reference bit for bit, and against float64, whatever path the process would take by default."""
+    force_numpy_fallback(monkeypatch)
+    masked_reference_property(evidence, fresh_tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8))
+
+
+def masked_reference_property(evidence, model) -> None:
+    """causal_attention over random windows of a session's cache (of ``model``) equals the reference of the
+    attention path in force bit for bit, and the float64 reference within 1e-5."""
     kernel = attention_kernel()
     evidence.record("attention_path", "kernel" if kernel is not None else "numpy")
 
     @given(n=st.integers(1, 30), window=st.one_of(st.none(), st.integers(1, 12)), seed=st.integers(0, 9999))
     def prop(n, window, seed):
-        model = tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8)
         s = Session(model, window=window)
         s.prefill(token_ids(n, seed))
         q = np.random.default_rng(seed).standard_normal((n, 2, 2, 8)).astype(np.float32)

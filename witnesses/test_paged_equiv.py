@@ -21,7 +21,7 @@ from impl.kv import KVCache
 from impl.model.session import Session
 from impl.paged import BlockPool, PagedSequence
 from impl.rope import RopeTable
-from witnesses.synthetic import cache_delta, tiny_llama, token_ids
+from witnesses.synthetic import cache_delta, force_numpy_fallback, fresh_tiny_llama, tiny_llama, token_ids
 
 NL, NKV, G, HD = 2, 2, 2, 8  # layers, KV heads, query heads per KV head, head_dim
 GEOMETRY = KVGeometry(NL, NKV, HD)
@@ -83,6 +83,18 @@ def test_three_rounds_paged_attention_equals_contiguous_bit_for_bit(evidence):
     A hog sequence holds the pool's low ids and lets them go between rounds,
     so page tables are not ascending runs and the gather path is exercised.
     """
+    three_rounds(evidence)
+
+
+def test_three_rounds_paged_attention_equals_contiguous_on_the_numpy_fallback(monkeypatch, evidence):
+    """The seed gate with the kernel switched off (as without a C compiler): attention over the paged and
+    the contiguous views then runs causal_attention's numpy loop and attend_one, one query at a time."""
+    force_numpy_fallback(monkeypatch)
+    three_rounds(evidence)
+
+
+def three_rounds(evidence) -> None:
+    """The seed gate on the attention path in force."""
     tables = {}
     for bs in BLOCK_SIZES:
         rng = np.random.default_rng(20260709 + bs)
@@ -135,6 +147,19 @@ def test_control_a_page_table_entry_naming_another_block_changes_attention(evide
 
 def test_paged_session_equals_contiguous_on_random_models_and_chunkings(evidence):
     """Model sessions on random tiny llamas: any chunking, block size, window, pool pressure."""
+    random_sessions(evidence, tiny_llama)
+
+
+def test_paged_session_equals_contiguous_on_the_numpy_fallback(monkeypatch, evidence):
+    """The same with the kernel switched off (as without a C compiler), on models built under it: every
+    numerics step, attention included (causal_attention's numpy loop, attend_one), takes its numpy branch."""
+    force_numpy_fallback(monkeypatch)
+    random_sessions(evidence, fresh_tiny_llama)
+
+
+def random_sessions(evidence, build) -> None:
+    """Paged vs contiguous sessions of ``build(**geometry)``'s model: any chunking, block size, window, pool
+    pressure."""
 
     @given(
         geo=st.fixed_dictionaries(
@@ -152,7 +177,7 @@ def test_paged_session_equals_contiguous_on_random_models_and_chunkings(evidence
         seed=st.integers(0, 9999),
     )
     def prop(geo, chunks, bs, window, hog, seed):
-        model = tiny_llama(**geo)
+        model = build(**geo)
         ids = token_ids(sum(chunks), seed)
         pool = BlockPool(64, bs, model.config.kv_geometry)
         squatter = PagedSequence(pool)
