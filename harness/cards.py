@@ -105,6 +105,7 @@ class Card:
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
     min_score: float | None = None  # mutation.min_score: the least mutation score the card must meet
     explicit_covers: bool = False  # covers: written in the card (not derived from refs and witnesses)
+    claims_covers: bool = True  # mutation.claims: "refs-and-covers" (the default) or "refs" (covers bind only)
     subject: str = "default"  # the subject a cell of this card is about (harness.subjects); id is then CARD@SUBJECT
     card_id: str = ""  # the card's own id when this is a cell of another subject ("" : same as id)
 
@@ -275,6 +276,7 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
         lines=values,
         min_score=(data.get("mutation") or {}).get("min_score"),
         explicit_covers="covers" in data,
+        claims_covers=(data.get("mutation") or {}).get("claims", "refs-and-covers") != "refs",
     )
     return card, [], card_id
 

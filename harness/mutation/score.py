@@ -79,8 +79,9 @@ def score_digest(card: Card, bound: Iterable[BoundFile]) -> str:
     fresh. Any other byte of the card, its witnesses, liars or covered
     files makes the score stale, as it makes a verdict stale.
     """
-    try:
-        own = hashlib.sha256(without_floor(card.source.read_bytes())).hexdigest()
+    try:  # the claim is part of what was measured: refs-only and refs-and-covers scores are different scores
+        claim = b"" if card.claims_covers else b"\0mutation.claims=refs"
+        own = hashlib.sha256(without_floor(card.source.read_bytes()) + claim).hexdigest()
     except OSError:
         own = None
     return digest(replace(b, sha256=own) if b.role == "card" else b for b in bound)
@@ -107,7 +108,7 @@ def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
         )
 
     out: dict[str, set[str] | None] = {}
-    if card.explicit_covers:
+    if card.explicit_covers and card.claims_covers:
         for f in card.covers:
             if f.endswith(".py") and is_code(f) and (root / f).is_file():  # C: claimed by refs only
                 out[f] = None
