@@ -111,8 +111,9 @@ def main() -> None:
     cards = [c for c in doc["cards"] if c.get("mutation")]
     mutants = [m for c in cards for m in c["mutation"]["mutants"]]
     candidates = sum(c["mutation"]["candidates"] for c in cards)
-    run = [m for m in mutants if m.get("how") != "not reached"]
-    unreached = len(mutants) - len(run)
+    run = [m for m in mutants if m.get("how") not in ("not reached", "not run: decided by its build")]
+    unreached = sum(m.get("how") == "not reached" for m in mutants)
+    by_build = sum(m.get("how") == "not run: decided by its build" for m in mutants)
     detected = [m for m in run if m["status"] in ("killed", "timeout")]
     first = [m for m in detected if m.get("tried") == 1]
     stage = re.search(r"mutate: (\d+) mutant\(s\) run in ([\d.]+) s", said)
@@ -144,14 +145,34 @@ def main() -> None:
         else w
         for w in why.elements()
     )
+    c_said = re.search(r"mutate: (\d+) C mutant\(s\) built in ([\d.]+) s \(([\d.]+) s of compiling\): (.*)", said)
+    schema = re.search(r"building one schema of (\d+) C mutant", said)
+    alone = re.search(r"building (\d+) C mutant\(s\) of .* one by one", said)
+    if c_said:
+        print(
+            f"  C mutants: {c_said.group(1)} built in {c_said.group(2)} s ({c_said.group(3)} s of compiling; "
+            f"{schema.group(1) if schema else 0} in one schema, {alone.group(1) if alone else 0} alone): "
+            f"{c_said.group(4)}"
+        )
     print(
-        f"  mutants: {unreached} not reached (never run), {len(run)} run: {hows['warm']} forked warm, "
+        f"  mutants: {unreached} not reached (never run), {by_build} decided by their build (C, never run), "
+        f"{len(run)} run: {hows['warm']} forked warm, "
         f"{hows['fresh']} fresh" + (f" ({'; '.join(f'{r}: {n}' for r, n in reasons.items())})" if reasons else "")
     )
     share = f" ({len(first) / len(detected):.0%})" if detected else ""
     print(f"  killed or timed out by the first witness they ran against: {len(first)} of {len(detected)}{share}")
     statuses = Counter(m["status"] for m in mutants)
     print(f"  statuses: {', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}")
+    floors = [c for c in cards if c["mutation"].get("min_score") is not None]
+    below = [c for c in floors if c["mutation"].get("holds") is False]
+    print(
+        f"  floors: {len(floors) - len(below)} of {len(floors)} cards with a min_score meet it"
+        + "".join(f"; {c['id']} {c['mutation']['score']:.3f} < {c['mutation']['min_score']}" for c in below)
+    )
+    print(
+        "  scores: "
+        + ", ".join(f"{c['id']} {c['mutation']['score']:.2f}" for c in cards if c["mutation"].get("score") is not None)
+    )
     print(
         f"  zero-overhead limit: {witness_s:.1f} witness s / {args.j} workers = {witness_s / args.j:.1f} s "
         f"(the stage took {stage_s:.1f} s: {stage_s / (witness_s / args.j):.2f}x the limit)"
