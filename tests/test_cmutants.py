@@ -224,3 +224,13 @@ def test_a_bad_c_sources_entry_is_one_clear_paragraph(project):
     (project / "pyproject.toml").write_text('[tool.kvproof.c-sources."gone.c"]\nbuild = "a:b"\nload = "a:c"\n')
     with pytest.raises(UsageError, match="no such file"):
         cbuild.hooks(project)
+
+
+def test_a_c_ref_resolves_to_its_definition_or_says_what_is_missing(project):
+    from harness.refs import RefSite, resolve_ref
+
+    site = resolve_ref(project, "lib.c::poly")
+    assert isinstance(site, RefSite) and LIB.splitlines()[site.line - 1].startswith("int poly(")
+    assert isinstance(resolve_ref(project, "lib.c::TWICE"), RefSite)  # a function-like macro
+    assert "did you mean `poly`" in resolve_ref(project, "lib.c::polly")
+    assert resolve_ref(project, "nope.c::poly") == "no such file nope.c"
