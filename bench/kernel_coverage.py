@@ -35,6 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
     ap.add_argument("-j", type=int, default=2, help="witness processes at a time (default 2)")
+    ap.add_argument("--isa", default="", help="measure this KVPROOF_KERNEL_ISA build (avx512, avx2, portable)")
     ap.add_argument("ids", nargs="*", help="card ids (default: every card)")
     args = ap.parse_args()
     tree = Path(args.tree).resolve()
@@ -52,6 +53,19 @@ def main() -> None:
         build.mkdir()
         env = {**os.environ, "KVPROOF_KERNEL_CACHE": str(cache), "KVPROOF_LAUNCHER": "subprocess"}
         env.pop("KVPROOF_KERNEL", None)
+        march: tuple[str, ...] = ("-march=native",)
+        if args.isa:
+            env["KVPROOF_KERNEL_ISA"] = args.isa
+            flags = subprocess.run(
+                [sys.executable, "-c", f"import impl.kernels as k; print(' '.join(k.ISA_BUILDS[{args.isa!r}].flags))"],
+                cwd=tree,
+                env={**env, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+            )
+            if flags.returncode != 0:
+                sys.exit(f"kernel_coverage.py: --isa {args.isa}: {flags.stderr.strip()[-300:]}")
+            march = tuple(flags.stdout.split())
         probe = subprocess.run(
             [sys.executable, "-c", "import impl.kernels as k; print(k.build())"],
             cwd=tree,
@@ -65,7 +79,7 @@ def main() -> None:
         shutil.copy(src, build / "kvkernel.c")
         cc = os.environ.get("CC") or "cc"
         r = subprocess.run(
-            [cc, *COV_FLAGS, "-march=native", "-o", "kv.so", "kvkernel.c", "-lm"],
+            [cc, *COV_FLAGS, *march, "-o", "kv.so", "kvkernel.c", "-lm"],
             cwd=build,
             capture_output=True,
             text=True,
@@ -104,7 +118,8 @@ def main() -> None:
         total = re.findall(r"File 'kvkernel\.c'\nLines executed:([\d.]+)% of (\d+)", out)
         if total:
             pct, n = total[0]
-            print(f"impl/kernels.c: lines executed {pct}% of {n} instrumented lines (gcov, this machine's build)")
+            build_name = args.isa or "auto (-march=native)"
+            print(f"impl/kernels.c: lines executed {pct}% of {n} instrumented lines (gcov, the {build_name} build)")
         fns = re.findall(r"Function '([^']+)'\nLines executed:([\d.]+)% of (\d+)", out)
         short = sorted(((float(p), f, int(n)) for f, p, n in fns if float(p) < 100.0), key=lambda t: t[0])
         if short:
