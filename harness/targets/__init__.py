@@ -21,6 +21,9 @@ for that target (a skip naming the capability), never a verdict.
     judge.py         what target witnesses share: a handle beside the reference, the checks, strategies
     claims.py        kvproof's generic target witnesses (cards TGT-*), installed so a project's witness
                      module can import the ones its cards name
+    model.py         TGT-GENERATE's model paths: impl's runtime over a target's own store (impl's
+                     designs) or over its verbs (ProtocolStore), transformers' Llama/MistralForCausalLM
+                     with the target's Cache; the recompute each is compared with, and the tolerance
     fixture.py       the pytest plugin: ``kv_target`` (parametrized), ``--kvproof-target``, the
                      ``kv_capabilities`` marker, ``--kvproof-repro DIR`` and the ``kv_repro`` fixture
     repro.py         a falsifying example -> a standalone script that imports only the library and
@@ -32,7 +35,7 @@ for that target (a skip naming the capability), never a verdict.
                      target matrix; exit 1 only for a cell the known list does not expect
 
 Arrows run one way: protocol, repro <- own, transformers, project <- registry <- fixture, known <- survey;
-own, repro <- judge <- claims. Nothing here imports the harness's verdict
+own, repro <- judge <- claims; own <- model <- claims. Nothing here imports the harness's verdict
 code (verdict.py), the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).
 """

@@ -354,3 +354,68 @@ def test_random_programs_agree_with_the_list_of_rows_reference(kv_target, kv_rep
         evidence.count("examples")
 
     prop()
+
+
+# ---- TGT-GENERATE ------------------------------------------------------------------------------
+
+
+@pytest.mark.kv_capabilities("append")
+def test_decode_with_the_cache_equals_recomputing_the_prefix(kv_target, evidence):
+    """A small model prefills a random prompt (in random chunks) into the target's cache, then decodes greedily
+    token by token with it: every position's logits equal those of the same model recomputing the whole sequence
+    in one forward without the cache, within the path's tolerance (0 on impl's runtime: bit for bit; on torch a
+    stated fraction of the largest logit), and every greedy token is the recompute's argmax wherever its top-2
+    margin exceeds twice that tolerance (harness/targets/model.py says which model runs which target)."""
+    from harness.errors import NotCapable
+    from harness.targets import model
+
+    try:
+        tol = model.logit_tolerance(kv_target)
+    except NotCapable as e:
+        pytest.skip(f"n/a: {e}")
+    path = model.path_of(kv_target)
+
+    @given(
+        prompt=st.lists(st.integers(0, model.VOCAB - 1), min_size=1, max_size=6),
+        cuts=st.lists(st.integers(1, 5), max_size=2),
+        steps=st.integers(1, 6),
+        data=st.data(),
+    )
+    def prop(prompt, cuts, steps, data):
+        w = st.none() | st.integers(1, 5) if "window" in kv_target.capabilities else st.none()
+        window = data.draw(w, label="window")
+        chunks = [b - a for a, b in split(len(prompt), cuts)]
+        if path == "torch":
+            toks, dec, built = model.torch_decode(kv_target, prompt, chunks, steps, window)
+            ref = model.torch_recompute(toks, built)
+        else:
+            toks, dec = model.impl_decode(kv_target, prompt, chunks, steps, window)
+            ref = model.impl_recompute(kv_target, toks, window)
+        where = f"prompt {prompt} in chunks {chunks}, {steps} greedy step(s), window {window}"
+        assert dec.shape == ref.shape, f"{kv_target.name}: {where}: logits {dec.shape}, recompute {ref.shape}"
+        delta = np.abs(dec.astype(np.float64) - ref)
+        bound = tol.bound(ref)
+        worst = float(delta.max())
+        evidence.observe("delta_over_bound", worst / bound if bound else (0.0 if worst == 0 else float("inf")))
+        if worst > bound:
+            at = int(np.argmax(delta.max(axis=1)))
+            raise AssertionError(
+                f"{kv_target.name}: {where}: the logits at position {at} differ from the recompute's by {worst:.3g} "
+                f"> {bound:.3g} ({tol.reason})"
+            )
+        for i in range(len(prompt) - 1, len(toks) - 1):  # position i's logits chose token i + 1
+            top2 = np.sort(ref[i])[-2:]
+            if top2[1] - top2[0] <= 2 * bound:
+                evidence.count("greedy_too_close")
+                continue
+            if int(np.argmax(ref[i])) != toks[i + 1]:
+                raise AssertionError(
+                    f"{kv_target.name}: {where}: decoding chose token {toks[i + 1]} after position {i}, the "
+                    f"recompute {int(np.argmax(ref[i]))} (margin {top2[1] - top2[0]:.3g} > 2 * {bound:.3g})"
+                )
+            evidence.count("greedy_checked")
+        evidence.count("examples")
+        evidence.count("decode_steps", steps)
+        evidence.count("past_the_window", int(window is not None and len(toks) > window))
+
+    prop()

@@ -202,3 +202,23 @@ def linear_threaded_rows_gemm(original):
         return np.concatenate([c @ w.T for c in chunks if len(c)])
 
     return call
+
+
+# ---- TGT-GENERATE: a model decoding with the cache ------------------------------------------
+
+
+@liar(
+    "kv.view_drops_first_position",
+    target="impl.kv:KVCache.view",
+    factory=True,
+    why="a cache that drops a position: once it holds more than 3 rows, view starts at row 1 (base 1), as if the "
+    "first position had been evicted, so every later query attends without it",
+)
+def make_view_dropping_first(original):
+    def view(self, layer, hi):
+        k, v, base = original(self, layer, hi)
+        if hi > 3 and base == 0:
+            return k[1:], v[1:], 1
+        return k, v, base
+
+    return view
