@@ -128,7 +128,7 @@ def test_a_new_ledger_gets_the_current_schema_version_and_a_newer_one_is_refused
 
 
 def test_a_failed_migration_changes_nothing(tmp_path, monkeypatch):
-    from harness import ledger as mod
+    from harness import ledger_schema as mod
 
     def broken(conn):
         mod._v1(conn)
