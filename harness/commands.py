@@ -27,7 +27,7 @@ from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
 from harness.mutation.stage import MutateOptions
-from harness.pipeline import RunRequest, load, prove
+from harness.pipeline import prove
 from harness.project import project_root
 from harness.provenance import utc_now
 from harness.report import terminal
@@ -35,7 +35,9 @@ from harness.report.changes import render_terminal, to_html, to_json, to_markdow
 from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
+from harness.request import RunRequest
 from harness.scaffold import scaffold
+from harness.selection import load
 from harness.staleness import status_exit_code, status_rows
 from harness.targets import known, project, registry
 

@@ -10,7 +10,7 @@ pytest-split's ``.test_durations``, ``timings.json`` next to the cards
 carries those numbers in the repository: ``run_obligations.py timings
 --write`` writes it from the ledger's latest entry of each card (what
 :func:`harness.execute.schedule.expected_from_entry` gives, seconds rounded to 0.1),
-and :func:`harness.pipeline.plan` uses it for each card the ledger has no
+and :func:`harness.planning.plan` uses it for each card the ledger has no
 entry for (a ledger entry is newer and was measured on this machine, so it
 wins). ``run_obligations.py timings`` shows what the next run would use and
 where each number came from.
