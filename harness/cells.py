@@ -71,16 +71,22 @@ def expand(cards: Sequence[Card], subs: Sequence[Subject]) -> list[Card]:
     if not subs:
         return list(cards)
     return [
-        replace(
-            c,
-            id=subjects.cell_id(c.id, s.name),
-            subject=s.name,
-            card_id=c.id,
-            # a liar is a wrong version of *our* code: it says how strong the witnesses are on impl's own
-            # targets; on a third-party target (a survey cell) it would patch code the target never runs
-            liars=() if registry.ENV_TARGETS in s.settings and not s.required else c.liars,
-        )
+        cell(c, s)
         for c in cards
         for s in runnable_here
         if s.name == subjects.DEFAULT or registry.ENV_TARGETS not in s.settings or "targets" in c.tags
     ]
+
+
+def cell(card: Card, subject: Subject) -> Card:
+    """``card`` under ``subject``: its id ``CARD@SUBJECT`` (the default keeps the card's id), its subject, and the
+    liars that apply there (``status`` binds a recorded cell the same way)."""
+    return replace(
+        card,
+        id=subjects.cell_id(card.id, subject.name),
+        subject=subject.name,
+        card_id=card.id,
+        # a liar is a wrong version of *our* code: it says how strong the witnesses are on impl's own
+        # targets; on a third-party target (a survey cell) it would patch code the target never runs
+        liars=() if registry.ENV_TARGETS in subject.settings and not subject.required else card.liars,
+    )

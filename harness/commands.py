@@ -38,7 +38,7 @@ from harness.report.view import history_marks
 from harness.request import RunRequest
 from harness.scaffold import scaffold
 from harness.selection import load
-from harness.staleness import status_exit_code, status_rows
+from harness.staleness import DEFAULT_ONLY, status_exit_code, status_rows
 from harness.targets import known, project, registry
 
 if TYPE_CHECKING:
@@ -304,7 +304,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
-            row = status_rows(ledger, [card], root, sites, None)[0]
+            row = status_rows(ledger, [card], root, sites, None, cells=DEFAULT_ONLY)[0]
             if row.last is not None:
                 last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id).to_json()}
                 note = "" if not row.changed else f" (STALE: {', '.join(row.changed)}; that verdict may not apply)"
@@ -327,7 +327,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     ledger = _open_ledger(args, root)
     try:
-        rows = status_rows(ledger, cards, root, sites, oracle_dir)
+        rows = status_rows(ledger, cards, root, sites, oracle_dir, cells=args.cells, cards_dir=folder)
     finally:
         if ledger is not None:
             ledger.close()

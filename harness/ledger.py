@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from harness.document import CardResult, MutationResult, RunDocument
+from harness.document import CardResult, MutationResult, RunDocument, SubjectInfo
 from harness.errors import LedgerError
 from harness.files import json_safe
 from harness.ledger_schema import FILENAME, SCHEMA_VERSION
 from harness.ledger_store import LedgerFile, guarded
 from harness.statuses import Verdict
+from harness.subjects import SEPARATOR
 
 # where callers have always found them: the file name, the schema version, the error
 __all__ = ["FILENAME", "SCHEMA_VERSION", "Ledger", "LedgerError", "PastVerdict", "changed_files"]
@@ -277,6 +278,32 @@ class Ledger(LedgerFile):
     def card_ids(self) -> set[str]:
         """Every card id with a recorded verdict."""
         return {cid for (cid,) in self.conn.execute("SELECT DISTINCT card_id FROM verdicts")}
+
+    @guarded
+    def cells(self, card_id: str) -> list[str]:
+        """The ids ``CARD@SUBJECT`` of every other cell of the card with a recorded verdict (``--matrix``,
+        ``--target``; :func:`harness.subjects.cell_id`), sorted; the default cell is the card's own id."""
+        prefix = card_id + SEPARATOR
+        rows = self.conn.execute(
+            "SELECT DISTINCT card_id FROM verdicts WHERE substr(card_id, 1, ?) = ? ORDER BY card_id",
+            (len(prefix), prefix),
+        )
+        return [cid for (cid,) in rows]
+
+    @guarded
+    def subjects(self, run_id: int) -> tuple[SubjectInfo, ...]:
+        """The subjects (configurations, targets) of a ``--matrix`` or ``--target`` run as its header recorded
+        them; () for a plain run. LedgerDamaged when they do not read back."""
+        row = self.conn.execute("SELECT header_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return ()
+        what = f"runs.header_json of run_id={run_id}"
+        found = self.loads(row[0], what).get("subjects") or []
+        names = {f.name for f in fields(SubjectInfo)}
+        try:
+            return tuple(SubjectInfo(**{k: v for k, v in s.items() if k in names}) for s in found)
+        except (TypeError, AttributeError) as exc:
+            raise self.damaged(what, f"its subjects: {exc}") from None
 
     @guarded
     def run_row(self, run_id: int) -> tuple[str, str, str | None] | None:

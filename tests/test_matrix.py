@@ -120,6 +120,42 @@ def test_matrix_runs_each_cell_with_its_settings_and_shows_the_grid_everywhere(t
     assert 'id="matrix"' in html and "not runnable here: this CPU lacks no_such_feature_anywhere" in html
 
 
+def _status_rows(out: str) -> dict[str, str]:
+    """status's table: cell id -> the rest of its row."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│") if c.strip()] or line.split(maxsplit=1)
+        if cells and cells[0].startswith("MX-1"):
+            rows[cells[0]] = " ".join(cells[1:])
+    return rows
+
+
+def test_status_shows_every_recorded_cell_default_first_each_with_its_verdict_or_stale(tmp_path):
+    root = _project(tmp_path)
+    assert _run(root, "run", "--cards", "cards-mx", "--matrix", "default", "shout", "broken").returncode == 0
+    proc = _run(root, "status", "--cards", "cards-mx")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the broken cell did not count for the gate
+    rows = _status_rows(proc.stdout)
+    assert list(rows) == ["MX-1", "MX-1@broken", "MX-1@shout"], proc.stdout  # default first, then by id
+    assert rows["MX-1"].startswith("PROVEN") and rows["MX-1@shout"].startswith("PROVEN")
+    assert rows["MX-1@broken"].startswith("FAILED (not gated)") and "required: false" in rows["MX-1@broken"]
+    only = _run(root, "status", "--cards", "cards-mx", "--cells", "default")
+    assert only.returncode == 0 and list(_status_rows(only.stdout)) == ["MX-1"]
+    # a configuration's settings changed: its cell is STALE (and fails status); the default cell is not
+    configs = root / "cards-mx" / "configurations.yaml"
+    configs.write_text(CONFIGS.replace("settings: {FX_SHOUT: 1}", "settings: {FX_SHOUT: 1, FX_OTHER: 2}"))
+    proc = _run(root, "status", "--cards", "cards-mx")
+    rows = _status_rows(proc.stdout)
+    assert proc.returncode == 1 and rows["MX-1"].startswith("PROVEN"), proc.stdout
+    assert rows["MX-1@shout"].startswith("STALE") and "(settings:" in rows["MX-1@shout"], proc.stdout
+    assert _run(root, "status", "--cards", "cards-mx", "--cells", "default").returncode == 0
+    # a bound file changed: every cell of the card is STALE
+    configs.write_text(CONFIGS)
+    (root / "witnesses" / "test_matrix_env.py").write_text(WITNESS + "\n# edited\n")
+    rows = _status_rows(_run(root, "status", "--cards", "cards-mx").stdout)
+    assert all(r.startswith("STALE") for r in rows.values()) and len(rows) == 3, rows
+
+
 def test_matrix_names_are_checked_and_the_file_is_validated_before_anything_runs(tmp_path):
     root = _project(tmp_path)
     proc = _run(root, "run", "--cards", "cards-mx", "--matrix", "shuot")

@@ -265,8 +265,9 @@ def _when(iso: str) -> str:
 
 
 def render_status(console: Console, rows: Iterable[Any]) -> None:
-    """``status``: each card's last verdict and its date, STALE with the files that changed; the newest measured
-    mutation score (STALE when measured on other bytes) when any card has one."""
+    """``status``: each cell's last verdict and its date, STALE with the files that changed, "not gated" with why
+    for a cell its run did not count; the newest measured mutation score (STALE when measured on other bytes) when
+    any card has one."""
     table = Table(header_style="bold", pad_edge=False)
     rows = list(rows)
     scores = any(getattr(r, "mutation", "") for r in rows)
@@ -291,6 +292,10 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
             if r.changed
             else ("" if r.state == Verdict.PROVEN else r.last.reason)
         )
+        not_gated = getattr(r, "not_gated", "")
+        if not_gated:
+            state += " [dim](not gated)[/]"
+            why = f"not gated: {not_gated}" + (f"; {why}" if why else "")
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
         table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why), *extra)
     console.print(table)
