@@ -13,6 +13,7 @@ import argparse
 import os
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from harness.request import RunRequest
 from harness.scaffold import scaffold
 from harness.selection import load
 from harness.staleness import DEFAULT_ONLY, status_exit_code, status_rows
+from harness.subjects import split
 from harness.targets import known, project, registry
 
 if TYPE_CHECKING:
@@ -463,8 +465,6 @@ def _write_text_check(raw: str, what: str, places: Any, force: bool) -> Path:
 
 
 def _timings_problems(folder: Path, root: Path) -> list:
-    from dataclasses import replace
-
     try:
         timings.read(folder, root)
     except timings.TimingsInvalid as exc:
@@ -473,8 +473,9 @@ def _timings_problems(folder: Path, root: Path) -> list:
 
 
 def cmd_timings(args: argparse.Namespace) -> int:
-    """``timings``: per card and liar, the expected seconds the scheduler would use and where each comes from;
-    ``--write``: save the ledger's latest entry of each card as ``<cards>/timings.json``."""
+    """``timings``: per card (then each of its cells ``CARD@NAME``) and liar, the expected seconds the scheduler
+    would use and where each comes from; ``--write``: save the ledger's latest entry of each card and cell as
+    ``<cards>/timings.json``."""
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -482,12 +483,15 @@ def cmd_timings(args: argparse.Namespace) -> int:
     reports = _shown_dir(reports_dir(args, root), root)
     shown_file = _shown(timings.path_in(folder), root)
     measured, source = {}, ""
+    cells: dict[str, list[str]] = {}  # card id -> the ids of its other cells the ledger holds (run --matrix/--target)
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
             for card in cards:
-                if (rec := timings.from_ledger(ledger, card.id)) is not None:
-                    measured[card.id] = rec
+                cells[card.id] = ledger.cells(card.id)
+                for cid in [card.id, *cells[card.id]]:
+                    if (rec := timings.from_ledger(ledger, cid)) is not None:
+                        measured[cid] = rec
             if measured:
                 source = timings.ledger_source(ledger, [r.run_id for r in measured.values()], reports)
     console = make_console()
@@ -509,9 +513,11 @@ def cmd_timings(args: argparse.Namespace) -> int:
                 f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
                 "permissions or give another --cards DIR"
             ) from None
+        n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
+        also = f" and {n_cells} cell(s) of --matrix / --target runs" if n_cells else ""
         console.print(
-            f"wrote {shown_file}: the expected seconds of {len(measured)} card(s) from {source}; commit it "
-            "so that runs with no ledger (a fresh clone, CI) schedule by it",
+            f"wrote {shown_file}: the expected seconds of {len(measured) - n_cells} card(s){also} from {source}; "
+            "commit it so that runs with no ledger (a fresh clone, CI) schedule by it",
             soft_wrap=True,
             markup=False,
             highlight=False,
@@ -526,14 +532,21 @@ def cmd_timings(args: argparse.Namespace) -> int:
             )
         return 0
     hints = timings.read(folder, root)  # TimingsInvalid (exit 2) for a malformed file, as `run` would
-    expected, sources = timings.combine(
-        [c.id for c in cards],
-        {cid: r.expected for cid, r in measured.items()},
-        hints.cards if hints is not None else {},
-    )
-    timings.render(console, cards, expected, sources, shown_file)
+    hinted = hints.cards if hints is not None else {}
+    rows = []  # each card, then its cells with an entry of their own (in the ledger or the file)
+    for card in cards:
+        rows.append(card)
+        own = sorted(set(cells.get(card.id, ())) | {cid for cid in hinted if split(cid)[0] == card.id != cid})
+        for cid in own:
+            exp = measured[cid].expected if cid in measured else hinted.get(cid)
+            liars = tuple(n for n in card.liars if exp is not None and n in exp.liars_s)  # the liars that ran there
+            rows.append(replace(card, id=cid, subject=split(cid)[1], card_id=card.id, liars=liars))
+    expected, sources = timings.combine([r.id for r in rows], {cid: r.expected for cid, r in measured.items()}, hinted)
+    timings.render(console, rows, expected, sources, shown_file)
+    n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
     lines = [
-        f"ledger: {len(measured)} card(s) from {source} in {reports}ledger.sqlite"
+        f"ledger: {len(measured) - n_cells} card(s){f' and {n_cells} cell(s)' if n_cells else ''} from {source} "
+        f"in {reports}ledger.sqlite"
         if measured
         else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
     ]

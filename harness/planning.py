@@ -115,10 +115,14 @@ def plan(
     A card's expected process times come from its latest ledger entry, else
     from ``<cards dir>/timings.json`` (:mod:`harness.timings`; raises
     TimingsInvalid, before anything runs, when that file is malformed), else
-    they are unknown.
+    they are unknown. Both are keyed by the cell's id (``CARD@NAME`` in a
+    ``--matrix`` or ``--target`` run); a cell the file has no entry for takes
+    its card's.
     """
     hints = dict(timings.load(req.cards_dir, req.root))
-    hints.update({c.id: hints[c.base_id] for c in cards if c.id != c.base_id and c.base_id in hints})
+    hints.update(
+        {c.id: hints[c.base_id] for c in cards if c.id != c.base_id and c.id not in hints and c.base_id in hints}
+    )
     links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.base_id)) for c in cards}
     contexts = {subjects.DEFAULT: run_context(req.root, provenance.numerics(req.root))}
     for s in subs:  # each configuration's own settings and numerics line
