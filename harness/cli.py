@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from harness import argtypes
 from harness.errors import CardInvalid, HarnessError
 from harness.mutation.score import DEFAULT_MAX_MUTANTS
+from harness.project import program
 from harness.report import terminal
 from harness.report.terminal import console
 
@@ -303,11 +303,6 @@ def _parser() -> argparse.ArgumentParser:
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")
     return parser
-
-
-def program() -> str:
-    """How the user called us: ``kvproof`` (the console script, ``pip install -e .``), else ``run_obligations.py``."""
-    return "kvproof" if Path(sys.argv[0]).name == "kvproof" else "run_obligations.py"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
 from harness.mutation.stage import MutateOptions
 from harness.pipeline import prove
-from harness.project import project_root
+from harness.project import program, project_root
 from harness.provenance import utc_now
 from harness.report import terminal
 from harness.report.changes import render_terminal, to_html, to_json, to_markdown
@@ -167,7 +167,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(
-            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `run_obligations.py oracle export`"
+            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `{program()} oracle export`"
         )
     json_path = None
     if args.json:
@@ -254,8 +254,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         terminal.render_problems(
             make_console(stderr=True),
             broken,
-            f"{len(broken)} problem(s) kept some cards or liars from loading "
-            "(`run_obligations.py validate` explains each):",
+            f"{len(broken)} problem(s) kept some cards or liars from loading (`{program()} validate` explains each):",
         )
         return 2
     return 0
@@ -298,11 +297,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     card = next((c for c in result.cards if c.id == args.id), None)
     if card is None:
         ids = [c.id for c in result.cards]
-        raise UsageError(
-            f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `run_obligations.py list` shows the ids"
-        )
+        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `{program()} list` shows the ids")
     console = make_console()
-    last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
+    last, note = None, f"never run (run it with `{program()} run {card.id}`)"
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
@@ -338,7 +335,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if ledger is None:
         console.print(
             f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
-            "run the obligations once (`run_obligations.py run`)"
+            f"run the obligations once (`{program()} run`)"
         )
     if result.load_problems:
         terminal.render_problems(
@@ -366,7 +363,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             if card_id not in known:
                 raise UsageError(
                     f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
-                    "`run_obligations.py history` lists the runs"
+                    f"`{program()} history` lists the runs"
                 )
             past = ledger.history(card_id)
             terminal.render_history(
@@ -468,7 +465,7 @@ def _timings_problems(folder: Path, root: Path) -> list:
     try:
         timings.read(folder, root)
     except timings.TimingsInvalid as exc:
-        return [replace(exc.problem, message=f"{exc.problem.message}; {timings.FIX}")]
+        return [replace(exc.problem, message=f"{exc.problem.message}; {timings.fix()}")]
     return []
 
 
@@ -504,7 +501,7 @@ def cmd_timings(args: argparse.Namespace) -> int:
             )
             raise UsageError(
                 f"timings --write: nothing to write, {where}; run the obligations once on this machine "
-                f"(`run_obligations.py run`), then `run_obligations.py timings --write`"
+                f"(`{program()} run`), then `{program()} timings --write`"
             )
         try:
             timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
@@ -551,7 +548,7 @@ def cmd_timings(args: argparse.Namespace) -> int:
         else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
     ]
     if hints is None:
-        lines.append(f"{shown_file}: none (`run_obligations.py timings --write` writes it from the ledger)")
+        lines.append(f"{shown_file}: none (`{program()} timings --write` writes it from the ledger)")
     else:
         used = sum(1 for s in sources.values() if s == timings.FILE)
         lines.append(
@@ -576,7 +573,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"created {display_path(card_path, root)} and {witness_rel}")
     console.print(
-        f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
+        f"next: fill in the card, write the witness, then `{program()} run {args.id}` "
         f"(it is FAILED until the witness is written)"
     )
     return 0

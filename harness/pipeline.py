@@ -49,6 +49,7 @@ from harness.execute.process import INHERITED_PYTEST_VARS
 from harness.execute.schedule import run_cards
 from harness.mutation.stage import measure, traced_files
 from harness.planning import RunPlan, check_outputs, plan
+from harness.project import program
 from harness.report import data, jsonfile
 from harness.report import folder as report_folder
 from harness.report.view import build_view
@@ -187,7 +188,7 @@ def record(
             reporter.error(
                 f"error: this run was not recorded in the ledger: {exc.cause}. Nothing measured is lost: its "
                 f"report is kept in {exc.kept}/ (index.html, verdicts.json){also}; compare it with "
-                f"`run_obligations.py compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
+                f"`{program()} compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
                 "it and the run exits 2: fix the ledger as said and run again"
             )
         return False, None  # said in full: the generic line below would tell the user to fix the output location

@@ -16,6 +16,7 @@ from harness.cards import Card, LoadResult, Problem, find_card_files, load_cards
 from harness.errors import CardInvalid, UsageError
 from harness.liars import LiarSite, scan
 from harness.mutation.marks import Mark, load_marks
+from harness.project import program
 from harness.request import Reporter, RunRequest
 
 
@@ -30,7 +31,7 @@ def load(root: Path, folder: Path, shown: str) -> Loaded:
     """Cards, the liar index and its problems; UsageError when ``folder`` holds no card (``shown`` names it)."""
     if not find_card_files(folder):
         raise UsageError(
-            f"no cards found in {shown}; add one with `run_obligations.py new ID` "
+            f"no cards found in {shown}; add one with `{program()} new ID` "
             "or point --cards at the folder that holds them"
         )
     sites, liar_problems = scan(root)
@@ -71,7 +72,7 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
         reporter.warning(
             broken,
             f"warning: {len(broken)} problem(s) in cards that are not selected "
-            f"(`run_obligations.py validate` lists them); running the selection:",
+            f"(`{program()} validate` lists them); running the selection:",
         )
     return selected
 

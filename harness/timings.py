@@ -58,7 +58,7 @@ from harness.cards import display_path
 from harness.document import CardResult
 from harness.errors import HarnessError, InputRefused
 from harness.inputs import HINTS_LIMIT, read_text
-from harness.project import KVPROOF_HOME
+from harness.project import KVPROOF_HOME, program
 from harness.statuses import LiarStatus
 from harness.subjects import split
 
@@ -66,7 +66,12 @@ FILENAME = "timings.json"
 FORMAT = "kvproof-timings"
 VERSION = 1
 SCHEMA_PATH = KVPROOF_HOME / "obligations" / "timings.schema.json"
-FIX = "delete it or rewrite it with `run_obligations.py timings --write`"
+
+
+def fix() -> str:
+    """What to do about a malformed file, with the command as the user runs it (:func:`harness.project.program`)."""
+    return f"delete it or rewrite it with `{program()} timings --write`"
+
 
 # where a card's expected times came from
 LEDGER, FILE, UNKNOWN = "ledger", FILENAME, "unknown"
@@ -109,7 +114,7 @@ class TimingsInvalid(HarnessError, ValueError):
         also = f" ({more} more problem(s) in the file)" if more else ""
         super().__init__(
             f"{problem}{also}. The file holds only scheduling hints (expected seconds per process, "
-            f"see obligations/timings.schema.json); {FIX}."
+            f"see obligations/timings.schema.json); {fix()}."
         )
 
 
@@ -489,6 +494,7 @@ __all__ = [
     "TimingsInvalid",
     "combine",
     "dumps",
+    "fix",
     "from_ledger",
     "json_path",
     "ledger_source",

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.project import program
 from harness.report.changes import render_terminal
 from harness.report.data import fraction, liars_fraction
 from harness.report.view import mutation_view, replayed_text
@@ -448,7 +449,7 @@ class TerminalReporter:
 
     def error(self, text: str) -> None:
         self.err.print(
-            f"run_obligations.py: {escape(text)}"
+            f"{program()}: {escape(text)}"
             if text.startswith("error")
             else f"[yellow]warning[/]: {escape(text.removeprefix('warning: '))}",
             soft_wrap=True,
