@@ -1,6 +1,6 @@
 """The bodies of the run_obligations.py subcommands: each takes the parsed arguments and returns an exit code.
 
-``run`` hands a :class:`harness.pipeline.RunRequest` to
+``run`` hands a :class:`harness.request.RunRequest` to
 :func:`harness.pipeline.prove`; the others read cards (:mod:`harness.cards`)
 and the ledger (:mod:`harness.ledger`) and print with
 :mod:`harness.report.terminal`. Argument parsing and error handling live in

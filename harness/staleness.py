@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import provenance, subjects
-from harness.binding import bound_files, oracle_files, run_context
+from harness.binding import BoundFile, bound_files, oracle_files, run_context
 from harness.cells import cell
 from harness.document import SubjectInfo
 from harness.ledger import PastVerdict, changed_files
@@ -101,7 +101,7 @@ def status_rows(
 
     rows = []
     context = run_context(root, provenance.numerics(root))
-    configured = _Configured(cards_dir, root)
+    known = _Subjects(cards_dir, root)
     for card in cards:
         last = ledger.last(card.id) if ledger is not None else None
         recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
@@ -111,44 +111,55 @@ def status_rows(
         measured = ledger.last_mutation(card.id) if ledger is not None else None
         rows.append(replace(row, mutation=mutation_text(card.min_score, measured, score_digest(card, now))))
         if ledger is not None and cells == ALL:
-            rows += [
-                _cell_status(ledger, card, cid, root, sites, oracle_dir, configured) for cid in ledger.cells(card.id)
-            ]
+            rows += [_cell_status(ledger, card, cid, sites, oracle_dir, known) for cid in ledger.cells(card.id)]
     return rows
 
 
-class _Configured:
-    """The settings each configuration declares now (``configurations.yaml`` read once, when a cell needs it)."""
+class _Subjects:
+    """What a recorded cell's subject is bound to now: the settings each configuration declares (the configurations
+    file read once, when a cell needs it) and each (numerics line, settings) context, computed once (the
+    weights file is hashed for each)."""
 
     def __init__(self, cards_dir: Path | None, root: Path) -> None:
         self.cards_dir, self.root = cards_dir, root
-        self.settings: dict[str, dict[str, str]] | None = None
+        self.declared: dict[str, dict[str, str]] | None = None
+        self.contexts: dict[tuple, tuple[BoundFile, ...]] = {}
+        self.ran: dict[int, tuple[SubjectInfo, ...]] = {}
 
-    def get(self, name: str) -> dict[str, str] | None:
-        if self.cards_dir is None:
-            return None
-        if self.settings is None:
+    def settings(self, info: SubjectInfo) -> dict[str, str]:
+        """A target's settings as its run recorded them; a configuration's as the configurations file says now
+        (as recorded when the file no longer has it)."""
+        if ENV_TARGETS in info.settings or self.cards_dir is None:
+            return dict(info.settings)
+        if self.declared is None:
             found = subjects.load(self.cards_dir, self.root)
-            self.settings = {c.name: dict(c.settings) for c in found.items}
-        return self.settings.get(name)
+            self.declared = {c.name: dict(c.settings) for c in found.items}
+        return self.declared.get(info.name, dict(info.settings))
+
+    def context(self, numerics: str | None, settings: Mapping[str, str]) -> tuple[BoundFile, ...]:
+        key = (numerics, tuple(sorted(settings.items())))
+        if key not in self.contexts:
+            self.contexts[key] = run_context(self.root, numerics, None, settings)
+        return self.contexts[key]
+
+    def of_run(self, ledger, run_id: int) -> tuple[SubjectInfo, ...]:
+        if run_id not in self.ran:
+            self.ran[run_id] = ledger.subjects(run_id)
+        return self.ran[run_id]
 
 
-def _cell_status(ledger, card, cell_id: str, root: Path, sites, oracle_dir: Path | None, configured) -> CardStatus:
+def _cell_status(ledger, card, cell_id: str, sites, oracle_dir: Path | None, known: _Subjects) -> CardStatus:
     """One recorded cell ``CARD@SUBJECT`` of ``card``: its last verdict against its files and settings now."""
     from dataclasses import asdict, replace
 
     last = ledger.last(cell_id)
     _, name = subjects.split(cell_id)
-    ran = ledger.subjects(last.run_id)
+    ran = known.of_run(ledger, last.run_id)
     info = next((s for s in ran if s.name == name), None) or SubjectInfo(name, "", {}, True, True)
-    settings = dict(info.settings)
-    if ENV_TARGETS not in settings:  # a configuration: bound to what the configurations file says now
-        now_declared = configured.get(name)
-        settings = settings if now_declared is None else now_declared
-    subject = Subject(name, info.reason, settings, info.required, True, "", info.numerics)
-    the_cell = cell(card, subject)
-    context = run_context(root, info.numerics, None, settings)
-    now = bound_files(the_cell, root, sites, oracle_files(the_cell, oracle_dir), context)
+    settings = known.settings(info)
+    the_cell = cell(card, Subject(name, info.reason, settings, info.required, True, "", info.numerics))
+    context = known.context(info.numerics, settings)
+    now = bound_files(the_cell, known.root, sites, oracle_files(the_cell, oracle_dir), context)
     recorded = ledger.bound_files(last.run_id, cell_id)
     row = card_status(cell_id, card.title, last, recorded, [asdict(b) for b in now])
     return replace(row, not_gated=_not_gated(ledger, last, info, ran))

@@ -354,7 +354,7 @@ PLAIN_PROGRESS_S = 30.0  # without a terminal (a log, CI): a progress line at mo
 
 
 class TerminalReporter:
-    """The :class:`harness.pipeline.Reporter` of the command line: progress bar, results, where files went."""
+    """The :class:`harness.request.Reporter` of the command line: progress bar, results, where files went."""
 
     def __init__(self, console: Console, err: Console, shown: Callable[[Path], str]) -> None:
         self.console, self.err, self.shown = console, err, shown
