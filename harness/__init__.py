@@ -23,7 +23,7 @@ __all__ = ["RunRequest", "liar", "plugin", "prove"]
 _WHERE = {
     "plugin": ("harness.plugin", None),
     "prove": ("harness.pipeline", "prove"),
-    "RunRequest": ("harness.pipeline", "RunRequest"),
+    "RunRequest": ("harness.request", "RunRequest"),
     "liar": ("harness.liars", "liar"),
 }
 

@@ -38,7 +38,7 @@ from harness.checktext import bound_text
 from harness.errors import InputRefused, UsageError, YamlAliasRefused
 from harness.inputs import CARD_LIMIT, read_bytes
 from harness.liars import LiarSite
-from harness.project import SCHEMA_PATH  # noqa: F401  (re-exported for the scaffold and tests)
+from harness.project import SCHEMA_PATH, program  # noqa: F401  (SCHEMA_PATH re-exported for the scaffold, tests)
 from harness.refs import resolve_ref, resolve_symbol, resolve_test
 from harness.statuses import Kind
 from harness.suggest import did_you_mean
@@ -403,7 +403,7 @@ def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[s
     for pat in patterns:
         if not any(fnmatchcase(i, pat) for i in ids):
             raise UsageError(
-                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `run_obligations.py list` shows the ids"
+                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `{program()} list` shows the ids"
             )
     all_tags = {t for c in cards for t in c.tags}
     for tag in tags:

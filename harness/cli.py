@@ -22,8 +22,9 @@ run_obligations.py are the same command. Cards are read from
 ``--cards DIR``, else ``KVPROOF_CARDS_DIR``, else ``<root>/obligations``.
 Every run writes a dated report folder and a ledger row under ``--reports
 DIR``, else ``KVPROOF_REPORTS_DIR``, else ``<root>/reports`` (see
-:mod:`harness.report.folder`); ``status`` exits 1 unless every card's last
-verdict is PROVEN and still bound to the same bytes.
+:mod:`harness.report.folder`); ``status`` exits 1 unless the last verdict of
+every cell it shows (``--cells``) that counts for the gate is PROVEN and still
+bound to the same bytes (:mod:`harness.staleness`).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from harness import argtypes
 from harness.errors import CardInvalid, HarnessError
 from harness.mutation.score import DEFAULT_MAX_MUTANTS
+from harness.project import program
 from harness.report import terminal
 from harness.report.terminal import console
 
@@ -228,6 +229,13 @@ def _reading_parsers(sub) -> None:
     status = sub.add_parser("status", help="each card's last verdict, STALE when its bound files changed since")
     status.add_argument("ids", nargs="*", metavar="ID", help="card ids or globs; default: all")
     status.add_argument("--oracle-dir", metavar="DIR", help="oracle export folder the cards are bound to")
+    status.add_argument(
+        "--cells",
+        choices=("all", "default"),
+        default="all",
+        help="all: each card's default cell, then every CARD@CONFIGURATION and CARD@TARGET cell the ledger holds "
+        "(run --matrix, run --target; the default); default: the default cells only",
+    )
     _cards_opt(status)
     _reports_opt(status)
     hist = sub.add_parser("history", help="past runs, or past verdicts of the given cards")
@@ -295,11 +303,6 @@ def _parser() -> argparse.ArgumentParser:
     _reading_parsers(sub)
     sub.add_parser("oracle", help="export / check the transformers reference (see `oracle --help`)")
     return parser
-
-
-def program() -> str:
-    """How the user called us: ``kvproof`` (the console script, ``pip install -e .``), else ``run_obligations.py``."""
-    return "kvproof" if Path(sys.argv[0]).name == "kvproof" else "run_obligations.py"
 
 
 def main(argv: list[str] | None = None) -> int:

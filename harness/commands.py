@@ -1,6 +1,6 @@
 """The bodies of the run_obligations.py subcommands: each takes the parsed arguments and returns an exit code.
 
-``run`` hands a :class:`harness.pipeline.RunRequest` to
+``run`` hands a :class:`harness.request.RunRequest` to
 :func:`harness.pipeline.prove`; the others read cards (:mod:`harness.cards`)
 and the ledger (:mod:`harness.ledger`) and print with
 :mod:`harness.report.terminal`. Argument parsing and error handling live in
@@ -13,6 +13,7 @@ import argparse
 import os
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,19 @@ from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
 from harness.mutation.stage import MutateOptions
-from harness.pipeline import RunRequest, load, prove
-from harness.project import project_root
+from harness.pipeline import prove
+from harness.project import program, project_root
 from harness.provenance import utc_now
 from harness.report import terminal
 from harness.report.changes import render_terminal, to_html, to_json, to_markdown
 from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
+from harness.request import RunRequest
 from harness.scaffold import scaffold
-from harness.staleness import status_exit_code, status_rows
+from harness.selection import load
+from harness.staleness import DEFAULT_ONLY, status_exit_code, status_rows
+from harness.subjects import split
 from harness.targets import known, project, registry
 
 if TYPE_CHECKING:
@@ -163,7 +167,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(
-            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `run_obligations.py oracle export`"
+            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `{program()} oracle export`"
         )
     json_path = None
     if args.json:
@@ -250,8 +254,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         terminal.render_problems(
             make_console(stderr=True),
             broken,
-            f"{len(broken)} problem(s) kept some cards or liars from loading "
-            "(`run_obligations.py validate` explains each):",
+            f"{len(broken)} problem(s) kept some cards or liars from loading (`{program()} validate` explains each):",
         )
         return 2
     return 0
@@ -294,15 +297,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     card = next((c for c in result.cards if c.id == args.id), None)
     if card is None:
         ids = [c.id for c in result.cards]
-        raise UsageError(
-            f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `run_obligations.py list` shows the ids"
-        )
+        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `{program()} list` shows the ids")
     console = make_console()
-    last, note = None, "never run (run it with `run_obligations.py run " + card.id + "`)"
+    last, note = None, f"never run (run it with `{program()} run {card.id}`)"
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
-            row = status_rows(ledger, [card], root, sites, None)[0]
+            row = status_rows(ledger, [card], root, sites, None, cells=DEFAULT_ONLY)[0]
             if row.last is not None:
                 last = {"run_started": row.last.started, **ledger.entry(row.last.run_id, card.id).to_json()}
                 note = "" if not row.changed else f" (STALE: {', '.join(row.changed)}; that verdict may not apply)"
@@ -325,7 +326,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     ledger = _open_ledger(args, root)
     try:
-        rows = status_rows(ledger, cards, root, sites, oracle_dir)
+        rows = status_rows(ledger, cards, root, sites, oracle_dir, cells=args.cells, cards_dir=folder)
     finally:
         if ledger is not None:
             ledger.close()
@@ -334,7 +335,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if ledger is None:
         console.print(
             f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
-            "run the obligations once (`run_obligations.py run`)"
+            f"run the obligations once (`{program()} run`)"
         )
     if result.load_problems:
         terminal.render_problems(
@@ -362,7 +363,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             if card_id not in known:
                 raise UsageError(
                     f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
-                    "`run_obligations.py history` lists the runs"
+                    f"`{program()} history` lists the runs"
                 )
             past = ledger.history(card_id)
             terminal.render_history(
@@ -461,18 +462,17 @@ def _write_text_check(raw: str, what: str, places: Any, force: bool) -> Path:
 
 
 def _timings_problems(folder: Path, root: Path) -> list:
-    from dataclasses import replace
-
     try:
         timings.read(folder, root)
     except timings.TimingsInvalid as exc:
-        return [replace(exc.problem, message=f"{exc.problem.message}; {timings.FIX}")]
+        return [replace(exc.problem, message=f"{exc.problem.message}; {timings.fix()}")]
     return []
 
 
 def cmd_timings(args: argparse.Namespace) -> int:
-    """``timings``: per card and liar, the expected seconds the scheduler would use and where each comes from;
-    ``--write``: save the ledger's latest entry of each card as ``<cards>/timings.json``."""
+    """``timings``: per card (then each of its cells ``CARD@NAME``) and liar, the expected seconds the scheduler
+    would use and where each comes from; ``--write``: save the ledger's latest entry of each card and cell as
+    ``<cards>/timings.json``."""
 
     root = project_root()
     folder = cards_dir(args, root)
@@ -480,12 +480,15 @@ def cmd_timings(args: argparse.Namespace) -> int:
     reports = _shown_dir(reports_dir(args, root), root)
     shown_file = _shown(timings.path_in(folder), root)
     measured, source = {}, ""
+    cells: dict[str, list[str]] = {}  # card id -> the ids of its other cells the ledger holds (run --matrix/--target)
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
             for card in cards:
-                if (rec := timings.from_ledger(ledger, card.id)) is not None:
-                    measured[card.id] = rec
+                cells[card.id] = ledger.cells(card.id)
+                for cid in [card.id, *cells[card.id]]:
+                    if (rec := timings.from_ledger(ledger, cid)) is not None:
+                        measured[cid] = rec
             if measured:
                 source = timings.ledger_source(ledger, [r.run_id for r in measured.values()], reports)
     console = make_console()
@@ -498,7 +501,7 @@ def cmd_timings(args: argparse.Namespace) -> int:
             )
             raise UsageError(
                 f"timings --write: nothing to write, {where}; run the obligations once on this machine "
-                f"(`run_obligations.py run`), then `run_obligations.py timings --write`"
+                f"(`{program()} run`), then `{program()} timings --write`"
             )
         try:
             timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
@@ -507,9 +510,11 @@ def cmd_timings(args: argparse.Namespace) -> int:
                 f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
                 "permissions or give another --cards DIR"
             ) from None
+        n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
+        also = f" and {n_cells} cell(s) of --matrix / --target runs" if n_cells else ""
         console.print(
-            f"wrote {shown_file}: the expected seconds of {len(measured)} card(s) from {source}; commit it "
-            "so that runs with no ledger (a fresh clone, CI) schedule by it",
+            f"wrote {shown_file}: the expected seconds of {len(measured) - n_cells} card(s){also} from {source}; "
+            "commit it so that runs with no ledger (a fresh clone, CI) schedule by it",
             soft_wrap=True,
             markup=False,
             highlight=False,
@@ -524,19 +529,26 @@ def cmd_timings(args: argparse.Namespace) -> int:
             )
         return 0
     hints = timings.read(folder, root)  # TimingsInvalid (exit 2) for a malformed file, as `run` would
-    expected, sources = timings.combine(
-        [c.id for c in cards],
-        {cid: r.expected for cid, r in measured.items()},
-        hints.cards if hints is not None else {},
-    )
-    timings.render(console, cards, expected, sources, shown_file)
+    hinted = hints.cards if hints is not None else {}
+    rows = []  # each card, then its cells with an entry of their own (in the ledger or the file)
+    for card in cards:
+        rows.append(card)
+        own = sorted(set(cells.get(card.id, ())) | {cid for cid in hinted if split(cid)[0] == card.id != cid})
+        for cid in own:
+            exp = measured[cid].expected if cid in measured else hinted.get(cid)
+            liars = tuple(n for n in card.liars if exp is not None and n in exp.liars_s)  # the liars that ran there
+            rows.append(replace(card, id=cid, subject=split(cid)[1], card_id=card.id, liars=liars))
+    expected, sources = timings.combine([r.id for r in rows], {cid: r.expected for cid, r in measured.items()}, hinted)
+    timings.render(console, rows, expected, sources, shown_file)
+    n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
     lines = [
-        f"ledger: {len(measured)} card(s) from {source} in {reports}ledger.sqlite"
+        f"ledger: {len(measured) - n_cells} card(s){f' and {n_cells} cell(s)' if n_cells else ''} from {source} "
+        f"in {reports}ledger.sqlite"
         if measured
         else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
     ]
     if hints is None:
-        lines.append(f"{shown_file}: none (`run_obligations.py timings --write` writes it from the ledger)")
+        lines.append(f"{shown_file}: none (`{program()} timings --write` writes it from the ledger)")
     else:
         used = sum(1 for s in sources.values() if s == timings.FILE)
         lines.append(
@@ -561,7 +573,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"created {display_path(card_path, root)} and {witness_rel}")
     console.print(
-        f"next: fill in the card, write the witness, then `run_obligations.py run {args.id}` "
+        f"next: fill in the card, write the witness, then `{program()} run {args.id}` "
         f"(it is FAILED until the witness is written)"
     )
     return 0

@@ -12,11 +12,15 @@ Two roots, kept apart on purpose:
   whose ``pyproject.toml`` has a ``[tool.kvproof]`` table, or that holds an
   ``obligations/`` folder (so kvproof runs on any project, from anywhere
   inside it). Paths in cards are relative to it.
+
+And how the user called kvproof (:func:`program`): every message that names a
+command to type says it the same way.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
 
@@ -78,3 +82,12 @@ def project_root(cwd: Path | None = None) -> Path:
             "add a [tool.kvproof] table to its pyproject.toml, or set KVPROOF_ROOT=PATH"
         )
     return found
+
+
+def program() -> str:
+    """How the user called us: ``kvproof`` (the console script, ``pip install -e .``), else ``run_obligations.py``.
+
+    The errors (``kvproof: error: ...``), the usage lines and every hint that names a command to type
+    (``kvproof validate`` lists every problem) say it this way; the two are the same command.
+    """
+    return "kvproof" if Path(sys.argv[0]).name == "kvproof" else "run_obligations.py"

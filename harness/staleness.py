@@ -3,7 +3,19 @@
 A card's last verdict is STALE when the files it was bound to then (card,
 witnesses, liars, covered files, oracle manifest) differ from the files it is
 bound to now: a byte changed, a file went missing, or the card now binds
-another set of files. Pure: the caller reads the ledger and hashes the files.
+another set of files. :func:`card_status` is pure: the caller reads the
+ledger and hashes the files (:func:`status_rows`).
+
+Cells: a ``run --matrix`` or ``run --target`` records a verdict per cell,
+``CARD@SUBJECT`` (:func:`harness.subjects.cell_id`). ``status`` shows every
+cell the ledger holds for each card, the default cell first
+(:data:`CELLS`). A cell is bound to its subject's settings as well: those of
+its configuration in ``configurations.yaml`` now (a target's as its run
+recorded them) and the numerics line its run recorded (``status`` probes
+nothing; ``run --matrix`` does). A cell its run did not count for the gate
+(a configuration marked ``required: false``, a third-party target's survey
+cell, a card that does not apply there) is shown but does not count for the
+exit code either (:func:`status_exit_code`).
 """
 
 from __future__ import annotations
@@ -13,23 +25,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import provenance
-from harness.binding import bound_files, oracle_files, run_context
+from harness import provenance, subjects
+from harness.binding import BoundFile, bound_files, oracle_files, run_context
+from harness.cells import cell
+from harness.document import SubjectInfo
 from harness.ledger import PastVerdict, changed_files
 from harness.mutation.score import score_digest
+from harness.report.data import required_cell
 from harness.statuses import CardState, Verdict
+from harness.subjects import Subject
+from harness.targets.registry import ENV_TARGETS
+
+ALL, DEFAULT_ONLY = "all", "default"
+CELLS = (ALL, DEFAULT_ONLY)  # status --cells: every recorded cell of each card, or the default cell only
 
 
 @dataclass(frozen=True)
 class CardStatus:
-    """One card as ``status`` shows it. ``state`` is the last verdict, STALE, or "never run"."""
+    """One cell as ``status`` shows it. ``state`` is the last verdict, STALE, or "never run"."""
 
-    card_id: str
+    card_id: str  # the cell's id: the card's own (the default cell), or CARD@SUBJECT
     title: str
     state: str
     last: PastVerdict | None
     changed: tuple[str, ...] = ()  # "impl/kv.py changed", ... (non-empty exactly when STALE)
     mutation: str = ""  # the newest measured mutation score, "STALE" when the bytes changed since (see mutation_text)
+    not_gated: str = ""  # why its run did not count this cell for the gate ("": it counts, as every default cell)
 
     @property
     def fresh_proven(self) -> bool:
@@ -64,16 +85,23 @@ def mutation_text(card_min: float | None, measured: tuple[int, str, Any] | None,
 
 
 def status_exit_code(rows: Sequence[CardStatus]) -> int:
-    """0 when every card's last verdict is PROVEN and still bound to the same bytes, else 1."""
-    return 0 if rows and all(r.fresh_proven for r in rows) else 1
+    """0 when the last verdict of every cell that counts for the gate is PROVEN and still bound to the same bytes,
+    else 1 (also when nothing is shown)."""
+    counted = [r for r in rows if not r.not_gated]
+    return 0 if counted and all(r.fresh_proven for r in counted) else 1
 
 
-def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> list[CardStatus]:
-    """Each card's :class:`CardStatus` from ``ledger`` (None: no ledger yet) and the files as they are now."""
+def status_rows(
+    ledger, cards, root: Path, sites, oracle_dir: Path | None, *, cells: str = ALL, cards_dir: Path | None = None
+) -> list[CardStatus]:
+    """Each card's :class:`CardStatus` from ``ledger`` (None: no ledger yet) and the files as they are now: its
+    default cell, then (``cells`` = ``all``) every other cell the ledger holds for it, by id (see the module
+    docstring; ``cards_dir`` holds the configurations file; ConfigurationsInvalid when it is malformed)."""
     from dataclasses import asdict, replace
 
     rows = []
     context = run_context(root, provenance.numerics(root))
+    known = _Subjects(cards_dir, root)
     for card in cards:
         last = ledger.last(card.id) if ledger is not None else None
         recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
@@ -82,4 +110,65 @@ def status_rows(ledger, cards, root: Path, sites, oracle_dir: Path | None) -> li
         row = card_status(card.id, card.title, last, recorded, current)
         measured = ledger.last_mutation(card.id) if ledger is not None else None
         rows.append(replace(row, mutation=mutation_text(card.min_score, measured, score_digest(card, now))))
+        if ledger is not None and cells == ALL:
+            rows += [_cell_status(ledger, card, cid, sites, oracle_dir, known) for cid in ledger.cells(card.id)]
     return rows
+
+
+class _Subjects:
+    """What a recorded cell's subject is bound to now: the settings each configuration declares (the configurations
+    file read once, when a cell needs it) and each (numerics line, settings) context, computed once (the
+    weights file is hashed for each)."""
+
+    def __init__(self, cards_dir: Path | None, root: Path) -> None:
+        self.cards_dir, self.root = cards_dir, root
+        self.declared: dict[str, dict[str, str]] | None = None
+        self.contexts: dict[tuple, tuple[BoundFile, ...]] = {}
+        self.ran: dict[int, tuple[SubjectInfo, ...]] = {}
+
+    def settings(self, info: SubjectInfo) -> dict[str, str]:
+        """A target's settings as its run recorded them; a configuration's as the configurations file says now
+        (as recorded when the file no longer has it)."""
+        if ENV_TARGETS in info.settings or self.cards_dir is None:
+            return dict(info.settings)
+        if self.declared is None:
+            found = subjects.load(self.cards_dir, self.root)
+            self.declared = {c.name: dict(c.settings) for c in found.items}
+        return self.declared.get(info.name, dict(info.settings))
+
+    def context(self, numerics: str | None, settings: Mapping[str, str]) -> tuple[BoundFile, ...]:
+        key = (numerics, tuple(sorted(settings.items())))
+        if key not in self.contexts:
+            self.contexts[key] = run_context(self.root, numerics, None, settings)
+        return self.contexts[key]
+
+    def of_run(self, ledger, run_id: int) -> tuple[SubjectInfo, ...]:
+        if run_id not in self.ran:
+            self.ran[run_id] = ledger.subjects(run_id)
+        return self.ran[run_id]
+
+
+def _cell_status(ledger, card, cell_id: str, sites, oracle_dir: Path | None, known: _Subjects) -> CardStatus:
+    """One recorded cell ``CARD@SUBJECT`` of ``card``: its last verdict against its files and settings now."""
+    from dataclasses import asdict, replace
+
+    last = ledger.last(cell_id)
+    _, name = subjects.split(cell_id)
+    ran = known.of_run(ledger, last.run_id)
+    info = next((s for s in ran if s.name == name), None) or SubjectInfo(name, "", {}, True, True)
+    settings = known.settings(info)
+    the_cell = cell(card, Subject(name, info.reason, settings, info.required, True, "", info.numerics))
+    context = known.context(info.numerics, settings)
+    now = bound_files(the_cell, known.root, sites, oracle_files(the_cell, oracle_dir), context)
+    recorded = ledger.bound_files(last.run_id, cell_id)
+    row = card_status(cell_id, card.title, last, recorded, [asdict(b) for b in now])
+    return replace(row, not_gated=_not_gated(ledger, last, info, ran))
+
+
+def _not_gated(ledger, last: PastVerdict, info: SubjectInfo, ran: Sequence[SubjectInfo]) -> str:
+    """Why the run that recorded this cell's last verdict did not count it for the gate; "" when it did."""
+    if required_cell(ledger.entry(last.run_id, last.card_id), ran):
+        return ""
+    if not info.required:
+        return "a survey target" if ENV_TARGETS in info.settings else f"configuration {info.name}: required: false"
+    return "the card does not apply there (n/a)"

@@ -10,10 +10,16 @@ pytest-split's ``.test_durations``, ``timings.json`` next to the cards
 carries those numbers in the repository: ``run_obligations.py timings
 --write`` writes it from the ledger's latest entry of each card (what
 :func:`harness.execute.schedule.expected_from_entry` gives, seconds rounded to 0.1),
-and :func:`harness.pipeline.plan` uses it for each card the ledger has no
+and :func:`harness.planning.plan` uses it for each card the ledger has no
 entry for (a ledger entry is newer and was measured on this machine, so it
 wins). ``run_obligations.py timings`` shows what the next run would use and
 where each number came from.
+
+Cells: a ``run --matrix`` or ``run --target`` records each cell in the ledger
+under its own id, ``CARD@NAME`` (:func:`harness.subjects.cell_id`), and that
+is the key the plan looks a cell's times up by, in the ledger and in this
+file; ``timings --write`` writes every cell the ledger holds beside the
+cards (a cell without an entry of its own takes its card's).
 
 The format (schema: ``obligations/timings.schema.json``)::
 
@@ -52,14 +58,20 @@ from harness.cards import display_path
 from harness.document import CardResult
 from harness.errors import HarnessError, InputRefused
 from harness.inputs import HINTS_LIMIT, read_text
-from harness.project import KVPROOF_HOME
+from harness.project import KVPROOF_HOME, program
 from harness.statuses import LiarStatus
+from harness.subjects import split
 
 FILENAME = "timings.json"
 FORMAT = "kvproof-timings"
 VERSION = 1
 SCHEMA_PATH = KVPROOF_HOME / "obligations" / "timings.schema.json"
-FIX = "delete it or rewrite it with `run_obligations.py timings --write`"
+
+
+def fix() -> str:
+    """What to do about a malformed file, with the command as the user runs it (:func:`harness.project.program`)."""
+    return f"delete it or rewrite it with `{program()} timings --write`"
+
 
 # where a card's expected times came from
 LEDGER, FILE, UNKNOWN = "ledger", FILENAME, "unknown"
@@ -102,7 +114,7 @@ class TimingsInvalid(HarnessError, ValueError):
         also = f" ({more} more problem(s) in the file)" if more else ""
         super().__init__(
             f"{problem}{also}. The file holds only scheduling hints (expected seconds per process, "
-            f"see obligations/timings.schema.json); {FIX}."
+            f"see obligations/timings.schema.json); {fix()}."
         )
 
 
@@ -418,8 +430,9 @@ def schedule_line(sources: Mapping[str, str], shown_file: str) -> str:
 def render(
     console: Any, cards: Sequence[Any], expected: Mapping[str, Expected], sources: Mapping[str, str], shown_file: str
 ) -> None:
-    """``timings``: per card and liar, the seconds the scheduler would expect, where they came from, and the
-    witnesses that run first under each liar; then the order in which honest runs start with ``-j 2`` or more."""
+    """``timings``: per card (and cell ``CARD@NAME``) and liar, the seconds the scheduler would expect, where they
+    came from, and the witnesses that run first under each liar; then the order in which a plain run's honest runs
+    start with ``-j 2`` or more."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -446,11 +459,12 @@ def render(
                 escape(", ".join(exp.caught_by.get(name, ())) or "–"),
             )
     console.print(table)
+    plain = [c for c in cards if split(c.id)[0] == c.id]  # the order of a plain run: its cards, not the cells
     order = sorted(
-        range(len(cards)), key=lambda i: (-chain_s(expected.get(cards[i].id, Expected()), cards[i].liars), i)
+        range(len(plain)), key=lambda i: (-chain_s(expected.get(plain[i].id, Expected()), plain[i].liars), i)
     )
     console.print(
-        "with -j 2 or more, honest runs start in this order: " + ", ".join(cards[i].id for i in order),
+        "with -j 2 or more, honest runs start in this order: " + ", ".join(plain[i].id for i in order),
         soft_wrap=True,
         markup=False,
         highlight=False,
@@ -458,15 +472,17 @@ def render(
 
 
 def stale_entries(hints: Hints, cards: Sequence[Any]) -> list[str]:
-    """Entries of the file that name no card, or a liar its card does not list (ignored by the scheduler)."""
+    """Entries of the file that name no card (nor a cell ``CARD@NAME`` of one), or a liar its card does not list
+    (ignored by the scheduler)."""
     by_id = {c.id: c for c in cards}
-    out = [cid for cid in hints.cards if cid not in by_id]
+    card_of = {cid: by_id.get(split(cid)[0]) for cid in hints.cards}
+    out = [cid for cid, card in card_of.items() if card is None]
     out += [
         f"{cid} / {name}"
         for cid, e in hints.cards.items()
-        if cid in by_id
+        if card_of[cid] is not None
         for name in e.liars_s
-        if name not in by_id[cid].liars
+        if name not in card_of[cid].liars
     ]
     return out
 
@@ -478,6 +494,7 @@ __all__ = [
     "TimingsInvalid",
     "combine",
     "dumps",
+    "fix",
     "from_ledger",
     "json_path",
     "ledger_source",

@@ -333,3 +333,37 @@ def test_cards_dir_comes_from_the_environment(project):
         [sys.executable, str(ENTRY), "validate"], cwd=project, env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "cards-invalid/b-syntax.yaml:3" in proc.stdout
+
+
+@pytest.mark.parametrize("called", ["kvproof", "run_obligations.py"])
+def test_every_hint_names_the_command_the_way_the_user_called_it(project, tmp_path, monkeypatch, capsys, called):
+    """Through the console script (`kvproof`, sys.argv[0] .../bin/kvproof) the errors and every hint that names a
+    command to type say `kvproof ...`; through run_obligations.py they say that (harness.project.program)."""
+    from harness.cli import main
+
+    monkeypatch.setattr(sys, "argv", [str(Path("/somewhere/bin") / called)])
+    monkeypatch.setenv("KVPROOF_ROOT", str(project))
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.delenv("KVPROOF_CARDS_DIR", raising=False)
+    monkeypatch.chdir(project)
+    empty, reports = tmp_path / "empty", str(tmp_path / "reports")
+    empty.mkdir()
+    shutil.copytree(project / "cards-mixed", tmp_path / "bad-timings")
+    (tmp_path / "bad-timings" / "timings.json").write_text("{")
+    cases = [  # (arguments, exit code, what it says)
+        (["FX-ADDD"], 2, f"{called}: error: card id 'FX-ADDD' matches no card"),
+        (["FX-ADDD"], 2, f"`{called} list` shows the ids"),
+        (["show", "FX-AD"], 2, f"`{called} list` shows the ids"),
+        (["--cards", str(empty)], 2, f"add one with `{called} new ID`"),
+        (["status", "--reports", reports], 1, f"run the obligations once (`{called} run`)"),
+        (["timings", "--reports", reports], 0, f"none (`{called} timings --write` writes it from the ledger)"),
+        (["timings", "--write", "--reports", reports], 2, f"(`{called} run`), then `{called} timings --write`"),
+        (["timings", "--cards", str(tmp_path / "bad-timings")], 2, f"rewrite it with `{called} timings --write`"),
+    ]
+    for args, code, says in cases:
+        assert main(args) == code, args
+        out = capsys.readouterr()
+        text = " ".join((out.out + out.err).split())  # rich may wrap a long line
+        assert says in text, (args, text)
+        other = "run_obligations.py" if called == "kvproof" else "kvproof "
+        assert f"`{other}" not in text, (args, text)

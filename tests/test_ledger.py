@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,7 @@ def test_a_new_ledger_gets_the_current_schema_version_and_a_newer_one_is_refused
 
 
 def test_a_failed_migration_changes_nothing(tmp_path, monkeypatch):
-    from harness import ledger as mod
+    from harness import ledger_schema as mod
 
     def broken(conn):
         mod._v1(conn)
@@ -172,3 +173,22 @@ def test_status_is_stale_when_a_bound_file_changed_and_the_verdict_otherwise(tmp
     assert stale.state == STALE and stale.changed == ("fakeimpl/arith.py changed",)
     assert card_status("NEW", "t", None, [], []).state == NEVER_RUN
     assert status_exit_code([fresh]) == 0 and status_exit_code([fresh, stale]) == 1 and status_exit_code([]) == 1
+    # a cell its run did not count for the gate (required: false, a survey target) does not count for status
+    ungated = replace(stale, card_id="FX-ADD@broken", not_gated="configuration broken: required: false")
+    assert status_exit_code([fresh, ungated]) == 0 and status_exit_code([ungated]) == 1
+
+
+def test_the_cells_of_a_card_and_the_subjects_of_their_run_read_back(tmp_path):
+    data = doc_json_at("2026-01-01T00:00:00Z")
+    add = next(c for c in data["cards"] if c["id"] == "FX-ADD")
+    data["cards"] += [{**copy.deepcopy(add), "id": f"FX-ADD@{name}"} for name in ("shout", "broken")]
+    data["cards"].append({**copy.deepcopy(add), "id": "FX-ADDX@shout"})  # another card sharing the prefix
+    subject = {"reason": "r", "settings": {"FX_SHOUT": "1"}, "required": True, "runnable": True}
+    data["header"]["subjects"] = [{**subject, "name": "shout"}, {**subject, "name": "broken", "required": False}]
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        run_id = ledger.record(RunDocument.from_json(data))
+        plain = ledger.record(doc_at("2026-01-02T00:00:00Z"))
+        assert ledger.cells("FX-ADD") == ["FX-ADD@broken", "FX-ADD@shout"] and ledger.cells("FX-LOOSE") == []
+        got = {s.name: (dict(s.settings), s.required) for s in ledger.subjects(run_id)}
+        assert got == {"shout": ({"FX_SHOUT": "1"}, True), "broken": ({"FX_SHOUT": "1"}, False)}
+        assert ledger.subjects(plain) == () and ledger.subjects(999) == ()

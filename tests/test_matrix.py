@@ -120,6 +120,90 @@ def test_matrix_runs_each_cell_with_its_settings_and_shows_the_grid_everywhere(t
     assert 'id="matrix"' in html and "not runnable here: this CPU lacks no_such_feature_anywhere" in html
 
 
+def _status_rows(out: str) -> dict[str, str]:
+    """status's table: cell id -> the rest of its row."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│") if c.strip()] or line.split(maxsplit=1)
+        if cells and cells[0].startswith("MX-1"):
+            rows[cells[0]] = " ".join(cells[1:])
+    return rows
+
+
+def test_status_shows_every_recorded_cell_default_first_each_with_its_verdict_or_stale(tmp_path):
+    root = _project(tmp_path)
+    assert _run(root, "run", "--cards", "cards-mx", "--matrix", "default", "shout", "broken").returncode == 0
+    proc = _run(root, "status", "--cards", "cards-mx")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the broken cell did not count for the gate
+    rows = _status_rows(proc.stdout)
+    assert list(rows) == ["MX-1", "MX-1@broken", "MX-1@shout"], proc.stdout  # default first, then by id
+    assert rows["MX-1"].startswith("PROVEN") and rows["MX-1@shout"].startswith("PROVEN")
+    assert rows["MX-1@broken"].startswith("FAILED (not gated)") and "required: false" in rows["MX-1@broken"]
+    only = _run(root, "status", "--cards", "cards-mx", "--cells", "default")
+    assert only.returncode == 0 and list(_status_rows(only.stdout)) == ["MX-1"]
+    # a configuration's settings changed: its cell is STALE (and fails status); the default cell is not
+    configs = root / "cards-mx" / "configurations.yaml"
+    configs.write_text(CONFIGS.replace("settings: {FX_SHOUT: 1}", "settings: {FX_SHOUT: 1, FX_OTHER: 2}"))
+    proc = _run(root, "status", "--cards", "cards-mx")
+    rows = _status_rows(proc.stdout)
+    assert proc.returncode == 1 and rows["MX-1"].startswith("PROVEN"), proc.stdout
+    assert rows["MX-1@shout"].startswith("STALE") and "(settings:" in rows["MX-1@shout"], proc.stdout
+    assert _run(root, "status", "--cards", "cards-mx", "--cells", "default").returncode == 0
+    # a bound file changed: every cell of the card is STALE
+    configs.write_text(CONFIGS)
+    (root / "witnesses" / "test_matrix_env.py").write_text(WITNESS + "\n# edited\n")
+    rows = _status_rows(_run(root, "status", "--cards", "cards-mx").stdout)
+    assert all(r.startswith("STALE") for r in rows.values()) and len(rows) == 3, rows
+
+
+def _matrix_plan(root: Path, reports: Path, names: tuple[str, ...]):
+    """What a `run --matrix NAMES` would plan (harness.planning.plan), without running it."""
+    from harness.cells import expand, resolve_subjects
+    from harness.planning import plan
+    from harness.request import RunRequest
+    from harness.selection import load, runnable
+
+    req = RunRequest(root, root / "cards-mx", reports, "--reports", matrix=names)
+    loaded = load(root, req.cards_dir, "cards-mx/")
+    subs = resolve_subjects(req, None)
+    return plan(req, loaded, expand(runnable(loaded, (), (), None), subs), None, subs=subs)
+
+
+def test_a_matrix_run_records_per_cell_timings_the_scheduler_looks_up_by_cell_id(tmp_path):
+    from harness import timings
+    from harness.ledger import FILENAME, Ledger
+
+    root = _project(tmp_path)
+    names = ("default", "shout", "broken")
+    assert _run(root, "run", "--cards", "cards-mx", "--matrix", *names).returncode == 0
+    cells = ["MX-1", "MX-1@shout", "MX-1@broken"]
+    # the ledger: each cell's own entry, under its own id
+    the_plan = _matrix_plan(root, root / "reports", names)
+    assert the_plan.schedule_from == {c: "ledger" for c in cells}
+    with Ledger(root / "reports" / FILENAME, create=False) as ledger:
+        measured = {c: timings.from_ledger(ledger, c).expected for c in cells}
+    assert all(the_plan.expected[c] == measured[c] for c in cells)
+    # timings --write: the cells beside the card, keyed CARD@NAME; `timings` lists them under their card
+    proc = _run(root, "timings", "--write", "--cards", "cards-mx")
+    assert proc.returncode == 0 and "1 card(s) and 2 cell(s)" in proc.stdout, proc.stdout + proc.stderr
+    written = timings.load(root / "cards-mx", root)
+    assert list(written) == ["MX-1", "MX-1@broken", "MX-1@shout"]
+    assert all(written[c].honest_s == pytest.approx(measured[c].honest_s, abs=0.05 + 1e-9) for c in cells)
+    shown = _run(root, "timings", "--cards", "cards-mx")
+    assert shown.returncode == 0 and "ignored" not in shown.stdout, shown.stdout + shown.stderr
+    assert [r for r in _status_rows(shown.stdout)] == ["MX-1", "MX-1@broken", "MX-1@shout"], shown.stdout
+    # no ledger (a fresh clone, CI): each cell is scheduled by its own entry in the file, not its card's
+    hints = json.loads((root / "cards-mx" / "timings.json").read_text())
+    hints["cards"]["MX-1"]["honest_s"], hints["cards"]["MX-1@shout"]["honest_s"] = 50.0, 7.0
+    (root / "cards-mx" / "timings.json").write_text(json.dumps(hints))
+    fresh = _matrix_plan(root, tmp_path / "no-ledger", names)
+    assert fresh.schedule_from == {c: "timings.json" for c in cells}
+    assert fresh.expected["MX-1"].honest_s == 50.0 and fresh.expected["MX-1@shout"].honest_s == 7.0
+    del hints["cards"]["MX-1@broken"]  # a cell without an entry of its own takes its card's
+    (root / "cards-mx" / "timings.json").write_text(json.dumps(hints))
+    assert _matrix_plan(root, tmp_path / "no-ledger", names).expected["MX-1@broken"].honest_s == 50.0
+
+
 def test_matrix_names_are_checked_and_the_file_is_validated_before_anything_runs(tmp_path):
     root = _project(tmp_path)
     proc = _run(root, "run", "--cards", "cards-mx", "--matrix", "shuot")

@@ -13,7 +13,7 @@ chain (its own expected seconds, plus for an honest run its slowest liar,
 ledger (:func:`expected_from_entry`), else ``obligations/timings.json``, the
 committed hints ``run_obligations.py timings --write`` takes from a ledger
 (:mod:`harness.timings`; what a fresh clone or CI has), else unknown (1 s a
-process; :func:`harness.pipeline.plan` picks the source per card and the run's
+process; :func:`harness.planning.plan` picks the source per card and the run's
 ``schedule:`` line counts them). Ties, and unknown cards, go in card order.
 Starting the long chains first keeps the two slowest cards (RING-T3,
 ORACLE-PARITY: honest ~10 s, then one ~10 s liar each) from ending up alone

@@ -28,12 +28,13 @@ from harness.oracle.store import (
     resolve_oracle_dir,
     stale_reasons,
 )
+from harness.project import program
 
 EXTRA_HINT = "pip install -e '.[oracle]'  (torch CPU, transformers, accelerate)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_obligations.py oracle", description="The transformers reference for SmolLM2.")
+    p = argparse.ArgumentParser(prog=f"{program()} oracle", description="The transformers reference for SmolLM2.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{export,status,verify}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

@@ -39,7 +39,7 @@ from harness.errors import OracleCorrupt, OracleMissing, OracleStale
 from harness.execute.procs import pid_alive
 from harness.files import sha256_file
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
-from harness.project import KVPROOF_HOME
+from harness.project import KVPROOF_HOME, program
 
 FORMAT = "kvproof-oracle"
 FORMAT_VERSION = 1
@@ -64,10 +64,12 @@ def resolve_oracle_dir(path: str | os.PathLike | None = None) -> Path:
 
 
 def export_command(root: Path) -> str:
-    """The command that (re)creates the export at ``root``."""
+    """The command that (re)creates the export at ``root``, as the user runs kvproof (:func:`program`; a witness
+    process cannot tell, and says :data:`EXPORT_COMMAND`)."""
+    command = "kvproof oracle export" if program() == "kvproof" else EXPORT_COMMAND
     if root.absolute() == resolve_oracle_dir(None):
-        return EXPORT_COMMAND
-    return f"{EXPORT_COMMAND} --oracle-dir {root}"
+        return command
+    return f"{command} --oracle-dir {root}"
 
 
 def prompt_path(name: str, fld: str) -> RelPath:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.project import program
 from harness.report.changes import render_terminal
 from harness.report.data import fraction, liars_fraction
 from harness.report.view import mutation_view, replayed_text
@@ -265,8 +266,9 @@ def _when(iso: str) -> str:
 
 
 def render_status(console: Console, rows: Iterable[Any]) -> None:
-    """``status``: each card's last verdict and its date, STALE with the files that changed; the newest measured
-    mutation score (STALE when measured on other bytes) when any card has one."""
+    """``status``: each cell's last verdict and its date, STALE with the files that changed, "not gated" with why
+    for a cell its run did not count; the newest measured mutation score (STALE when measured on other bytes) when
+    any card has one."""
     table = Table(header_style="bold", pad_edge=False)
     rows = list(rows)
     scores = any(getattr(r, "mutation", "") for r in rows)
@@ -291,6 +293,10 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
             if r.changed
             else ("" if r.state == Verdict.PROVEN else r.last.reason)
         )
+        not_gated = getattr(r, "not_gated", "")
+        if not_gated:
+            state += " [dim](not gated)[/]"
+            why = f"not gated: {not_gated}" + (f"; {why}" if why else "")
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
         table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why), *extra)
     console.print(table)
@@ -348,7 +354,7 @@ PLAIN_PROGRESS_S = 30.0  # without a terminal (a log, CI): a progress line at mo
 
 
 class TerminalReporter:
-    """The :class:`harness.pipeline.Reporter` of the command line: progress bar, results, where files went."""
+    """The :class:`harness.request.Reporter` of the command line: progress bar, results, where files went."""
 
     def __init__(self, console: Console, err: Console, shown: Callable[[Path], str]) -> None:
         self.console, self.err, self.shown = console, err, shown
@@ -443,7 +449,7 @@ class TerminalReporter:
 
     def error(self, text: str) -> None:
         self.err.print(
-            f"run_obligations.py: {escape(text)}"
+            f"{program()}: {escape(text)}"
             if text.startswith("error")
             else f"[yellow]warning[/]: {escape(text.removeprefix('warning: '))}",
             soft_wrap=True,
