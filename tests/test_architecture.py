@@ -37,6 +37,10 @@ DEFERRED = {
     ("harness.oracle.store", "impl.model.weights"): "the project under proof (impl), optional",
     ("harness.oracle.cli", "impl.errors"): "the project under proof (impl), optional",
     ("harness.oracle.fixtures", "impl.errors"): "the project under proof (impl), optional",
+    ("harness.targets.model", "impl.kernels"): "the project under proof (impl): only its own targets' model path",
+    ("harness.targets.model", "impl.model.config"): "the project under proof (impl): only its own targets' model path",
+    ("harness.targets.model", "impl.model.llama"): "the project under proof (impl): only its own targets' model path",
+    ("harness.targets.model", "impl.model.session"): "the project under proof (impl): only its own targets' model path",
 }
 
 

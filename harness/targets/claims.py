@@ -26,6 +26,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.errors import NotCapable
+from harness.targets import model
 from harness.targets.judge import Judge, Pair, batches, chunk_sizes, geometries, random_rows, seeds
 
 # ---- TGT-READBACK ------------------------------------------------------------------------------
@@ -366,9 +368,6 @@ def test_decode_with_the_cache_equals_recomputing_the_prefix(kv_target, evidence
     in one forward without the cache, within the path's tolerance (0 on impl's runtime: bit for bit; on torch a
     stated fraction of the largest logit), and every greedy token is the recompute's argmax wherever its top-2
     margin exceeds twice that tolerance (harness/targets/model.py says which model runs which target)."""
-    from harness.errors import NotCapable
-    from harness.targets import model
-
     try:
         tol = model.logit_tolerance(kv_target)
     except NotCapable as e:
