@@ -119,6 +119,11 @@ def _why_fresh(m: gen.Mutant, facts: WarmFacts) -> str:
     return ""
 
 
+def _by_build(r: MutantResult) -> bool:
+    """An equivalent its build decided (not in this build, or the same bytes): no mark needed."""
+    return r.how == mutation.BUILT_OUT or r.detail in (cbuild.EQUIVALENT_SAME_CODE, cbuild.NOT_IN_BUILD)
+
+
 def _built(
     req: RunRequest,
     jobs: list[tuple[str, gen.Mutant, Job]],
@@ -151,6 +156,27 @@ def _built(
         else:
             ran[(cid, m.key)] = mutation.built_out(m, MutantStatus.ERROR, b.detail, req.root)
     return left
+
+
+def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], reporter: Reporter | None) -> None:
+    """C survivors that ran in the schema, built alone and compared with the unchanged file's build: the same
+    bytes is equivalent (trivial compiler equivalence: e.g. ``NP * NV`` and ``NP / NV`` where this build's NV is
+    1). Only a survivor can be equivalent, so only survivors pay for a build of their own."""
+    survivors = {
+        m.key: m
+        for (cid, key), r in ran.items()
+        if r.status == MutantStatus.SURVIVED and cgen.is_c(r.path) and r.how != mutation.BUILT_OUT
+        for m in [gen.find(req.root, key)[0]]
+    }
+    if not survivors:
+        return
+    _say(reporter, f"mutate: building the {len(survivors)} surviving C mutant(s) alone (same bytes: equivalent) ...")
+    report = cbuild.prebuild(req.root, list(survivors.values()), req.jobs, schema=False)
+    same = {k for k, b in report.results.items() if b.status == "same"}
+    for (cid, key), r in list(ran.items()):
+        if key in same and r.status == MutantStatus.SURVIVED:
+            ran[(cid, key)] = replace(r, status=MutantStatus.EQUIVALENT, detail=report.results[key].detail)
+    _say(reporter, f"mutate: {len(same)} of them compile to the unchanged bytes (equivalent)")
 
 
 def _traced(
@@ -306,6 +332,7 @@ def measure(
         fast=opts.fast,
     )
     ran.update(pool.run(cfg, req.jobs, req.executor, reporter))
+    _same_bytes(req, ran, reporter)
 
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
@@ -321,7 +348,7 @@ def measure(
             mark = marks.get(m.key)
             if r.status == MutantStatus.SURVIVED and mark and mark.applies(cid):  # a mark made since it was reused
                 r = replace(r, status=MutantStatus.EQUIVALENT, detail=mark.reason)
-            elif r.status == MutantStatus.EQUIVALENT and r.how != mutation.BUILT_OUT and not marked(cid, mark):
+            elif r.status == MutantStatus.EQUIVALENT and not marked(cid, mark) and not _by_build(r):
                 # its mark was removed (an equivalent decided by its build needs none)
                 r = replace(r, status=MutantStatus.SURVIVED, detail="every witness passed")
             rows.append(r)
