@@ -1,0 +1,486 @@
+"""Witnesses for KERNEL-ACC (obligations/KERNEL-ACC.yaml), part 2: the C kernel's edges.
+
+test_kernel_paths.py draws the shapes SmolLM2 never has; this file drives what those draws still leave
+out, each against a reference written here (float64, or the documented float32 arithmetic computed
+exactly), never the code under test:
+
+- the default thread count (``Kernel.default_threads``): set, read back, and what ``threads=0`` calls use;
+- the packed-row scratch of ``kv_linear``: a new calling thread's first call of any size (one row of K = 1
+  up to a 1024 x 2048 prefill), then growth;
+- every buffer flush against a page no access may reach: a byte read or written outside an argument
+  faults instead of reading whatever the heap holds (the kernel's tails must stay inside their rows);
+- GGUF scales at the ends of f16 (zero, subnormal, the top binade, infinities, NaN) in the quantized decode;
+- many panels (65-300 columns: several work items of 4 panels, a single row split over threads);
+- wide query groups (5-9, and MQA's 65-130 query heads over one KV head) and head_dims past 128.
+
+Units and references as in test_kernel_paths.py (u = 2^-24).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from impl import kernels
+from witnesses import gguf_reference
+from witnesses.test_kernel_paths import (
+    NR,
+    QBLOCK,
+    attention_bound,
+    attention_case,
+    bitdiff,
+    blocked_dot_reference,
+    cuts,
+    dot_bound,
+    pack,
+    random_blocks,
+    rope_tables,
+)
+
+seeds = st.integers(0, 2**31 - 1)
+threads_st = st.integers(1, 4)
+
+
+@pytest.fixture(scope="module")
+def kern():
+    """The loaded kernel; the witness skips (card UNVERIFIED) when the numpy fallback is in force."""
+    k = kernels.load()
+    if k is None:
+        pytest.skip(f"n/a: the C kernel is not loaded ({kernels.status()}): its paths cannot be checked here")
+    return k
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bits, every NaN counting as equal to every NaN (a NaN's payload is not specified here)."""
+    if a.shape != b.shape:
+        return False
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32)))
+
+
+def ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+# ---- the default thread count ----------------------------------------------------------------------------
+
+
+def test_default_thread_count_is_set_read_back_and_threads0_calls_keep_their_bits(kern, evidence):
+    """Kernel.default_threads(n) sets the count every ``threads=0`` call from this thread uses and returns the
+    count before; n <= 0 only reads it. Walks 3, 1, 4, 2, 1, 3 (restoring the count it found): each set returns
+    the previous one, reading (0, -2) returns the current one and changes nothing. Under each, threads=0 calls
+    of every entry point on work past its threading threshold have the bits of threads=1 (thread counts never
+    change bits: a default of 3 runs them threaded)."""
+    rng = np.random.default_rng(27)
+    x = rng.standard_normal((40, 70)).astype(np.float32)
+    panels = pack(rng.standard_normal((90, 70)).astype(np.float32))
+    g = (rng.standard_normal((64, 600)) * 3).astype(np.float32)  # 38400 values: past kv_silu's 32768
+    u = rng.standard_normal((64, 600)).astype(np.float32)
+    xr = rng.standard_normal((60, 4, 300)).astype(np.float32)  # rope: 72000 values, past 65536
+    cos, sin = rope_tables(10000.0, 300, 512)
+    pos = rng.integers(0, 512, 60)
+    q, k, v, lo, hi = attention_case(rng, 80, 20, 2, 3, 64, None, 1.0, 0)
+    raw = random_blocks("Q8_0", 150, 4, rng)  # 10 groups of 16 rows: threaded on 2-4 threads
+    rows = np.ascontiguousarray(raw.ctypes.data + np.arange(150) * raw.shape[1], dtype=np.uintp)
+    xq = rng.standard_normal(128).astype(np.float32)
+
+    def run(threads: int) -> list[np.ndarray]:
+        y = np.empty((40, panels.shape[0] * NR), dtype=np.float32)
+        kern.linear(x, panels, y, threads=threads)
+        y1 = np.empty((1, panels.shape[0] * NR), dtype=np.float32)
+        kern.linear(x[:1], panels, y1, threads=threads)
+        yq = np.empty(150, dtype=np.float32)
+        kern.linear_q(xq, rows, kernels.QTYPES["Q8_0"], yq, threads=threads)
+        return [
+            y,
+            y1,
+            yq,
+            kern.silu(g, u, threads=threads),
+            kern.rmsnorm(g, u[0], 1e-5, threads=threads),
+            kern.rope(xr, cos, sin, pos, threads=threads),
+            kern.attend(q, k, v, lo, hi, 0.125, threads=threads),
+        ]
+
+    want = run(1)
+    before = kern.default_threads(0)
+    errors, delta, prev = 0, 0.0, before
+    try:
+        for n in (3, 1, 4, 2, 1, 3):
+            errors += int(kern.default_threads(n) != prev)
+            errors += int(kern.default_threads(0) != n)
+            errors += int(kern.default_threads(-2) != n)
+            delta = max(delta, *(bitdiff(a, b) for a, b in zip(run(0), want, strict=True)))
+            prev = n
+    finally:
+        kern.default_threads(before)
+    errors += int(kern.default_threads(0) != before)
+    evidence.count("default_thread_errors", errors)
+    evidence.observe("default_thread_delta", delta)
+    assert errors == 0, f"{errors} reads of the default thread count were not what was set"
+    assert delta == 0, f"threads=0 calls under a default count changed bits: {delta}"
+
+
+# ---- the packed-row scratch --------------------------------------------------------------------------------
+
+# (T, K, C): a new thread's first call of 2 rows of K = 1 (6 floats of scratch), then growth in every step size,
+# unusual K, a shrink (the scratch is kept), and a 1024-row prefill of K = 2048 (10 MB of scratch)
+SCRATCH_CALLS = [
+    (2, 1, 5),
+    (7, 1, 16),
+    (12, 1, 3),
+    (2, 2, 17),
+    (13, 1, 33),
+    (3, 5, 1),
+    (30, 7, 40),
+    (6, 1, 2),
+    (100, 33, 20),
+    (257, 129, 50),
+    (24, 64, 16),
+    (600, 300, 33),
+    (5, 3, 7),
+    (1024, 2048, 16),
+    (9, 1000, 18),
+]
+
+
+def test_linear_scratch_serves_any_first_call_and_growth_on_a_new_thread(kern, evidence):
+    """kv_linear packs many rows into a scratch buffer kept per calling thread and grown on demand. On fresh
+    threads (each starts with none), every call of SCRATCH_CALLS, in order, on 1 and on 3 threads: no
+    MemoryError (kv_linear only fails when memory runs out), and the rows checked (first, middle, last and
+    3 random) have the bits of the same row fed alone (the one-row path, which uses no scratch) and, for
+    K <= 300, of the documented order computed exactly (blocked_dot_reference)."""
+    failures: list[str] = []
+    tally = {"mismatches": 0, "calls": 0}
+
+    def sequence(threads: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for t, k, c in SCRATCH_CALLS:
+            x = rng.standard_normal((t, k)).astype(np.float32)
+            w = rng.standard_normal((c, k)).astype(np.float32)
+            panels = pack(w)
+            y = np.empty((t, panels.shape[0] * NR), dtype=np.float32)
+            try:
+                kern.linear(x, panels, y, threads=threads)
+            except MemoryError as e:
+                failures.append(f"T={t} K={k} threads={threads}: {e}")
+                continue
+            rows = np.unique(np.r_[0, t // 2, t - 1, rng.integers(0, t, 3)])
+            for i in rows:
+                y1 = np.empty((1, panels.shape[0] * NR), dtype=np.float32)
+                kern.linear(x[i : i + 1], panels, y1, threads=threads)
+                tally["mismatches"] += int(bitdiff(y[i : i + 1, :c], y1[:, :c]) != 0)
+            if k <= 300:
+                want = blocked_dot_reference(x[rows], w)
+                tally["mismatches"] += int((y[rows, :c].view(np.uint32) != want.view(np.uint32)).any())
+            tally["calls"] += 1
+
+    for threads, seed in ((1, 1), (3, 2)):
+        th = threading.Thread(target=sequence, args=(threads, seed))
+        th.start()
+        th.join()
+    evidence.count("scratch_failures", len(failures))
+    evidence.count("scratch_mismatches", tally["mismatches"])
+    evidence.count("scratch_calls", tally["calls"])
+    assert not failures, failures[:3]
+    assert tally["mismatches"] == 0, f"{tally['mismatches']} checks of packed rows differ from the row alone"
+
+
+# ---- guard pages ------------------------------------------------------------------------------------------
+
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+class Guarded:
+    """Copies of arrays placed flush against a page that no access may reach (PROT_NONE): ``at="end"`` puts
+    the array's last byte just before a guard page, ``at="start"`` its first byte just after one. A read or
+    write of even one byte outside the array faults (SIGSEGV: the witness process dies, so it fails)
+    instead of reading what the heap holds there."""
+
+    def __init__(self) -> None:
+        self._maps: list[tuple[int, int]] = []
+
+    def __call__(self, a: np.ndarray, at: str) -> np.ndarray:
+        a = np.ascontiguousarray(a)
+        nbytes = a.nbytes
+        pages = -(-max(nbytes, 1) // PAGE)
+        size = (pages + 2) * PAGE
+        prot_rw, private_anon = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        base = _libc.mmap(None, size, prot_rw, private_anon, -1, 0)
+        if base is None or base == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap failed")
+        self._maps.append((base, size))
+        for guard in (base, base + (pages + 1) * PAGE):
+            if _libc.mprotect(guard, PAGE, 0) != 0:
+                raise OSError(ctypes.get_errno(), "mprotect failed")
+        start = base + PAGE + (pages * PAGE - nbytes if at == "end" else 0)
+        out = np.frombuffer((ctypes.c_char * nbytes).from_address(start), dtype=a.dtype, count=a.size)
+        out = out.reshape(a.shape)
+        out[...] = a
+        return out
+
+    def close(self) -> None:
+        for base, size in self._maps:
+            _libc.munmap(base, size)
+        self._maps.clear()
+
+
+def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
+    """Each C entry point (kv_linear with 1 and more rows, kv_linear_q vector and scalar, kv_exp, kv_silu
+    gated or not, kv_rmsnorm, kv_rope, kv_attend) on shapes with every kind of tail, 1-4 threads, with every
+    input and output flush against a guard page, once at its end and once at its start: no access faults,
+    and every output has the bits of the same call on ordinary arrays (through impl.kernels.Kernel)."""
+    lib = kern.lib
+
+    @given(
+        t=st.integers(1, 8),
+        k=st.integers(1, 150),
+        c=st.integers(1, 70),
+        f=st.integers(1, 70),
+        half=st.integers(1, 40),
+        g=st.integers(1, 5),
+        d=st.sampled_from([8, 16, 24, 32, 40, 48, 64, 80, 96, 100, 128]),
+        nb=st.integers(1, 4),
+        qtype=st.sampled_from(sorted(QBLOCK)),
+        threads=threads_st,
+        seed=seeds,
+    )
+    def prop(t, k, c, f, half, g, d, nb, qtype, threads, seed):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        panels = pack(rng.standard_normal((c, k)).astype(np.float32))
+        p = panels.shape[0]
+        lin = np.empty((t, p * NR), dtype=np.float32)
+        kern.linear(x, panels, lin, threads=1)
+        raw = random_blocks(qtype, c, nb, rng)
+        order = rng.permutation(c)
+        xq = rng.standard_normal(32 * nb).astype(np.float32)
+        rows0 = np.ascontiguousarray(raw.ctypes.data + order * raw.shape[1], dtype=np.uintp)
+        lq = np.empty(c, dtype=np.float32)
+        kern.linear_q(xq, rows0, kernels.QTYPES[qtype], lq, threads=1)
+        xe = -np.abs(rng.standard_normal(f) * 10).astype(np.float32)
+        gs = (rng.standard_normal((t, f)) * 3).astype(np.float32)
+        us = rng.standard_normal((t, f)).astype(np.float32)
+        wn = (1 + 0.1 * rng.standard_normal(f)).astype(np.float32)
+        dr = 2 * half
+        xr = rng.standard_normal((t, 2, dr)).astype(np.float32)
+        cos, sin = rope_tables(10000.0, dr, 50)
+        pos = rng.integers(0, 50, t)
+        pos[0], pos[-1] = 0, 49  # the tables' first and last rows
+        n = t + int(rng.integers(0, 20))
+        q, kk, vv, lo, hi = attention_case(rng, n, t, 1, g, d, None, 1.0, 0)
+        want = {
+            "linear": lin,
+            "linear_q": lq,
+            "exp": kern.exp(xe),
+            "silu": kern.silu(gs, None, threads=1),
+            "swiglu": kern.silu(gs, us, threads=1),
+            "rmsnorm": kern.rmsnorm(gs, wn, 1e-5, threads=1),
+            "rope": kern.rope(xr, cos, sin, pos, threads=1),
+            "attend": kern.attend(q, kk, vv, lo, hi, 0.25, threads=1),
+        }
+        bad = []
+        for at in ("end", "start"):
+            gd = Guarded()
+            try:
+                got = {}
+                gx, gw = gd(x, at), gd(panels, at)
+                y = gd(np.zeros((t, p * NR), np.float32), at)
+                lib.kv_linear(ptr(gx), t, k, ptr(gw), k, p, ptr(y), p * NR, threads)
+                got["linear"] = y.copy()
+                graw = gd(raw, at)
+                grows = gd(np.ascontiguousarray(graw.ctypes.data + order * raw.shape[1], dtype=np.uintp), at)
+                gxq, yq = gd(xq, at), gd(np.zeros(c, np.float32), at)
+                for ref in (0, 1):
+                    lib.kv_linear_q(ptr(gxq), 32 * nb, ptr(grows), c, kernels.QTYPES[qtype], ptr(yq), threads, ref)
+                    got["linear_q" if ref == 0 else "linear_q scalar"] = yq.copy()
+                gxe, ye = gd(xe, at), gd(np.zeros(f, np.float32), at)
+                lib.kv_exp(ptr(gxe), f, ptr(ye))
+                got["exp"] = ye.copy()
+                ggs, gus, ys = gd(gs, at), gd(us, at), gd(np.zeros((t, f), np.float32), at)
+                for name, uu in (("silu", None), ("swiglu", gus)):
+                    lib.kv_silu(ptr(ggs), f, ptr(uu), f if uu is not None else 0, t, f, ptr(ys), f, threads)
+                    got[name] = ys.copy()
+                gwn, yn = gd(wn, at), gd(np.zeros((t, f), np.float32), at)
+                lib.kv_rmsnorm(ptr(ggs), f, t, f, ptr(gwn), ctypes.c_float(1e-5), ptr(yn), f, threads)
+                got["rmsnorm"] = yn.copy()
+                gxr, gc, gsn = gd(xr, at), gd(cos, at), gd(sin, at)
+                gpos, yr = gd(pos.astype(np.int64), at), gd(np.zeros((t, 2, dr), np.float32), at)
+                lib.kv_rope(ptr(gxr), 2 * dr, t, 2, dr, ptr(gc), ptr(gsn), ptr(gpos), ptr(yr), threads)
+                got["rope"] = yr.copy()
+                gq, gk, gv = gd(q, at), gd(kk, at), gd(vv, at)
+                glo, ghi = gd(lo, at), gd(hi, at)
+                ya = gd(np.zeros((t, g * d), np.float32), at)
+                lib.kv_attend(ptr(gq), t, 1, g, d, ptr(gk), ptr(gv), d, ptr(glo), ptr(ghi), 0.25, ptr(ya), threads)
+                got["attend"] = ya.copy()
+            finally:
+                gd.close()
+            want["linear_q scalar"] = want["linear_q"]
+            for name, out in got.items():
+                if not same_bits(out, want[name]):
+                    bad.append(f"{name} ({at})")
+        evidence.count("guarded_calls", 2 * len(want))
+        evidence.count("guarded_mismatches", len(bad))
+        assert not bad, f"other bits with buffers against guard pages: {bad} (t={t} k={k} c={c} f={f} d={d} g={g})"
+
+    prop()
+
+
+# ---- quantized decode: f16 scales at the ends of their range ---------------------------------------------
+
+F16_SPECIALS = np.array(
+    [0.0, -0.0, 2.0**-24, -(2.0**-24), 3 * 2.0**-20, -(1023 * 2.0**-24), 2.0**-14, 32768.0, -40000.0, 65504.0]
+    + [np.inf, -np.inf, np.nan],
+    dtype=np.float16,
+)
+
+
+def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_range(kern, evidence):
+    """Kernel.linear_q (vector and scalar code, 1-4 threads) on Q4_1/Q8_0 blocks whose scales d (and Q4_1
+    minima m) are drawn from F16_SPECIALS: zeros of both signs, subnormals (the f16 exponent 0), the smallest
+    normal, the top binade (exponent 30, up to 65504), infinities and NaN (exponent 31). Each output equals
+    the documented arithmetic on ggml's float32 weights (witnesses/gguf_reference.py: f16 widened exactly,
+    then q*d (+ m) in float32) summed in the kernel's documented order, bit for bit; any NaN matches any NaN."""
+
+    @given(
+        qtype=st.sampled_from(sorted(QBLOCK)),
+        c=st.integers(1, 40),
+        nb=st.integers(1, 5),
+        share=st.sampled_from([0.3, 1.0]),
+        threads=threads_st,
+        seed=seeds,
+    )
+    def prop(qtype, c, nb, share, threads, seed):
+        rng = np.random.default_rng(seed)
+        raw = random_blocks(qtype, c, nb, rng).reshape(c, nb, QBLOCK[qtype])
+        special = rng.random((c, nb)) < share
+        for field in (0, 2) if qtype == "Q4_1" else (0,):
+            vals = raw[:, :, field : field + 2].copy().view(np.float16)[..., 0]
+            vals[special] = rng.choice(F16_SPECIALS, special.sum())
+            raw[:, :, field : field + 2] = vals[..., None].view(np.uint8).reshape(c, nb, 2)
+        raw = np.ascontiguousarray(raw.reshape(c, -1))
+        rows = np.ascontiguousarray(raw.ctypes.data + np.arange(c) * raw.shape[1], dtype=np.uintp)
+        k = 32 * nb
+        x = rng.standard_normal(k).astype(np.float32)
+        decode = gguf_reference.decode_q4_1 if qtype == "Q4_1" else gguf_reference.decode_q8_0
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = blocked_dot_reference(x[None], decode(raw.reshape(-1)).reshape(c, k))[0]
+        bad = 0
+        for ref in (False, True):
+            got = np.empty(c, dtype=np.float32)
+            kern.linear_q(x, rows, kernels.QTYPES[qtype], got, threads=threads, reference=ref)
+            bad += int(not same_bits(got, want))
+        evidence.count("special_scale_mismatches", bad)
+        evidence.count("special_scale_blocks", int(special.sum()))
+        assert bad == 0, f"{qtype} c={c} K={k}: outputs are not ggml's arithmetic on f16 scales at the ends"
+
+    prop()
+
+
+# ---- linear on many panels ----------------------------------------------------------------------------------
+
+
+def test_linear_on_many_panels_has_the_documented_order_on_any_threads(kern, evidence):
+    """Kernel.linear with 65-300 columns (5-19 panels: several work items of 4 panels, the 4-panel one-row
+    tile, a single row split over 2-4 threads), 1-120 rows, K 1-130: bits equal to the documented order
+    computed exactly (40 rows at most), to the row alone, to any chunking of the rows and to 1 thread, and
+    within gamma_n sum|x_k w_k| of the float64 product."""
+
+    @given(t=st.integers(1, 120), k=st.integers(1, 130), c=st.integers(65, 300), threads=threads_st, seed=seeds)
+    def prop(t, k, c, threads, seed):
+        rng = np.random.default_rng(seed)
+        x = (rng.standard_normal((t, k)) * np.exp(rng.uniform(-3, 3, (t, 1)))).astype(np.float32)
+        w = rng.standard_normal((c, k)).astype(np.float32)
+        panels = pack(w)
+
+        def lin(xx, th):
+            y = np.empty((xx.shape[0], panels.shape[0] * NR), dtype=np.float32)
+            kern.linear(np.ascontiguousarray(xx), panels, y, threads=th)
+            return y[:, :c]
+
+        whole = lin(x, 1)
+        delta = bitdiff(lin(x, threads), whole)
+        delta = max(delta, bitdiff(np.concatenate([lin(x[a:b], threads) for a, b in cuts(t, seed)]), whole))
+        for i in {0, t - 1, int(rng.integers(t))}:
+            delta = max(delta, bitdiff(lin(x[i : i + 1], threads), whole[i : i + 1]))
+        rows = np.unique(np.r_[0 : min(t, 24), t - 1, rng.integers(0, t, 15)])
+        mismatched = int((whole[rows].view(np.uint32) != blocked_dot_reference(x[rows], w).view(np.uint32)).sum())
+        y64 = x.astype(np.float64) @ w.T.astype(np.float64)
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
+        ratio = float(np.max(np.abs(whole - y64) / (dot_bound(k) * scale)))
+        evidence.observe("wide_row_delta", delta)
+        evidence.count("wide_order_mismatches", mismatched)
+        evidence.observe("wide_err_over_bound", ratio)
+        evidence.count("wide_threaded_rows", int(threads > 1))
+        assert delta == 0, f"row bits depend on rows, chunking or threads: {delta} (T={t} K={k} C={c})"
+        assert mismatched == 0, f"{mismatched} elements are not the documented order (T={t} K={k} C={c})"
+        assert ratio <= 1, ratio
+
+    prop()
+
+
+# ---- attention: wide groups and wide heads -------------------------------------------------------------------
+
+wide_shapes = st.fixed_dictionaries(
+    {
+        "n": st.integers(1, 60),
+        "t": st.integers(1, 6),
+        "hkv": st.integers(1, 2),
+        "g": st.integers(5, 9),
+        "d": st.sampled_from([136, 144, 160, 176, 192, 200, 208, 224, 240, 256, 264, 272]),
+    }
+)
+mqa_shapes = st.fixed_dictionaries(
+    {
+        "n": st.integers(1, 40),
+        "t": st.integers(1, 2),
+        "hkv": st.just(1),
+        "g": st.integers(65, 130),
+        "d": st.sampled_from([8, 24, 32, 64, 80, 128]),
+    }
+)
+
+
+def test_attention_on_wide_groups_and_heads_is_within_its_bound_and_a_querys_bits_are_its_own(kern, evidence):
+    """Kernel.attend with groups of 5-9 query heads per KV head (a full group of 4 and a remainder), MQA's
+    65-130 query heads over one KV head, head_dims 136-272 (8-16 value chunks of 16 and partial ones; past 256
+    the scalar path), 1-4 threads: a query's bits equal the query alone, in any chunking, on 1 thread and
+    in a call past the threading threshold; each output within attention_bound of the float64 reference."""
+
+    @given(shape=st.one_of(wide_shapes, mqa_shapes), threads=threads_st, seed=seeds)
+    def prop(shape, threads, seed):
+        n, hkv, g, d = shape["n"], shape["hkv"], shape["g"], shape["d"]
+        t = min(shape["t"], n)
+        rng = np.random.default_rng(seed)
+        q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, None, 1.0, 0)
+        scale = 1.0 / np.sqrt(d)
+        got = kern.attend(q, k, v, lo, hi, scale, threads=1)
+        delta = bitdiff(kern.attend(q, k, v, lo, hi, scale, threads=threads), got)
+        for a, b in cuts(t, seed):
+            delta = max(delta, bitdiff(kern.attend(q[a:b], k, v, lo[a:b], hi[a:b], scale, threads=threads), got[a:b]))
+        i = int(rng.integers(t))
+        alone = kern.attend(q[i : i + 1], k, v, lo[i : i + 1], hi[i : i + 1], scale, threads=threads)
+        delta = max(delta, bitdiff(alone, got[i : i + 1]))
+        reps = max(1, -(-65536 // (t * n * hkv * g * d)))
+        big = kern.attend(np.tile(q, (reps, 1, 1, 1)), k, v, np.tile(lo, reps), np.tile(hi, reps), scale, threads)
+        delta = max(delta, bitdiff(big[-t:], got))
+        exact, bound = attention_bound(q, k, v, lo, hi, scale, kern.vl)
+        ratio = float(np.max(np.abs(got - exact) / bound))
+        evidence.observe("wide_attention_delta", delta)
+        evidence.observe("wide_attention_err_over_bound", ratio)
+        evidence.count("wide_group_examples", int(g <= 9))
+        evidence.count("mqa_examples", int(g > 64))
+        assert delta == 0, f"a query's bits depend on the other queries or the threads: {delta} (D={d} G={g})"
+        assert ratio <= 1, f"|o - o64| = {ratio:.3f} x the bound (n={n} D={d} G={g})"
+
+    prop()
