@@ -229,6 +229,15 @@ class Guarded:
         out[...] = a
         return out
 
+    def nothing(self) -> int:
+        """An address whose first byte is a guard page: the pointer of an empty argument, which no access may
+        follow."""
+        base = _libc.mmap(None, PAGE, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        if base is None or base == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap failed")
+        self._maps.append((base, PAGE))
+        return base
+
     def close(self) -> None:
         for base, size in self._maps:
             _libc.munmap(base, size)
@@ -239,7 +248,10 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
     """Each C entry point (kv_linear with 1 and more rows, kv_linear_q vector and scalar, kv_exp, kv_silu
     gated or not, kv_rmsnorm, kv_rope, kv_attend) on shapes with every kind of tail, 1-4 threads, with every
     input and output flush against a guard page, once at its end and once at its start: no access faults,
-    and every output has the bits of the same call on ordinary arrays (through impl.kernels.Kernel)."""
+    and every output has the bits of the same call on ordinary arrays (through impl.kernels.Kernel). Rows at
+    strides wider than their length give the same values and leave the gaps between output rows alone;
+    empty calls (no rows, no values) touch no byte; kv_linear_q returns 0, and -1 for a K that is not a
+    multiple of 32 or a type id other than Q4_1's and Q8_0's (touching nothing then either)."""
     lib = kern.lib
 
     @given(
@@ -329,6 +341,54 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
             for name, out in got.items():
                 if not same_bits(out, want[name]):
                     bad.append(f"{name} ({at})")
+
+        # rows at strides wider than their length (x, g, u at +3 floats, outputs at +5): the values are the
+        # contiguous call's, and the gaps between output rows (NaN sentinels) are never written
+        def padded(a: np.ndarray, extra: int) -> np.ndarray:
+            wide = np.full((a.shape[0], a.shape[1] + extra), np.nan, dtype=np.float32)
+            wide[:, : a.shape[1]] = a
+            return wide
+
+        xs, ys = padded(x, 3), padded(np.zeros((t, p * NR), np.float32), 5)
+        lib.kv_linear(ptr(xs), t, k + 3, ptr(panels), k, p, ptr(ys), p * NR + 5, threads)
+        strided = {"linear": ys}
+        gsp, usp = padded(gs, 3), padded(us, 3)
+        for name, uu in (("silu", None), ("swiglu", usp)):
+            yo = padded(np.zeros((t, f), np.float32), 5)
+            lib.kv_silu(ptr(gsp), f + 3, ptr(uu), f + 3 if uu is not None else 0, t, f, ptr(yo), f + 5, threads)
+            strided[name] = yo
+        yo = padded(np.zeros((t, f), np.float32), 5)
+        lib.kv_rmsnorm(ptr(gsp), f + 3, t, f, ptr(wn), ctypes.c_float(1e-5), ptr(yo), f + 5, threads)
+        strided["rmsnorm"] = yo
+        for name, yo in strided.items():
+            width = yo.shape[1] - 5
+            if not (same_bits(yo[:, :width], want[name]) and np.isnan(yo[:, width:]).all()):
+                bad.append(f"{name} (strided rows)")
+        # empty calls touch nothing (every pointer a guard page) and return 0; kv_linear_q refuses what it
+        # does not decode (-1: K not a multiple of 32, a type id other than Q4_1's and Q8_0's) and returns 0 else
+        gd = Guarded()
+        try:
+            z = gd.nothing()
+            rcs = [
+                lib.kv_linear(z, 0, k, z, k, p, z, p * NR, threads),
+                lib.kv_linear_q(z, 32 * nb, z, 0, kernels.QTYPES[qtype], z, threads, 0),
+                lib.kv_linear_q(z, 32 * nb, z, 0, kernels.QTYPES[qtype], z, threads, 1),
+            ]
+            lib.kv_exp(z, 0, z)
+            lib.kv_silu(z, f, z, f, 0, f, z, f, threads)
+            lib.kv_silu(z, 0, None, 0, t, 0, z, 0, threads)
+            lib.kv_rmsnorm(z, f, 0, f, z, ctypes.c_float(1e-5), z, f, threads)
+            lib.kv_rope(z, 2 * dr, 0, 2, dr, z, z, z, z, threads)
+            lib.kv_attend(z, 0, 1, g, d, z, z, d, z, z, 0.25, z, threads)
+            gxq, grows = gd(xq, "end"), gd(rows0, "end")
+            yq = gd(np.zeros(c, np.float32), "end")
+            for kq, qt in ((32 * nb + 1 + int(rng.integers(31)), kernels.QTYPES[qtype]), (32 * nb, 3), (32 * nb, 0)):
+                rcs.append(lib.kv_linear_q(ptr(gxq), kq, ptr(grows), c, qt, ptr(yq), threads, 0) + 1)
+                rcs.append(lib.kv_linear_q(ptr(gxq), kq, ptr(grows), c, qt, ptr(yq), threads, 1) + 1)
+        finally:
+            gd.close()
+        if any(rcs):
+            bad.append(f"return codes {rcs} (0 expected: -1 + 1 for the refused calls)")
         evidence.count("guarded_calls", 2 * len(want))
         evidence.count("guarded_mismatches", len(bad))
         assert not bad, f"other bits with buffers against guard pages: {bad} (t={t} k={k} c={c} f={f} d={d} g={g})"
