@@ -544,3 +544,159 @@ def test_attention_on_wide_groups_and_heads_is_within_its_bound_and_a_querys_bit
         assert ratio <= 1, f"|o - o64| = {ratio:.3f} x the bound (n={n} D={d} G={g})"
 
     prop()
+
+
+# ---- the Python entry points: layouts they accept, arguments they refuse ------------------------------------
+
+
+def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern, evidence):
+    """impl.kernels.Kernel's methods are the C kernel's only callers in impl, and their checks are what keep
+    the kernel inside its arguments. Accepted layouts give the bits of the same values laid out plainly:
+    strided rows (x, g, u, out wider than needed, k/v rows with another stride or column step, q and
+    weights not contiguous or float64, positions and view bounds as int32 lists, 1-D silu), and the columns
+    of out past P*16 are left alone. Each refused call (one condition of one check broken, everything else
+    valid) raises AssertionError or ValueError before the kernel runs."""
+    rng = np.random.default_rng(2027)
+    mism: list[str] = []
+
+    def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
+        if not same_bits(np.asarray(got), want):
+            mism.append(name)
+
+    # exp: float64 and strided input converted; shape kept; empty input fine
+    xe = -np.abs(rng.standard_normal((3, 10)) * 5).astype(np.float32)
+    want_e = kern.exp(np.ascontiguousarray(xe))
+    check("exp float64", kern.exp(xe.astype(np.float64)), want_e)
+    wide_e = np.zeros((3, 20), np.float32)
+    wide_e[:, ::2] = xe
+    check("exp strided", kern.exp(wide_e[:, ::2]), want_e)
+    check("exp empty", kern.exp(np.zeros((0, 4), np.float32)), np.zeros((0, 4), np.float32))
+    # linear: x rows strided, out wider than P*16 (extra columns untouched)
+    t, k, c = 9, 37, 21
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    panels = pack(rng.standard_normal((c, k)).astype(np.float32))
+    p = panels.shape[0]
+    want_l = np.empty((t, p * NR), np.float32)
+    kern.linear(x, panels, want_l, threads=1)
+    xw = np.zeros((t, k + 3), np.float32)
+    xw[:, :k] = x
+    out = np.full((t, p * NR + 7), np.nan, np.float32)
+    kern.linear(xw[:, :k], panels, out, threads=2)
+    check("linear strided", out[:, : p * NR], want_l)
+    if not np.isnan(out[:, p * NR :]).all():
+        mism.append("linear wrote past P*16 columns")
+    # silu: 1-D, strided g and u
+    g = (rng.standard_normal((5, 33)) * 3).astype(np.float32)
+    u = rng.standard_normal((5, 33)).astype(np.float32)
+    want_s, want_w = kern.silu(np.ascontiguousarray(g), None, 1), kern.silu(g, u, 1)
+    gw, uw = np.zeros((5, 40), np.float32), np.zeros((5, 36), np.float32)
+    gw[:, :33], uw[:, :33] = g, u
+    check("silu strided", kern.silu(gw[:, :33], None, 2), want_s)
+    check("swiglu strided", kern.silu(gw[:, :33], uw[:, :33], 2), want_w)
+    check("silu 1-D", kern.silu(g[2], None), want_s[2])
+    check("swiglu 1-D", kern.silu(g[2], u[2]), want_w[2])
+    # rmsnorm: strided x, float64 and strided weight
+    wn = (1 + 0.1 * rng.standard_normal(33)).astype(np.float32)
+    want_n = kern.rmsnorm(np.ascontiguousarray(g), wn, 1e-5, 1)
+    check("rmsnorm strided", kern.rmsnorm(gw[:, :33], wn.astype(np.float64), 1e-5, 2), want_n)
+    ww = np.zeros(66, np.float32)
+    ww[::2] = wn
+    check("rmsnorm strided weight", kern.rmsnorm(g, ww[::2], 1e-5), want_n)
+    # rope: heads as views into wider rows, positions as an int32 list
+    d = 12
+    cos, sin = rope_tables(10000.0, d, 64)
+    xr = rng.standard_normal((4, 3, d)).astype(np.float32)
+    pos = rng.integers(0, 64, 4)
+    want_r = kern.rope(np.ascontiguousarray(xr), cos, sin, pos, 1)
+    rw = np.zeros((4, 5 * d), np.float32)
+    rw[:, d : 4 * d] = xr.reshape(4, -1)
+    check(
+        "rope views", kern.rope(rw[:, d : 4 * d].reshape(4, 3, d), cos, sin, pos.astype(np.int32).tolist(), 2), want_r
+    )
+    # attend: q float64 and strided, k and v with different row strides or a column step, lo/hi int32
+    q, kk, vv, lo, hi = attention_case(rng, 12, 3, 2, 2, 16, None, 1.0, 0)
+    want_a = kern.attend(q, kk, vv, lo, hi, 0.25, 1)
+    kw, vw = np.zeros((12, 40), np.float32), np.zeros((12, 64), np.float32)
+    kw[:, :32], vw[:, ::2] = kk, vv
+    check("attend strided k, v", kern.attend(q.astype(np.float64), kw[:, :32], vw[:, ::2], lo, hi, 0.25, 2), want_a)
+    qw = np.zeros((3, 2, 2, 32), np.float32)
+    qw[..., ::2] = q
+    lo32, hi32 = lo.astype(np.int32).tolist(), hi.astype(np.int32).tolist()
+    check("attend strided q", kern.attend(qw[..., ::2], kk, vv, lo32, hi32, 0.25), want_a)
+    check("attend v strided alone", kern.attend(q, kk, vw[:, ::2], lo, hi, 0.25), want_a)
+    vw2 = np.zeros((12, 35), np.float32)
+    vw2[:, :32] = vv
+    check("attend v rows strided alone", kern.attend(q, kk, vw2[:, :32], lo, hi, 0.25), want_a)
+    # linear_q: the documented call works
+    raw = random_blocks("Q4_1", 20, 2, rng)
+    rows = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
+    xq = rng.standard_normal(64).astype(np.float32)
+    yq = np.empty(20, np.float32)
+    kern.linear_q(xq, rows, kernels.QTYPES["Q4_1"], yq)
+
+    f64 = np.float64
+    refusals = {
+        "exp x > 0": lambda: kern.exp(np.array([-1.0, 0.5], np.float32)),
+        "exp NaN": lambda: kern.exp(np.array([-1.0, np.nan], np.float32)),
+        "linear packed shape": lambda: kern.linear(x, panels[:, :-1], np.empty((t, p * NR), np.float32)),
+        "linear packed dtype": lambda: kern.linear(x, panels.astype(f64), np.empty((t, p * NR), np.float32)),
+        "linear packed layout": lambda: kern.linear(x, np.asfortranarray(panels), np.empty((t, p * NR), np.float32)),
+        "linear x dtype": lambda: kern.linear(x.astype(f64), panels, np.empty((t, p * NR), np.float32)),
+        "linear x columns": lambda: kern.linear(xw[:, ::2][:, :k], panels, np.empty((t, p * NR), np.float32)),
+        "linear out dtype": lambda: kern.linear(x, panels, np.empty((t, p * NR), f64)),
+        "linear out columns": lambda: kern.linear(x, panels, np.empty((t, 2 * p * NR), np.float32)[:, ::2]),
+        "linear out rows": lambda: kern.linear(x, panels, np.empty((t - 1, p * NR), np.float32)),
+        "linear out width": lambda: kern.linear(x, panels, np.empty((t, p * NR - 1), np.float32)),
+        "silu 3-D": lambda: kern.silu(g.reshape(5, 3, 11)),
+        "silu dtype": lambda: kern.silu(g.astype(f64)),
+        "silu columns": lambda: kern.silu(gw[:, ::2]),
+        "swiglu shape": lambda: kern.silu(g, u[:, :32]),
+        "swiglu dtype": lambda: kern.silu(g, u.astype(f64)),
+        "swiglu columns": lambda: kern.silu(g[:, :16], uw[:, ::2][:, :16]),
+        "rmsnorm dtype": lambda: kern.rmsnorm(g.astype(f64), wn, 1e-5),
+        "rmsnorm columns": lambda: kern.rmsnorm(gw[:, ::2], wn[:20], 1e-5),
+        "rmsnorm weight": lambda: kern.rmsnorm(g, wn[:32], 1e-5),
+        "rope dtype": lambda: kern.rope(xr.astype(f64), cos, sin, pos),
+        "rope columns": lambda: kern.rope(np.zeros((4, 3, 2 * d), np.float32)[..., ::2], cos, sin, pos),
+        "rope heads": lambda: kern.rope(np.zeros((4, 3, d + 2), np.float32)[..., :d], cos, sin, pos),
+        "rope odd d": lambda: kern.rope(
+            np.zeros((4, 3, 11), np.float32), np.ascontiguousarray(cos[:, :11]), np.ascontiguousarray(sin[:, :11]), pos
+        ),
+        "rope table shapes": lambda: kern.rope(xr, cos, sin[:32], pos),
+        "rope table width": lambda: kern.rope(
+            xr, np.ascontiguousarray(cos[:, :10]), np.ascontiguousarray(sin[:, :10]), pos
+        ),
+        "rope cos layout": lambda: kern.rope(xr, np.asfortranarray(cos), sin, pos),
+        "rope sin layout": lambda: kern.rope(xr, cos, np.asfortranarray(sin), pos),
+        "rope positions": lambda: kern.rope(xr, cos, sin, pos[:3]),
+        "linear_q x dtype": lambda: kern.linear_q(xq.astype(f64), rows, 2, np.empty(20, np.float32)),
+        "linear_q x layout": lambda: kern.linear_q(np.repeat(xq, 2)[::2], rows, 2, np.empty(20, np.float32)),
+        "linear_q out dtype": lambda: kern.linear_q(xq, rows, 2, np.empty(20, f64)),
+        "linear_q out layout": lambda: kern.linear_q(xq, rows, 2, np.empty(40, np.float32)[::2]),
+        "linear_q rows dtype": lambda: kern.linear_q(xq, rows.astype(np.int32), 2, np.empty(20, np.float32)),
+        "linear_q rows layout": lambda: kern.linear_q(xq, np.repeat(rows, 2)[::2], 2, np.empty(20, np.float32)),
+        "linear_q out shape": lambda: kern.linear_q(xq, rows, 2, np.empty(19, np.float32)),
+        "linear_q qtype": lambda: kern.linear_q(xq, rows, 3, np.empty(20, np.float32)),
+        "linear_q K": lambda: kern.linear_q(xq[:48], rows, 2, np.empty(20, np.float32)),
+        "attend k, v shapes": lambda: kern.attend(q, kk, vv[:11], lo, hi, 0.25),
+        "attend k width": lambda: kern.attend(q, kk[:, :16], vv[:, :16], lo, hi, 0.25),
+        "attend k dtype": lambda: kern.attend(q, kk.astype(f64), vv, lo, hi, 0.25),
+        "attend v dtype": lambda: kern.attend(q, kk, vv.astype(f64), lo, hi, 0.25),
+        "attend lo shape": lambda: kern.attend(q, kk, vv, lo[:2], hi, 0.25),
+        "attend hi shape": lambda: kern.attend(q, kk, vv, lo, hi[:2], 0.25),
+        "attend lo < 0": lambda: kern.attend(q, kk, vv, lo - 1, hi, 0.25),
+        "attend empty view": lambda: kern.attend(q, kk, vv, hi, hi, 0.25),
+        "attend hi > n": lambda: kern.attend(q, kk, vv, lo, hi + 1, 0.25),
+    }
+    not_refused = []
+    for name, call in refusals.items():
+        try:
+            call()
+        except (AssertionError, ValueError):
+            continue
+        not_refused.append(name)
+    evidence.count("layout_mismatches", len(mism))
+    evidence.count("refusals_missed", len(not_refused))
+    evidence.count("refusals_tried", len(refusals))
+    assert not mism, f"accepted layouts gave other bits: {mism}"
+    assert not not_refused, f"calls that should be refused ran: {not_refused}"
