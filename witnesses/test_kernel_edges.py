@@ -700,3 +700,102 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
     evidence.count("refusals_tried", len(refusals))
     assert not mism, f"accepted layouts gave other bits: {mism}"
     assert not not_refused, f"calls that should be refused ran: {not_refused}"
+
+
+# ---- the model's row-wise steps and RoPE tables: which computation runs ------------------------------------
+
+
+def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_every_layout(kern, evidence):
+    """With the C kernel loaded, impl.model.llama's rmsnorm, silu and swiglu and impl.rope.RopeTable.apply are
+    the kernel's computation wherever it takes the layout (float32, unit column stride; RoPE: (T, H, D)
+    heads of the table's head_dim, one position per row), with the kernel's bits, and numpy's float32
+    formulas from their docstrings (written here) everywhere else: rmsnorm (x * (1 / sqrt(mean(x*x) + eps)))
+    * w, silu x / (1 + exp(-x)), swiglu silu(g) * u, RoPE x * cos + rotate_half(x) * sin. RopeTable's tables
+    are cos and sin of pos * theta^(-2i/D) computed in float64 and rounded once (both halves equal);
+    positions outside [0, max_pos) raise ValueError, an empty list of positions is fine."""
+    from impl.model import llama
+    from impl.rope import RopeTable
+
+    rng = np.random.default_rng(99)
+    mism: list[str] = []
+    f32 = np.float32
+
+    def check(name: str, got, want) -> None:
+        got, want = np.asarray(got), np.asarray(want)
+        if got.dtype != want.dtype or not same_bits(got.astype(np.float32), want.astype(np.float32)):
+            mism.append(name)
+
+    x = (rng.standard_normal((6, 40)) * 3).astype(f32)
+    w = (1 + 0.1 * rng.standard_normal(40)).astype(f32)
+    xw = np.zeros((6, 80), f32)
+    xw[:, ::2] = x
+
+    def np_rmsnorm(a, wt, eps):
+        var = np.mean(a * a, axis=-1, keepdims=True)
+        return (a * (f32(1.0) / np.sqrt(var + f32(eps)))) * wt
+
+    check("rmsnorm kernel", llama.rmsnorm(x, w, 1e-5), kern.rmsnorm(x, w, 1e-5))
+    check("rmsnorm strided", llama.rmsnorm(xw[:, ::2], w, 1e-5), np_rmsnorm(xw[:, ::2], w, 1e-5))
+    check("rmsnorm 1-D", llama.rmsnorm(x[0], w, 1e-5), np_rmsnorm(x[0], w, 1e-5))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    check("rmsnorm float64 x", llama.rmsnorm(x64, w, 1e-5), np_rmsnorm(x64, w, 1e-5))
+    check("rmsnorm float64 w", llama.rmsnorm(x, w64, 1e-5), np_rmsnorm(x, w64, 1e-5))
+
+    def np_silu(a):
+        a = np.asarray(a, dtype=f32)
+        return a / (f32(1.0) + np.exp(-a))
+
+    check("silu kernel 2-D", llama.silu(x), kern.silu(x))
+    check("silu kernel 1-D", llama.silu(x[1]), kern.silu(x[1]))
+    check("silu float64 in", llama.silu(x64), kern.silu(x))
+    check("silu 3-D", llama.silu(x.reshape(2, 3, 40)), np_silu(x.reshape(2, 3, 40)))
+    check("silu strided", llama.silu(xw[:, ::2]), np_silu(xw[:, ::2]))
+    check("silu empty", llama.silu(np.zeros((0, 5), f32)), np.zeros((0, 5), f32))
+    gu = (rng.standard_normal((6, 2 * 24)) * 2).astype(f32)
+    check("swiglu kernel", llama.swiglu(gu, 24), kern.silu(gu[:, :24], gu[:, 24:]))
+    gw = np.zeros((6, 96), f32)
+    gw[:, ::2] = gu
+    check("swiglu strided", llama.swiglu(gw[:, ::2], 24), np_silu(gu[:, :24]) * gu[:, 24:])
+
+    d, max_pos, theta = 12, 70, 5000.0
+    table = RopeTable(theta, d, max_pos)
+    inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = np.arange(max_pos, dtype=np.float64)[:, None] * inv[None, :]
+    ang = np.concatenate([ang, ang], axis=1)
+    check("rope cos table", table.cos, np.cos(ang).astype(f32))
+    check("rope sin table", table.sin, np.sin(ang).astype(f32))
+    xr = rng.standard_normal((5, 3, d)).astype(f32)
+    pos = np.array([0, 69, 3, 35, 7])
+
+    def np_rope(a, p):
+        c, s = np.cos(ang[p]).astype(f32)[:, None, :], np.sin(ang[p]).astype(f32)[:, None, :]
+        h = d // 2
+        return np.concatenate(
+            [a[..., :h] * c[..., :h] - a[..., h:] * s[..., :h], a[..., h:] * c[..., h:] + a[..., :h] * s[..., h:]], -1
+        )
+
+    want_r = np_rope(xr, pos)
+    cs, sn = table.rows(pos)
+    check("rope rows cos", cs, np.cos(ang[pos]).astype(f32))
+    check("rope rows sin", sn, np.sin(ang[pos]).astype(f32))
+    check("rope apply kernel", table.apply(xr, pos), want_r)
+    check("rope apply list", table.apply(xr, pos.tolist()), want_r)
+    rw = np.zeros((5, 3, d + 4), f32)
+    rw[..., :d] = xr
+    check("rope apply strided heads", table.apply(rw[..., :d], pos), want_r)
+    check("rope apply float64", table.apply(xr.astype(np.float64), pos), np_rope(xr.astype(np.float64), pos))
+    check("rope apply empty", table.apply(np.zeros((0, 3, d), f32), []), np.zeros((0, 3, d), f32))
+    refused = 0
+    for bad in ([0, -1, 2, 3, 4], [0, 1, 2, 3, 70]):
+        try:
+            table.apply(xr, bad)
+        except ValueError:
+            refused += 1
+        try:
+            table.rows(np.array(bad))
+        except ValueError:
+            refused += 1
+    evidence.count("dispatch_mismatches", len(mism))
+    evidence.count("rope_refusals", refused)
+    assert not mism, f"not the documented computation: {mism}"
+    assert refused == 4, f"out-of-range positions accepted ({4 - refused} of 4 calls)"
