@@ -257,7 +257,7 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
     @given(
         t=st.integers(1, 8),
         k=st.integers(1, 150),
-        c=st.integers(1, 70),
+        c=st.one_of(st.integers(1, 70), st.sampled_from([16, 32, 48, 64])),  # whole groups of 16 rows too
         f=st.integers(1, 70),
         half=st.integers(1, 40),
         g=st.integers(1, 5),
@@ -380,6 +380,13 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
             lib.kv_rmsnorm(z, f, 0, f, z, ctypes.c_float(1e-5), z, f, threads)
             lib.kv_rope(z, 2 * dr, 0, 2, dr, z, z, z, z, threads)
             lib.kv_attend(z, 0, 1, g, d, z, z, d, z, z, 0.25, z, threads)
+            # rows of no values: nothing but the positions (RoPE) and view bounds (attention) is read
+            lib.kv_rmsnorm(z, 0, t, 0, z, ctypes.c_float(1e-5), z, 0, threads)
+            gpos = gd(pos.astype(np.int64), "end")
+            lib.kv_rope(z, 0, t, 0, dr, z, z, ptr(gpos), z, threads)
+            lib.kv_rope(z, 0, t, 2, 0, z, z, ptr(gpos), z, threads)
+            glo, ghi = gd(lo, "end"), gd(hi, "end")
+            lib.kv_attend(z, t, 1, g, 0, z, z, 0, ptr(glo), ptr(ghi), 0.25, z, threads)
             gxq, grows = gd(xq, "end"), gd(rows0, "end")
             yq = gd(np.zeros(c, np.float32), "end")
             for kq, qt in ((32 * nb + 1 + int(rng.integers(31)), kernels.QTYPES[qtype]), (32 * nb, 3), (32 * nb, 0)):
@@ -627,6 +634,14 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
     vw2 = np.zeros((12, 35), np.float32)
     vw2[:, :32] = vv
     check("attend v rows strided alone", kern.attend(q, kk, vw2[:, :32], lo, hi, 0.25), want_a)
+    # one key/value row broadcast to 40 (row stride 0): the values of 40 equal rows
+    qb, kb1, vb1, lob, hib = attention_case(rng, 40, 2, 1, 2, 32, None, 1.0, 0)
+    kb, vb = np.broadcast_to(kb1[:1], (40, 32)), np.broadcast_to(vb1[:1], (40, 32))
+    check(
+        "attend broadcast rows",
+        kern.attend(qb, kb, vb, lob, hib, 0.25),
+        kern.attend(qb, kb.copy(), vb.copy(), lob, hib, 0.25),
+    )
     # linear_q: the documented call works
     raw = random_blocks("Q4_1", 20, 2, rng)
     rows = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
