@@ -387,6 +387,7 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
             lib.kv_rope(z, 0, t, 2, 0, z, z, ptr(gpos), z, threads)
             glo, ghi = gd(lo, "end"), gd(hi, "end")
             lib.kv_attend(z, t, 1, g, 0, z, z, 0, ptr(glo), ptr(ghi), 0.25, z, threads)
+            lib.kv_attend(z, t, 0, g, d, z, z, 0, ptr(glo), ptr(ghi), 0.25, z, threads)  # no KV heads
             gxq, grows = gd(xq, "end"), gd(rows0, "end")
             yq = gd(np.zeros(c, np.float32), "end")
             for kq, qt in ((32 * nb + 1 + int(rng.integers(31)), kernels.QTYPES[qtype]), (32 * nb, 3), (32 * nb, 0)):
