@@ -86,8 +86,8 @@ def test_default_thread_count_is_set_read_back_and_threads0_calls_keep_their_bit
     cos, sin = rope_tables(10000.0, 300, 512)
     pos = rng.integers(0, 512, 60)
     q, k, v, lo, hi = attention_case(rng, 80, 20, 2, 3, 64, None, 1.0, 0)
-    raw = random_blocks("Q8_0", 150, 4, rng)  # 10 groups of 16 rows: threaded on 2-4 threads
-    rows = np.ascontiguousarray(raw.ctypes.data + np.arange(150) * raw.shape[1], dtype=np.uintp)
+    raw = random_blocks("Q8_0", 161, 4, rng)  # 10 groups of 16 rows and one of 1: threaded on 2-4 threads
+    rows = np.ascontiguousarray(raw.ctypes.data + np.arange(161) * raw.shape[1], dtype=np.uintp)
     xq = rng.standard_normal(128).astype(np.float32)
 
     def run(threads: int) -> list[np.ndarray]:
@@ -95,7 +95,7 @@ def test_default_thread_count_is_set_read_back_and_threads0_calls_keep_their_bit
         kern.linear(x, panels, y, threads=threads)
         y1 = np.empty((1, panels.shape[0] * NR), dtype=np.float32)
         kern.linear(x[:1], panels, y1, threads=threads)
-        yq = np.empty(150, dtype=np.float32)
+        yq = np.empty(161, dtype=np.float32)
         kern.linear_q(xq, rows, kernels.QTYPES["Q8_0"], yq, threads=threads)
         return [
             y,
