@@ -815,3 +815,61 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
     evidence.count("rope_refusals", refused)
     assert not mism, f"not the documented computation: {mism}"
     assert refused == 4, f"out-of-range positions accepted ({4 - refused} of 4 calls)"
+
+
+def _vm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
+def test_linear_scratch_fails_only_when_memory_runs_out_and_recovers(kern, evidence):
+    """kv_linear returns -1 (Kernel.linear: MemoryError) only when its packed-row scratch cannot be allocated,
+    and reserves no more than it needs (the packed rows plus a quarter, rounded to 64 bytes). On this thread
+    (the main one: its allocations come from the main heap and mmap, both counted), every input allocated
+    first, under an address-space limit 24 MB above what the process maps (RLIMIT_AS): a call whose scratch
+    needs 150 MB fails (more than the heap can hold free: malloc_trim first); then calls needing 6, 8, 10 and
+    13 MB of scratch succeed in turn (growth frees the smaller buffer: never near 24 MB at once); with the
+    limit lifted, the 150 MB call succeeds. The rows of
+    every successful call have the bits of the same row fed alone. (The other witnesses' calls on this
+    thread need at most about 1 MB of scratch, so every call here grows it.)"""
+    import resource
+
+    rng = np.random.default_rng(11)
+    k_dim = 1000
+    big_t, steps = 30_000, (1200, 1600, 2000, 2600)  # scratch ~ 1.25 * T * K * 4 bytes: 150 MB; 6-13 MB
+    panels = pack(rng.standard_normal((16, k_dim)).astype(np.float32))
+    xs = [rng.standard_normal((t, k_dim), dtype=np.float32) for t in (big_t, *steps)]
+    outs = [np.zeros((x.shape[0], NR), np.float32) for x in xs]
+    codes: list[str] = []
+    _libc.malloc_trim(0)  # free heap memory back to the system: what is left free cannot hold 150 MB
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + 24 * 2**20, hard))
+        for x, y in zip(xs, outs, strict=True):
+            try:
+                kern.linear(x, panels, y, threads=1)
+                codes.append("ok")
+            except MemoryError:
+                codes.append("MemoryError")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    try:
+        kern.linear(xs[0], panels, outs[0], threads=1)
+        codes.append("ok")
+    except MemoryError:
+        codes.append("MemoryError")
+    mism = 0
+    for x, y in zip(xs, outs, strict=True):
+        for i in (0, x.shape[0] // 2, x.shape[0] - 1):
+            y1 = np.empty((1, NR), np.float32)
+            kern.linear(x[i : i + 1], panels, y1, threads=1)
+            mism += int(bitdiff(y[i : i + 1], y1) != 0)
+    want = ["MemoryError", "ok", "ok", "ok", "ok", "ok"]
+    evidence.record("limited_calls", codes)
+    evidence.count("scratch_limit_errors", int(codes != want))
+    evidence.count("scratch_limit_mismatches", mism)
+    assert codes == want, f"150 MB, 6-13 MB under a 24 MB margin, 150 MB without: {codes}, expected {want}"
+    assert mism == 0, f"{mism} rows differ from the row alone"
