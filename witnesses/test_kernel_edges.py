@@ -388,6 +388,9 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
             glo, ghi = gd(lo, "end"), gd(hi, "end")
             lib.kv_attend(z, t, 1, g, 0, z, z, 0, ptr(glo), ptr(ghi), 0.25, z, threads)
             lib.kv_attend(z, t, 0, g, d, z, z, 0, ptr(glo), ptr(ghi), 0.25, z, threads)  # no KV heads
+            # views of no rows (lo == hi, below Kernel.attend's checks): no key or value is read, nothing faults
+            ya = gd(np.zeros((t, 2 * d), np.float32), "end")
+            lib.kv_attend(z, t, 1, 2, d, z, z, d, ptr(ghi), ptr(ghi), 0.25, ptr(ya), threads)
             gxq, grows = gd(xq, "end"), gd(rows0, "end")
             yq = gd(np.zeros(c, np.float32), "end")
             for kq, qt in ((32 * nb + 1 + int(rng.integers(31)), kernels.QTYPES[qtype]), (32 * nb, 3), (32 * nb, 0)):
@@ -522,15 +525,21 @@ mqa_shapes = st.fixed_dictionaries(
 def test_attention_on_wide_groups_and_heads_is_within_its_bound_and_a_querys_bits_are_its_own(kern, evidence):
     """Kernel.attend with groups of 5-9 query heads per KV head (a full group of 4 and a remainder), MQA's
     65-130 query heads over one KV head, head_dims 136-272 (8-16 value chunks of 16 and partial ones; past 256
-    the scalar path), 1-4 threads: a query's bits equal the query alone, in any chunking, on 1 thread and
-    in a call past the threading threshold; each output within attention_bound of the float64 reference."""
+    the scalar path), 1-4 threads, causal views or any views (each query its own [lo, hi): later queries may
+    see fewer rows, further on): a query's bits equal the query alone, in any chunking, on 1 thread and in a
+    call past the threading threshold; each output within attention_bound of the float64 reference."""
 
-    @given(shape=st.one_of(wide_shapes, mqa_shapes), threads=threads_st, seed=seeds)
-    def prop(shape, threads, seed):
+    @given(shape=st.one_of(wide_shapes, mqa_shapes), any_views=st.booleans(), threads=threads_st, seed=seeds)
+    def prop(shape, any_views, threads, seed):
         n, hkv, g, d = shape["n"], shape["hkv"], shape["g"], shape["d"]
         t = min(shape["t"], n)
         rng = np.random.default_rng(seed)
         q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, None, 1.0, 0)
+        if any_views:  # the first query sees all n rows; the others 1-3 rows ending anywhere
+            hi = rng.integers(1, n + 1, t)
+            hi[0] = n
+            lo = np.maximum(hi - rng.integers(1, 4, t), 0)
+            lo[0] = 0
         scale = 1.0 / np.sqrt(d)
         got = kern.attend(q, k, v, lo, hi, scale, threads=1)
         delta = bitdiff(kern.attend(q, k, v, lo, hi, scale, threads=threads), got)
