@@ -572,7 +572,8 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
     strided rows (x, g, u, out wider than needed, k/v rows with another stride or column step, q and
     weights not contiguous or float64, positions and view bounds as int32 lists, 1-D silu), and the columns
     of out past P*16 are left alone. Each refused call (one condition of one check broken, everything else
-    valid) raises AssertionError or ValueError before the kernel runs."""
+    valid) raises AssertionError or ValueError before the kernel runs. A Kernel made anew from the loaded
+    library has its attributes and the loaded one's bits on every entry point."""
     rng = np.random.default_rng(2027)
     mism: list[str] = []
 
@@ -652,12 +653,55 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
         kern.attend(qb, kb, vb, lob, hib, 0.25),
         kern.attend(qb, kb.copy(), vb.copy(), lob, hib, 0.25),
     )
+    # rows that overlap (row stride 4 bytes) with a column step of 8 in k and 4 in v, and the other way round:
+    # Kernel.attend must copy whichever has no unit column step
+    buf_k, buf_v = rng.standard_normal(200).astype(np.float32), rng.standard_normal(200).astype(np.float32)
+    qo = rng.standard_normal((1, 1, 1, 32)).astype(np.float32)
+    for name, ko, vo in (
+        (
+            "k",
+            np.lib.stride_tricks.as_strided(buf_k, (12, 32), (4, 8)),
+            np.lib.stride_tricks.as_strided(buf_v, (12, 32), (4, 4)),
+        ),
+        (
+            "v",
+            np.lib.stride_tricks.as_strided(buf_k, (12, 32), (4, 4)),
+            np.lib.stride_tricks.as_strided(buf_v, (12, 32), (4, 8)),
+        ),
+    ):
+        lo1, hi1 = np.array([2]), np.array([12])
+        want_o = kern.attend(qo, np.ascontiguousarray(ko), np.ascontiguousarray(vo), lo1, hi1, 0.25)
+        check(f"attend overlapping rows, {name} column step 8", kern.attend(qo, ko, vo, lo1, hi1, 0.25), want_o)
+    # a Kernel made anew from the same library: its attributes and every entry point, with the loaded one's bits
+    fresh = kernels.Kernel(kern.path, build=kern.build)
+    attrs = (fresh.path, fresh.build, fresh.isa, fresh.q_isa, fresh.vl, fresh.q_vector)
+    if attrs != (kern.path, kern.build, kern.isa, kern.q_isa, kern.vl, kern.isa.startswith("avx")):
+        mism.append(f"a new Kernel's attributes {attrs}")
+    desc = fresh.describe()
+    if not (desc.startswith(fresh.isa) and f"build {fresh.build}:" in desc) or any(
+        fl not in desc for fl in kernels.ISA_BUILDS[fresh.build].flags
+    ):
+        mism.append(f"describe() = {desc!r}")
+    fl = np.empty((t, p * NR), np.float32)
+    fresh.linear(x, panels, fl, threads=2)
+    check("fresh linear", fl, want_l)
+    check("fresh exp", fresh.exp(xe), want_e)
+    check("fresh silu", fresh.silu(g, u, 2), want_w)
+    check("fresh rmsnorm", fresh.rmsnorm(g, wn, 1e-5, 2), want_n)
+    check("fresh rope", fresh.rope(xr, cos, sin, pos, 2), want_r)
+    check("fresh attend", fresh.attend(q, kk, vv, lo, hi, 0.25, 2), want_a)
+    before = fresh.default_threads(0)
+    if fresh.default_threads(before) != before or kern.default_threads(0) != before:
+        mism.append("fresh default_threads")
     # linear_q: the documented call works
     raw = random_blocks("Q4_1", 20, 2, rng)
     rows = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
     xq = rng.standard_normal(64).astype(np.float32)
     yq = np.empty(20, np.float32)
     kern.linear_q(xq, rows, kernels.QTYPES["Q4_1"], yq)
+    fq = np.empty(20, np.float32)
+    fresh.linear_q(xq, rows, kernels.QTYPES["Q4_1"], fq, threads=2)
+    check("fresh linear_q", fq, yq)
 
     f64 = np.float64
     refusals = {
@@ -712,6 +756,10 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
         "attend lo < 0": lambda: kern.attend(q, kk, vv, lo - 1, hi, 0.25),
         "attend empty view": lambda: kern.attend(q, kk, vv, hi, hi, 0.25),
         "attend hi > n": lambda: kern.attend(q, kk, vv, lo, hi + 1, 0.25),
+        "attend one lo < 0": lambda: kern.attend(q, kk, vv, lo - np.array([1, 0, 0]), hi, 0.25),
+        "attend 1 query lo < 0": lambda: kern.attend(q[:1], kk, vv, lo[:1] - 1, hi[:1], 0.25),
+        "attend 1 query empty view": lambda: kern.attend(q[:1], kk, vv, hi[:1], hi[:1], 0.25),
+        "attend 1 query hi > n": lambda: kern.attend(q[:1], kk, vv, lo[:1], hi[:1] * 0 + 13, 0.25),
     }
     not_refused = []
     for name, call in refusals.items():
@@ -737,7 +785,9 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
     formulas from their docstrings (written here) everywhere else: rmsnorm (x * (1 / sqrt(mean(x*x) + eps)))
     * w, silu x / (1 + exp(-x)), swiglu silu(g) * u, RoPE x * cos + rotate_half(x) * sin. RopeTable's tables
     are cos and sin of pos * theta^(-2i/D) computed in float64 and rounded once (both halves equal);
-    positions outside [0, max_pos) raise ValueError, an empty list of positions is fine."""
+    positions outside [0, max_pos) raise ValueError, an empty list of positions is fine; with the kernel
+    switched off RopeTable.apply has the same bits. The inputs are ones where the kernel's and numpy's
+    rmsnorm and silu differ (checked), so which of the two ran shows."""
     from impl.model import llama
     from impl.rope import RopeTable
 
@@ -750,15 +800,18 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
         if got.dtype != want.dtype or not same_bits(got.astype(np.float32), want.astype(np.float32)):
             mism.append(name)
 
-    x = (rng.standard_normal((6, 40)) * 3).astype(f32)
-    w = (1 + 0.1 * rng.standard_normal(40)).astype(f32)
-    xw = np.zeros((6, 80), f32)
+    # 40 rows of 700 at scales 0.05-20: numpy's and the kernel's rmsnorm and silu differ in some of them
+    x = (rng.standard_normal((40, 700)) * np.exp(rng.uniform(-3, 3, (40, 1)))).astype(f32)
+    w = (1 + 0.1 * rng.standard_normal(700)).astype(f32)
+    xw = np.zeros((40, 1400), f32)
     xw[:, ::2] = x
 
     def np_rmsnorm(a, wt, eps):
         var = np.mean(a * a, axis=-1, keepdims=True)
         return (a * (f32(1.0) / np.sqrt(var + f32(eps)))) * wt
 
+    if same_bits(kern.rmsnorm(x, w, 1e-5), np_rmsnorm(x, w, 1e-5)):
+        mism.append("precondition: the kernel's and numpy's rmsnorm have the same bits here")
     check("rmsnorm kernel", llama.rmsnorm(x, w, 1e-5), kern.rmsnorm(x, w, 1e-5))
     check("rmsnorm strided", llama.rmsnorm(xw[:, ::2], w, 1e-5), np_rmsnorm(xw[:, ::2], w, 1e-5))
     check("rmsnorm 1-D", llama.rmsnorm(x[0], w, 1e-5), np_rmsnorm(x[0], w, 1e-5))
@@ -770,17 +823,21 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
         a = np.asarray(a, dtype=f32)
         return a / (f32(1.0) + np.exp(-a))
 
+    if same_bits(kern.silu(x), np_silu(x)) or same_bits(kern.silu(x[1]), np_silu(x[1])):
+        mism.append("precondition: the kernel's and numpy's silu have the same bits here")
     check("silu kernel 2-D", llama.silu(x), kern.silu(x))
     check("silu kernel 1-D", llama.silu(x[1]), kern.silu(x[1]))
     check("silu float64 in", llama.silu(x64), kern.silu(x))
-    check("silu 3-D", llama.silu(x.reshape(2, 3, 40)), np_silu(x.reshape(2, 3, 40)))
+    check("silu 3-D", llama.silu(x.reshape(4, 10, 700)), np_silu(x.reshape(4, 10, 700)))
     check("silu strided", llama.silu(xw[:, ::2]), np_silu(xw[:, ::2]))
     check("silu empty", llama.silu(np.zeros((0, 5), f32)), np.zeros((0, 5), f32))
-    gu = (rng.standard_normal((6, 2 * 24)) * 2).astype(f32)
-    check("swiglu kernel", llama.swiglu(gu, 24), kern.silu(gu[:, :24], gu[:, 24:]))
-    gw = np.zeros((6, 96), f32)
+    gu = (rng.standard_normal((6, 2 * 240)) * 2).astype(f32)
+    if same_bits(kern.silu(gu[:, :240], gu[:, 240:]), np_silu(gu[:, :240]) * gu[:, 240:]):
+        mism.append("precondition: the kernel's and numpy's swiglu have the same bits here")
+    check("swiglu kernel", llama.swiglu(gu, 240), kern.silu(gu[:, :240], gu[:, 240:]))
+    gw = np.zeros((6, 960), f32)
     gw[:, ::2] = gu
-    check("swiglu strided", llama.swiglu(gw[:, ::2], 24), np_silu(gu[:, :24]) * gu[:, 24:])
+    check("swiglu strided", llama.swiglu(gw[:, ::2], 240), np_silu(gu[:, :240]) * gu[:, 240:])
 
     d, max_pos, theta = 12, 70, 5000.0
     table = RopeTable(theta, d, max_pos)
@@ -810,6 +867,12 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
     check("rope apply strided heads", table.apply(rw[..., :d], pos), want_r)
     check("rope apply float64", table.apply(xr.astype(np.float64), pos), np_rope(xr.astype(np.float64), pos))
     check("rope apply empty", table.apply(np.zeros((0, 3, d), f32), []), np.zeros((0, 3, d), f32))
+    real_load = kernels.load
+    try:
+        kernels.load = lambda: None  # the numpy fallback in force (as KVPROOF_KERNEL=numpy)
+        check("rope apply fallback", table.apply(xr, pos), want_r)
+    finally:
+        kernels.load = real_load
     refused = 0
     for bad in ([0, -1, 2, 3, 4], [0, 1, 2, 3, 70]):
         try:
