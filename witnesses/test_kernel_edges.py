@@ -421,7 +421,9 @@ def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_rang
     minima m) are drawn from F16_SPECIALS: zeros of both signs, subnormals (the f16 exponent 0), the smallest
     normal, the top binade (exponent 30, up to 65504), infinities and NaN (exponent 31). Each output equals
     the documented arithmetic on ggml's float32 weights (witnesses/gguf_reference.py: f16 widened exactly,
-    then q*d (+ m) in float32) summed in the kernel's documented order, bit for bit; any NaN matches any NaN."""
+    then q*d (+ m) in float32) summed in the kernel's documented order, bit for bit; any NaN matches any NaN.
+    Then crafted rows (non-negative x, every q positive, one block of a row in three with an infinite, NaN,
+    largest or smallest scale: an infinity must stay an infinity, a NaN a NaN) and K = 0 (every output +0)."""
 
     @given(
         qtype=st.sampled_from(sorted(QBLOCK)),
@@ -456,6 +458,38 @@ def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_rang
         assert bad == 0, f"{qtype} c={c} K={k}: outputs are not ggml's arithmetic on f16 scales at the ends"
 
     prop()
+    # crafted: non-negative x and blocks whose q are all positive, so an infinite scale gives an infinite output
+    # (not NaN) and a NaN scale NaN; and K = 0, where every output is the empty sum, +0
+    rng = np.random.default_rng(7)
+    bad, cases = 0, 0
+    for qtype in sorted(QBLOCK):
+        for special in (np.inf, -np.inf, np.nan, 65504.0, 2.0**-24):
+            raw = random_blocks(qtype, 20, 3, rng).reshape(20, 3, QBLOCK[qtype])
+            if qtype == "Q4_1":
+                raw[:, :, 4:] = rng.integers(1, 16, raw[:, :, 4:].shape) * 17  # both nibbles 1-15
+                raw[:, :, 2:4] = 0  # m = +0
+            else:
+                raw[:, :, 2:] = rng.integers(1, 128, raw[:, :, 2:].shape)
+            raw[:, :, 1] &= 0x7F  # d >= 0: the f16 sign bit cleared
+            raw[::3, 1, 0:2] = np.array([special], dtype=np.float16).view(np.uint8)[None]
+            raw = np.ascontiguousarray(raw.reshape(20, -1))
+            rows = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
+            x = np.abs(rng.standard_normal(96)).astype(np.float32)
+            decode = gguf_reference.decode_q4_1 if qtype == "Q4_1" else gguf_reference.decode_q8_0
+            with np.errstate(invalid="ignore", over="ignore"):
+                want = blocked_dot_reference(x[None], decode(raw.reshape(-1)).reshape(20, 96))[0]
+            for ref in (False, True):
+                got = np.empty(20, dtype=np.float32)
+                kern.linear_q(x, rows, kernels.QTYPES[qtype], got, threads=2, reference=ref)
+                bad += int(not same_bits(got, want))
+                cases += 1
+        for ref in (False, True):
+            got = np.full(20, np.nan, dtype=np.float32)
+            kern.linear_q(np.zeros(0, np.float32), rows, kernels.QTYPES[qtype], got, reference=ref)
+            bad += int(not same_bits(got, np.zeros(20, np.float32)))
+            cases += 1
+    evidence.count("special_scale_mismatches", bad)
+    assert bad == 0, f"{bad} of {cases} crafted decodes (infinite, NaN and extreme scales; K = 0) are not ggml's"
 
 
 # ---- linear on many panels ----------------------------------------------------------------------------------
