@@ -985,3 +985,22 @@ def test_linear_scratch_fails_only_when_memory_runs_out_and_recovers(kern, evide
     evidence.count("scratch_limit_mismatches", mism + int(attend_delta != 0))
     assert codes == want, f"150 MB, 17-50 MB under a 64 MB margin, 150 MB without: {codes}, expected {want}"
     assert mism == 0, f"{mism} rows differ from the row alone"
+
+
+def test_the_kernel_is_loaded_wherever_it_builds(evidence):
+    """The numpy fallback is for an explicit KVPROOF_KERNEL=numpy or a kernel that does not build (no compiler,
+    a compiler error: impl.kernels.status() names it). Where kernels.build() gives a library, kernels.load()
+    must return the Kernel made from it, never the fallback: otherwise every witness of this card would skip
+    and the card say nothing (this witness has no `kern` fixture, so it runs either way)."""
+    import os
+
+    if os.environ.get(kernels.ENV_CHOICE, "auto") == "numpy":
+        pytest.skip("n/a: KVPROOF_KERNEL=numpy chooses the fallback")
+    try:
+        path = kernels.build()
+    except (OSError, RuntimeError) as e:
+        pytest.skip(f"n/a: the kernel does not build here ({e})")
+    k = kernels.load()
+    loaded = k is not None and k.path == path
+    evidence.count("kernel_not_loaded", int(not loaded))
+    assert loaded, f"the kernel builds ({path}) but load() gives {k!r}: {kernels.status()}"
