@@ -280,6 +280,10 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
         rows0 = np.ascontiguousarray(raw.ctypes.data + order * raw.shape[1], dtype=np.uintp)
         lq = np.empty(c, dtype=np.float32)
         kern.linear_q(xq, rows0, kernels.QTYPES[qtype], lq, threads=1)
+        raw32 = random_blocks(qtype, 32, nb, rng)
+        rows32 = np.ascontiguousarray(raw32.ctypes.data + np.arange(32) * raw32.shape[1], dtype=np.uintp)
+        lq32 = np.empty(32, dtype=np.float32)
+        kern.linear_q(xq, rows32, kernels.QTYPES[qtype], lq32, threads=1)
         xe = -np.abs(rng.standard_normal(f) * 10).astype(np.float32)
         gs = (rng.standard_normal((t, f)) * 3).astype(np.float32)
         us = rng.standard_normal((t, f)).astype(np.float32)
@@ -294,6 +298,7 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
         want = {
             "linear": lin,
             "linear_q": lq,
+            "linear_q 32 rows": lq32,
             "exp": kern.exp(xe),
             "silu": kern.silu(gs, None, threads=1),
             "swiglu": kern.silu(gs, us, threads=1),
@@ -316,6 +321,14 @@ def test_every_entry_point_stays_inside_its_buffers(kern, evidence):
                 for ref in (0, 1):
                     lib.kv_linear_q(ptr(gxq), 32 * nb, ptr(grows), c, kernels.QTYPES[qtype], ptr(yq), threads, ref)
                     got["linear_q" if ref == 0 else "linear_q scalar"] = yq.copy()
+                # 32 rows: two whole groups of 16, the last one's rows ending at the guard
+                graw32 = gd(raw32, at)
+                grows32 = gd(
+                    np.ascontiguousarray(graw32.ctypes.data + np.arange(32) * raw32.shape[1], dtype=np.uintp), at
+                )
+                y32 = gd(np.zeros(32, np.float32), at)
+                lib.kv_linear_q(ptr(gxq), 32 * nb, ptr(grows32), 32, kernels.QTYPES[qtype], ptr(y32), threads, 0)
+                got["linear_q 32 rows"] = y32.copy()
                 gxe, ye = gd(xe, at), gd(np.zeros(f, np.float32), at)
                 lib.kv_exp(ptr(gxe), f, ptr(ye))
                 got["exp"] = ye.copy()
