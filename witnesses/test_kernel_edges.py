@@ -436,7 +436,8 @@ def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_rang
     the documented arithmetic on ggml's float32 weights (witnesses/gguf_reference.py: f16 widened exactly,
     then q*d (+ m) in float32) summed in the kernel's documented order, bit for bit; any NaN matches any NaN.
     Then crafted rows (non-negative x, every q positive, one block of a row in three with an infinite, NaN,
-    largest or smallest scale: an infinity must stay an infinity, a NaN a NaN) and K = 0 (every output +0)."""
+    largest or smallest scale: an infinity must stay an infinity, a NaN a NaN), rows of 33 blocks, and K = 0
+    (every output +0)."""
 
     @given(
         qtype=st.sampled_from(sorted(QBLOCK)),
@@ -496,6 +497,17 @@ def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_rang
                 kern.linear_q(x, rows, kernels.QTYPES[qtype], got, threads=2, reference=ref)
                 bad += int(not same_bits(got, want))
                 cases += 1
+        # a long row: 33 blocks (K = 1056, past 31 blocks)
+        raw = random_blocks(qtype, 20, 33, rng)
+        rows33 = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
+        x = rng.standard_normal(33 * 32).astype(np.float32)
+        decode = gguf_reference.decode_q4_1 if qtype == "Q4_1" else gguf_reference.decode_q8_0
+        want = blocked_dot_reference(x[None], decode(raw.reshape(-1)).reshape(20, 33 * 32))[0]
+        for ref in (False, True):
+            got = np.empty(20, dtype=np.float32)
+            kern.linear_q(x, rows33, kernels.QTYPES[qtype], got, threads=2, reference=ref)
+            bad += int(not same_bits(got, want))
+            cases += 1
         for ref in (False, True):
             got = np.full(20, np.nan, dtype=np.float32)
             kern.linear_q(np.zeros(0, np.float32), rows, kernels.QTYPES[qtype], got, reference=ref)
