@@ -585,15 +585,22 @@ def test_attention_on_wide_groups_and_heads_is_within_its_bound_and_a_querys_bit
     """Kernel.attend with groups of 5-9 query heads per KV head (a full group of 4 and a remainder), MQA's
     65-130 query heads over one KV head, head_dims 136-272 (8-16 value chunks of 16 and partial ones; past 256
     the scalar path), 1-4 threads, causal views or any views (each query its own [lo, hi): later queries may
-    see fewer rows, further on): a query's bits equal the query alone, in any chunking, on 1 thread and in a
-    call past the threading threshold; each output within attention_bound of the float64 reference."""
+    see fewer rows, further on), queries scaled from 1e-6 (scores near 0, where the dot product's bound is
+    tiny) to 5: a query's bits equal the query alone, in any chunking, on 1 thread and in a call past the
+    threading threshold; each output within attention_bound of the float64 reference."""
 
-    @given(shape=st.one_of(wide_shapes, mqa_shapes), any_views=st.booleans(), threads=threads_st, seed=seeds)
-    def prop(shape, any_views, threads, seed):
+    @given(
+        shape=st.one_of(wide_shapes, mqa_shapes),
+        any_views=st.booleans(),
+        temp=st.sampled_from([1e-6, 1.0, 5.0]),
+        threads=threads_st,
+        seed=seeds,
+    )
+    def prop(shape, any_views, temp, threads, seed):
         n, hkv, g, d = shape["n"], shape["hkv"], shape["g"], shape["d"]
         t = min(shape["t"], n)
         rng = np.random.default_rng(seed)
-        q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, None, 1.0, 0)
+        q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, None, temp, 0)
         if any_views:  # the first query sees all n rows; the others 1-3 rows ending anywhere
             hi = rng.integers(1, n + 1, t)
             hi[0] = n
