@@ -500,7 +500,9 @@ def test_quantized_decode_has_ggml_bits_for_f16_scales_at_the_ends_of_their_rang
         # a long row: 33 blocks (K = 1056, past 31 blocks)
         raw = random_blocks(qtype, 20, 33, rng)
         rows33 = np.ascontiguousarray(raw.ctypes.data + np.arange(20) * raw.shape[1], dtype=np.uintp)
-        x = rng.standard_normal(33 * 32).astype(np.float32)
+        x = np.ones(34 * 32, np.float32)  # ones past the end: a read past x adds to the sum instead of nothing
+        x[: 33 * 32] = rng.standard_normal(33 * 32)
+        x = x[: 33 * 32]
         decode = gguf_reference.decode_q4_1 if qtype == "Q4_1" else gguf_reference.decode_q8_0
         want = blocked_dot_reference(x[None], decode(raw.reshape(-1)).reshape(20, 33 * 32))[0]
         for ref in (False, True):
