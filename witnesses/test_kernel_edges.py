@@ -740,6 +740,15 @@ def test_kernel_methods_accept_every_documented_layout_and_refuse_the_rest(kern,
         lo1, hi1 = np.array([2]), np.array([12])
         want_o = kern.attend(qo, np.ascontiguousarray(ko), np.ascontiguousarray(vo), lo1, hi1, 0.25)
         check(f"attend overlapping rows, {name} column step 8", kern.attend(qo, ko, vo, lo1, hi1, 0.25), want_o)
+    # k and v with different row strides where one of them has rows 4 bytes apart (overlapping), and no queries
+    kn = rng.standard_normal((12, 32)).astype(np.float32)
+    for name, ko, vo in (
+        ("k plain, v rows overlapping", kn, np.lib.stride_tricks.as_strided(buf_v, (12, 32), (4, 4))),
+        ("k rows overlapping, v plain", np.lib.stride_tricks.as_strided(buf_k, (12, 32), (4, 4)), kn),
+    ):
+        want_o = kern.attend(qo, np.ascontiguousarray(ko), np.ascontiguousarray(vo), lo1, hi1, 0.25)
+        check(f"attend {name}", kern.attend(qo, ko, vo, lo1, hi1, 0.25), want_o)
+    check("attend no queries", kern.attend(q[:0], kk, vv, lo[:0], hi[:0], 0.25), np.zeros((0, 64), np.float32))
     # a Kernel made anew from the same library: its attributes and every entry point, with the loaded one's bits
     fresh = kernels.Kernel(kern.path, build=kern.build)
     attrs = (fresh.path, fresh.build, fresh.isa, fresh.q_isa, fresh.vl, fresh.q_vector)
