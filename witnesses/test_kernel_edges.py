@@ -863,8 +863,9 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
     * w, silu x / (1 + exp(-x)), swiglu silu(g) * u, RoPE x * cos + rotate_half(x) * sin. RopeTable's tables
     are cos and sin of pos * theta^(-2i/D) computed in float64 and rounded once (both halves equal);
     positions outside [0, max_pos) raise ValueError, an empty list of positions is fine; with the kernel
-    switched off RopeTable.apply has the same bits. The inputs are ones where the kernel's and numpy's
-    rmsnorm and silu differ (checked), so which of the two ran shows."""
+    switched off RopeTable.apply has the same bits; with it loaded, RopeTable.apply calls Kernel.rope exactly
+    for the layouts the kernel takes (its docstring's "one native pass"), counted by a spy. The inputs are
+    ones where the kernel's and numpy's rmsnorm and silu differ (checked), so which of the two ran shows."""
     from impl.model import llama
     from impl.rope import RopeTable
 
@@ -937,13 +938,32 @@ def test_model_rowwise_steps_and_rope_tables_run_the_documented_computation_on_e
     cs, sn = table.rows(pos)
     check("rope rows cos", cs, np.cos(ang[pos]).astype(f32))
     check("rope rows sin", sn, np.sin(ang[pos]).astype(f32))
-    check("rope apply kernel", table.apply(xr, pos), want_r)
-    check("rope apply list", table.apply(xr, pos.tolist()), want_r)
-    rw = np.zeros((5, 3, d + 4), f32)
-    rw[..., :d] = xr
-    check("rope apply strided heads", table.apply(rw[..., :d], pos), want_r)
-    check("rope apply float64", table.apply(xr.astype(np.float64), pos), np_rope(xr.astype(np.float64), pos))
-    check("rope apply empty", table.apply(np.zeros((0, 3, d), f32), []), np.zeros((0, 3, d), f32))
+    # RopeTable.apply runs the kernel ("one native pass") exactly where the kernel takes the layout: a spy on
+    # Kernel.rope counts the calls
+    calls: list[int] = []
+    real_rope = kern.rope
+
+    def spy(*a, **kw):
+        calls.append(1)
+        return real_rope(*a, **kw)
+
+    def native(name: str, want_calls: int, got, want) -> None:
+        check(name, got, want)
+        if len(calls) != want_calls:
+            mism.append(f"{name}: {len(calls)} kernel calls, {want_calls} expected")
+        calls.clear()
+
+    kern.rope = spy
+    try:
+        native("rope apply kernel", 1, table.apply(xr, pos), want_r)
+        native("rope apply list", 1, table.apply(xr, pos.tolist()), want_r)
+        rw = np.zeros((5, 3, d + 4), f32)
+        rw[..., :d] = xr
+        native("rope apply strided heads", 0, table.apply(rw[..., :d], pos), want_r)
+        native("rope apply float64", 0, table.apply(xr.astype(np.float64), pos), np_rope(xr.astype(np.float64), pos))
+        check("rope apply empty", table.apply(np.zeros((0, 3, d), f32), []), np.zeros((0, 3, d), f32))
+    finally:
+        del kern.rope
     real_load = kernels.load
     try:
         kernels.load = lambda: None  # the numpy fallback in force (as KVPROOF_KERNEL=numpy)
