@@ -38,6 +38,7 @@ from witnesses.test_kernel_paths import (
     blocked_dot_reference,
     cuts,
     dot_bound,
+    fma32,
     pack,
     random_blocks,
     rope_tables,
@@ -1067,3 +1068,150 @@ def test_the_kernel_is_loaded_wherever_it_builds(evidence):
     loaded = k is not None  # (its library may be another build of kernels.c: a changed copy loaded on purpose)
     evidence.count("kernel_not_loaded", int(not loaded))
     assert loaded, f"the kernel builds ({path}) but load() gives {k!r}: {kernels.status()}"
+
+
+# ---- attention: the documented order, bit for bit ------------------------------------------------------------
+
+F32 = np.float32
+
+
+def vexp_reference(x: np.ndarray) -> np.ndarray:
+    """kernels.c's exp (vexp) in float32 numpy, operation for operation: x clamped at -87, n = rint(x * log2(e)),
+    r = x - n ln2 in two fma steps (ln2 = 0.693359375 - 2.12194440e-4), Cephes' degree-5 polynomial by fma,
+    p * (r * r) + (r + 1) by fma, times 2^n (exact), and 0 where x < -87 (or NaN). Each step rounded once."""
+    x = np.asarray(x, dtype=F32)
+    lim = F32(-87.0)
+    xc = np.maximum(x, lim)
+    n = np.rint(xc * F32(1.44269504088896341)).astype(F32)
+    r = fma32(n, F32(-0.693359375), xc)
+    r = fma32(n, F32(2.12194440e-4), r)
+    p = np.full_like(x, F32(1.9875691500e-4))
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = fma32(p, r, F32(c))
+    p = fma32(p, r * r, r + F32(1.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = p * np.ldexp(F32(1.0), n.astype(np.int32)).astype(F32)
+    return np.where(x >= lim, out, F32(0.0)).astype(F32)
+
+
+def lane_tree(t: np.ndarray) -> np.ndarray:
+    """kernels.c's vhsum over the last axis (VL lanes): lane i += lane i + w for w = VL/2, ..., 1; lane 0."""
+    t = t.copy()
+    w = t.shape[-1] // 2
+    while w >= 1:
+        t[..., :w] = t[..., :w] + t[..., w : 2 * w]
+        w //= 2
+    return t[..., 0]
+
+
+def scores_reference(q: np.ndarray, k: np.ndarray, scale: float, vl: int) -> np.ndarray:
+    """q (M, D) against keys k (M, n, D) -> (M, n) float32 in the order of the kernel's build: VL lanes of fma
+    chains over the D/VL chunks then the lane tree (D a multiple of VL, at most 16 VL; on VL = 8 builds, D a
+    multiple of 8 up to 128: 8 lanes summed ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), the hadd tree), else one fma
+    chain over d; times scale, rounded once."""
+    m, n, d = k.shape
+    if vl == 8 and d % 8 == 0 and d <= 128:
+        acc = np.zeros((m, n, 8), F32)
+        for c in range(d // 8):
+            acc = fma32(q[:, None, c * 8 : (c + 1) * 8], k[:, :, c * 8 : (c + 1) * 8], acc)
+        a = acc
+        dot = ((a[..., 0] + a[..., 1]) + (a[..., 2] + a[..., 3])) + ((a[..., 4] + a[..., 5]) + (a[..., 6] + a[..., 7]))
+    elif d % vl == 0 and d <= 16 * vl:
+        acc = np.zeros((m, n, vl), F32)
+        for c in range(d // vl):
+            acc = fma32(q[:, None, c * vl : (c + 1) * vl], k[:, :, c * vl : (c + 1) * vl], acc)
+        dot = lane_tree(acc)
+    else:
+        dot = np.zeros((m, n), F32)
+        for j in range(d):
+            dot = fma32(q[:, None, j], k[:, :, j], dot)
+    return (dot * F32(scale)).astype(F32)
+
+
+def attention_reference(q, k, v, lo, hi, scale: float, vl: int) -> np.ndarray:
+    """kernels.c's attention for every (query, KV head, member), in its documented order: scores_reference; m
+    the largest score; p_j = vexp(s_j - m); l = the lane sums of p over j = 0, VL, 2VL, ... (+1, ...; zeros
+    past n) added block by block, then the lane tree; o[d] = (fma chain over j in row order of p_j v_j[d]
+    from 0) / l. (T, Hkv * G * D) float32."""
+    t, hkv, g, d = q.shape
+    n_i = (hi - lo).astype(int)
+    nmax = int(n_i.max())
+    out = np.zeros((t, hkv, g, d), F32)
+    for h in range(hkv):
+        kh = np.zeros((t, nmax, d), F32)
+        vh = np.zeros((t, nmax, d), F32)
+        for i in range(t):
+            kh[i, : n_i[i]] = k[lo[i] : hi[i], h * d : (h + 1) * d]
+            vh[i, : n_i[i]] = v[lo[i] : hi[i], h * d : (h + 1) * d]
+        qs = q[:, h].reshape(t * g, d)
+        s = scores_reference(qs, np.repeat(kh, g, axis=0), scale, vl).reshape(t, g, nmax)
+        valid = np.arange(nmax)[None, None, :] < n_i[:, None, None]
+        s = np.where(valid, s, F32(-np.inf))
+        m = s.max(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            p = np.where(valid, vexp_reference(s - m), F32(0.0))
+        npad = -(-nmax // vl) * vl
+        pp = np.zeros((t, g, npad), F32)
+        pp[..., :nmax] = p
+        lv = np.zeros((t, g, vl), F32)
+        for b in range(0, npad, vl):
+            lv = lv + pp[..., b : b + vl]
+        lsum = lane_tree(lv)
+        acc = np.zeros((t, g, d), F32)
+        for j in range(nmax):
+            acc = fma32(p[:, :, j, None], vh[:, None, j, :], acc)
+        out[:, h] = acc / lsum[..., None]
+    return out.reshape(t, -1)
+
+
+def test_attention_has_the_documented_order_bit_for_bit(kern, evidence):
+    """Kernel.attend against attention_reference, the kernel's own documented arithmetic written here in
+    float32 numpy (each fma rounded once, by fma32), bit for bit: head_dims on the lane path and the scalar
+    path (multiples of VL up to 16 VL and past it, 8-multiples on VL = 8 builds, odd ones), groups of 1-6
+    (whole and partial groups of 4 members), 1-64 keys in causal or any views, queries scaled 0.1-20, 1-4
+    threads; and one key at each position scoring 100 above the rest: its weight exactly 1, the others'
+    exactly 0 (e^-100 is below the flush at -87), so the output is that key's value row exactly."""
+
+    @given(
+        n=st.integers(1, 64),
+        t=st.integers(1, 6),
+        hkv=st.integers(1, 2),
+        g=st.integers(1, 6),
+        d=st.sampled_from([8, 12, 16, 17, 24, 32, 48, 64, 72, 96, 128, 129, 136, 160, 256, 272]),
+        any_views=st.booleans(),
+        temp=st.sampled_from([0.1, 1.0, 20.0]),
+        threads=threads_st,
+        seed=seeds,
+    )
+    def prop(n, t, hkv, g, d, any_views, temp, threads, seed):
+        t = min(t, n)
+        rng = np.random.default_rng(seed)
+        q, k, v, lo, hi = attention_case(rng, n, t, hkv, g, d, None, temp, 0)
+        if any_views:
+            hi = rng.integers(1, n + 1, t)
+            lo = (hi - rng.integers(1, n + 1, t)).clip(0)
+        scale = 1.0 / np.sqrt(d)
+        got = kern.attend(q, k, v, lo, hi, scale, threads=threads)
+        want = attention_reference(q, k, v, lo, hi, scale, kern.vl)
+        bad = int((~((got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want)))).sum())
+        evidence.count("attention_order_mismatches", bad)
+        evidence.count("attention_order_examples")
+        assert bad == 0, f"{bad} outputs are not the documented order (n={n} t={t} G={g} D={d} VL={kern.vl})"
+
+    prop()
+    bad, cases = 0, 0
+    rng = np.random.default_rng(100)
+    for n in (1, 5, 17, 40):
+        for d in (16, 24, 64):
+            for j in range(n):
+                q = np.zeros((1, 1, 2, d), F32)
+                q[0, 0, :, 0] = 1.0
+                k = rng.uniform(-1, 1, (n, d)).astype(F32)
+                k[:, 0] = rng.uniform(-1, 1, n)
+                k[j, 0] = 101.0  # scores: 1 * k[:, 0], the key j 100 and more above the others
+                v = rng.standard_normal((n, d)).astype(F32)
+                got = kern.attend(q, k, v, np.array([0]), np.array([n]), 1.0, threads=1).reshape(2, d)
+                bad += int(not (got == v[j][None]).all())
+                cases += 1
+    evidence.count("dominant_key_mismatches", bad)
+    assert bad == 0, f"{bad} of {cases} attentions with one dominant key are not that key's values"
