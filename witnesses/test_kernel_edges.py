@@ -1164,20 +1164,25 @@ def attention_reference(q, k, v, lo, hi, scale: float, vl: int) -> np.ndarray:
     return out.reshape(t, -1)
 
 
+# the lane path's chunk counts 1-16 and past it, odd head_dims (the scalar path), 8-multiples (VL = 8's own path)
+ATTENTION_DIMS = [8, 12, 16, 17, 24, 32, 48, 64, 72, 96, 128, 129, 136, 160, 240, 256, 264, 272]
+
+
 def test_attention_has_the_documented_order_bit_for_bit(kern, evidence):
     """Kernel.attend against attention_reference, the kernel's own documented arithmetic written here in
     float32 numpy (each fma rounded once, by fma32), bit for bit: head_dims on the lane path and the scalar
     path (multiples of VL up to 16 VL and past it, 8-multiples on VL = 8 builds, odd ones), groups of 1-6
     (whole and partial groups of 4 members), 1-64 keys in causal or any views, queries scaled 0.1-20, 1-4
-    threads; and one key at each position scoring 100 above the rest: its weight exactly 1, the others'
-    exactly 0 (e^-100 is below the flush at -87), so the output is that key's value row exactly."""
+    threads (and every head_dim once more, whatever the draw); and one key at each position scoring 100 above
+    the rest: its weight exactly 1, the others' exactly 0 (e^-100 is below the flush at -87), so the output is
+    that key's value row exactly."""
 
     @given(
         n=st.integers(1, 64),
         t=st.integers(1, 6),
         hkv=st.integers(1, 2),
         g=st.integers(1, 6),
-        d=st.sampled_from([8, 12, 16, 17, 24, 32, 48, 64, 72, 96, 128, 129, 136, 160, 256, 272]),
+        d=st.sampled_from(ATTENTION_DIMS),
         any_views=st.booleans(),
         temp=st.sampled_from([0.1, 1.0, 20.0]),
         threads=threads_st,
@@ -1201,6 +1206,12 @@ def test_attention_has_the_documented_order_bit_for_bit(kern, evidence):
     prop()
     bad, cases = 0, 0
     rng = np.random.default_rng(100)
+    for d in ATTENTION_DIMS:  # every head_dim once, whatever the draw
+        q, k, v, lo, hi = attention_case(rng, 20, 3, 1, 5, d, None, 1.0, 0)
+        got = kern.attend(q, k, v, lo, hi, 0.3, threads=2)
+        want = attention_reference(q, k, v, lo, hi, 0.3, kern.vl)
+        bad += int(not same_bits(got, want))
+        cases += 1
     for n in (1, 5, 17, 40):
         for d in (16, 24, 64):
             for j in range(n):
@@ -1214,4 +1225,4 @@ def test_attention_has_the_documented_order_bit_for_bit(kern, evidence):
                 bad += int(not (got == v[j][None]).all())
                 cases += 1
     evidence.count("dominant_key_mismatches", bad)
-    assert bad == 0, f"{bad} of {cases} attentions with one dominant key are not that key's values"
+    assert bad == 0, f"{bad} of {cases} attentions (every head_dim; one dominant key) are not the documented ones"
