@@ -514,7 +514,7 @@ DEFINE_PV(4, 2)
 static void attend_group(const float *restrict q, int G, const float *restrict k, const float *restrict v,
                          long ld, long n, int D, float scale, float *restrict s, float *restrict out) {
     long ns = (n + VL - 1) / VL * VL;
-    float l[64];
+    float l[G]; /* one softmax sum per group member (G >= 1: kv_attend's items; MQA has G of 64 and more) */
     scores(q, G, k, ld, n, D, scale, s, ns);
     for (int g = 0; g < G; g++) l[g] = softmax_numerators(s + g * ns, n);
     if (D % VL == 0 && D <= 16 * VL) {
