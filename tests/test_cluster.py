@@ -330,6 +330,9 @@ def test_ctrl_c_cancels_the_clusters_tasks_and_leaves_no_process(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a terminal's Ctrl-C finds it: a suite started in the background inherits SIGINT ignored, and Python
+        # then never installs its KeyboardInterrupt handler
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         pids = _wait_for_pids(pids_file, proc)
