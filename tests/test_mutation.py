@@ -3,6 +3,7 @@ the equivalence marks and the verdict rule. The end-to-end run on the fixture pr
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -250,6 +251,37 @@ def test_a_mark_for_code_that_moved_is_stale_and_only_that_mark_is_left_out(card
     marks, problems = load_marks(cards_copy / "cards-mutation", cards_copy)
     assert set(marks) == {"fakeimpl/scale.py:6:7:compare"}
     assert [p.kind for p in problems] == ["stale"] and "no such mutant now" in problems[0].message
+
+
+def test_a_pinned_mark_whose_key_now_names_another_change_is_stale_and_names_the_new_key(cards_copy):
+    key = "fakeimpl/scale.py:6:7:compare"
+    pinned = mutants.find(cards_copy, key)[0].change
+    marks_file = cards_copy / "cards-mutation" / "equivalent-mutants.yaml"
+    marks_file.write_text(
+        f"equivalent:\n  - mutant: {key}\n    change: {json.dumps(pinned)}\n    reason: same at 100\n"
+    )
+    assert set(load_marks(cards_copy / "cards-mutation", cards_copy)[0]) == {key}  # pinned and current: it loads
+    src = cards_copy / "fakeimpl" / "scale.py"
+    src.write_text(src.read_text().replace("    y = x * k\n", "    y = x * k\n    if y < 0:\n        y = 0\n"))
+    assert mutants.find(cards_copy, key)[0].change != pinned  # the key still exists, naming the new `if`
+    marks, problems = load_marks(cards_copy / "cards-mutation", cards_copy)
+    assert marks == {}
+    [p] = problems
+    assert p.kind == "stale" and p.field == "equivalent[0].change" and p.line == 2
+    assert "the same change is now fakeimpl/scale.py:8:7:compare" in p.message
+    assert mutants.find(cards_copy, "fakeimpl/scale.py:8:7:compare")[0].change == pinned
+
+
+def test_a_stale_pinned_key_names_where_its_change_went(cards_copy):
+    key = "fakeimpl/scale.py:34:19:arith"
+    pinned = mutants.find(cards_copy, key)[0].change
+    marks_file = cards_copy / "cards-mutation" / "equivalent-mutants.yaml"
+    marks_file.write_text(f"equivalent:\n  - mutant: {key}\n    change: {json.dumps(pinned)}\n    reason: v + 0 is v\n")
+    src = cards_copy / "fakeimpl" / "scale.py"
+    src.write_text(src.read_text().replace("def count_up(n):", "def count_up(n):\n    pass"))  # Box moves down
+    _, [p] = load_marks(cards_copy / "cards-mutation", cards_copy)
+    assert p.kind == "stale" and "no such mutant now" in p.message
+    assert "the same change is now fakeimpl/scale.py:35:19:arith" in p.message
 
 
 def test_the_marks_file_is_not_a_card():

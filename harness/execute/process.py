@@ -49,7 +49,11 @@ is gone, even after a SIGKILL (:mod:`harness.execute.procs`). Scratch files live
 When several processes run at once (``-j N``, see :mod:`harness.execute.schedule`)
 each gets ``OPENBLAS_NUM_THREADS=1`` (and OMP/MKL): OpenBLAS' threads
 busy-wait, and two processes with two threads each on two cores ran 10-100x
-slower than one thread each.
+slower than one thread each. For the same reason each gets
+``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it): a witness that
+runs the kernel on 4 threads (KV-T4's thread counts) kept its idle OpenMP
+threads spinning on the cores the other process used (the gate: 55.3 s ->
+48.7 s on 2 cores with -j 2; thread-counts alone under load 2.9 s -> 1.4 s).
 
 A card's run is three steps, so a scheduler can interleave cards:
 :func:`harness.execute.jobs.honest_job` -> :func:`execute` ->
@@ -136,6 +140,9 @@ def witness_env(cfg: RunConfig, watchdog: int | None = None, subject: str = "def
     if cfg.blas_threads is not None:
         for name in BLAS_THREAD_VARS:
             env[name] = str(cfg.blas_threads)
+        # a witness that asks for more kernel threads than its share of the cores (KV-T4's thread counts 1-4)
+        # must not spin: OpenMP's idle threads busy-wait by default, on the cores the other processes use
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update(cfg.subject_env.get(subject, {}))
     return env
 

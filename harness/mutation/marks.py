@@ -19,8 +19,9 @@ from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_
 from harness.cards import EQUIVALENT_FILE
 from harness.errors import InputRefused, LiarError, YamlAliasRefused
 from harness.inputs import HINTS_LIMIT, read_text
+from harness.mutation import cgen
 from harness.mutation import generate as gen
-from harness.mutation.keys import KEY_PATTERN
+from harness.mutation.keys import KEY_PATTERN, parse_key
 
 EQUIVALENT_SCHEMA = {
     "type": "object",
@@ -39,6 +40,13 @@ EQUIVALENT_SCHEMA = {
                         "pattern": KEY_PATTERN.pattern,
                         "description": "the mutant key mutate prints, PATH.py:LINE:COL:OPERATOR[#N] (or PATH.c:...)",
                         "x-allowed": "a mutant key such as impl/kv.py:131:12:compare",
+                    },
+                    "change": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "what the mutant changes, as mutate prints it (BEFORE -> AFTER): pins the mark "
+                        "to that change, so a key that comes to name another change when the code moves is stale",
+                        "x-allowed": "the change mutate printed for the key, such as 'i < n -> i <= n'",
                     },
                     "reason": {
                         "type": "string",
@@ -145,8 +153,9 @@ def load_marks(
                 )
             )
             continue
+        pinned = entry.get("change")
         try:
-            gen.find(root, key)
+            mutant = gen.find(root, key)[0]
         except LiarError as exc:
             problems.append(
                 Problem(
@@ -154,7 +163,20 @@ def load_marks(
                     line,
                     f"equivalent[{i}].mutant",
                     short(key),
-                    f"{exc}; remove the mark or mark the mutant's current key",
+                    f"{exc}; {_renew(root, key, pinned)}",
+                    kind="stale",
+                )
+            )
+            continue
+        if pinned is not None and mutant.change != pinned:
+            problems.append(
+                Problem(
+                    shown,
+                    line,
+                    f"equivalent[{i}].change",
+                    short(pinned),
+                    f"the key {key} now names the change {mutant.change!r} in {mutant.qualname}, not the one the mark "
+                    f"was made for (the code moved); {_renew(root, key, pinned)}",
                     kind="stale",
                 )
             )
@@ -172,6 +194,22 @@ def load_marks(
                 )
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
     return ({} if any(p.kind != "stale" for p in problems) else marks), problems
+
+
+def _renew(root: Path, key: str, pinned: str | None) -> str:
+    """How to renew a stale mark: the mutant's current key when its pinned change names exactly one."""
+    if pinned is None:
+        return "remove the mark or mark the mutant's current key (mutate prints it; add `change:` to pin the mark)"
+    path, _, _, op, _ = parse_key(key)
+    try:
+        every = (cgen.generate if cgen.is_c(path) else gen.generate)(root, path)
+        same = [m.key for m in every if m.operator == op and m.change == pinned]
+    except (OSError, UnicodeDecodeError, SyntaxError, LiarError):
+        same = []
+    if len(same) == 1:
+        return f"the same change is now {same[0]}: if the reason still holds there, change the key to it"
+    where = f"{len(same)} mutants make that change now" if same else "no mutant makes that change now"
+    return f"{where}; remove the mark or mark the mutant's current key (mutate prints it)"
 
 
 # ---------------------------------------------------------------- what a score is bound to

@@ -16,7 +16,7 @@ For each selected card (``run_obligations.py mutate``):
 3. **run** each mutant as a generated liar: a fresh witness process with the
    one function swapped, the card's witnesses only, stopping at the first
    witness that fails (:func:`mutant_job`). A witness gets
-   ``min(its timeout, 5 x its honest time + 10 s)``: a mutant that loops
+   ``min(its timeout, 5 x its honest time + 4 s)``: a mutant that loops
    forever is stopped early.
 4. **classify** (:func:`classify`): killed (which witness), timeout,
    survived, equivalent (survived, and marked so in
@@ -53,7 +53,7 @@ from harness.statuses import MutantStatus, Outcome
 from harness.verdict import judge_witness
 
 TIMEOUT_FACTOR = 5.0
-TIMEOUT_SLACK_S = 10.0
+TIMEOUT_SLACK_S = 4.0
 DEFAULT_MAX_MUTANTS = 40
 
 
