@@ -426,6 +426,9 @@ def _parsed(text: str) -> ast.Module:
 def preparse(root: Path, paths: Iterable[str]) -> None:
     """Parse ``paths`` now, so that :func:`find` on them later (in forks of this process) does not."""
     for path in paths:
+        if cgen.is_c(path):
+            cgen.preparse(root, path)
+            continue
         try:
             _parsed((root / path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, SyntaxError):
