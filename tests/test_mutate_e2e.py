@@ -165,3 +165,23 @@ def test_a_fixed_sample_of_real_mutants_runs_against_a_real_card(tmp_path):
     again = card_mutants(card, Generated(REPO), 3, 0)
     assert [x.key for x in again.sample] == [x["key"] for x in m["mutants"]]
     assert all(gen.find(REPO, x["key"])[0].change == x["change"] for x in m["mutants"])
+
+
+def test_the_release_profile_runs_its_mutants_under_ci_with_the_same_statuses(mutated, tmp_path):
+    """mutate --profile release: the cards run under release (1000 random examples), the mutants under ci (the
+    budget floors are set at, reproducible): traced again under ci, every status as in a ci mutate run."""
+    _, ci_doc = mutated
+    project = _copy_project(tmp_path / "project")
+    proc = kvproof(
+        project,
+        "mutate",
+        *("--cards", "cards-mutation", "--max-mutants", "0", "-j", "2", "--profile", "release", "--json", "r.json"),
+        timeout=300,
+    )
+    _no_traceback(proc)
+    doc = json.loads((project / "r.json").read_text())
+    assert doc["header"]["profile"] == "release"
+    assert "(under the ci profile, which the mutants run under)" in proc.stdout + proc.stderr
+    for cid in ("FX-SCALE", "FX-LOOP"):
+        assert _statuses(_card(doc, cid)) == _statuses(_card(ci_doc, cid))
+    assert _card(doc, "FX-SCALE")["verdict"] == "VACUOUS"  # the floor judged by the score the run measured

@@ -27,7 +27,7 @@ from harness.execute.executor import RAY
 from harness.execute.forkserver import WarmFacts
 from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
 from harness.execute.launcher import WARM
-from harness.execute.outcomes import CardRun
+from harness.execute.outcomes import CardRun, witness_outcomes
 from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import cbuild, cgen
@@ -97,11 +97,22 @@ def _open_ledger(req: RunRequest) -> Ledger | None:
         return None
 
 
+MUTANT_PROFILES = {"release": "ci"}  # the run's profile -> the profile its mutants run under (else the same)
+
+
+def mutant_profile(profile: str) -> str:
+    """The profile a run's mutants run under: the release profile's cards run 1000 random examples a property,
+    its mutants the ci profile's 50 derandomized ones (the budget the floors are set at, a reproducible status
+    per mutant, and a cost a release can pay: survivors run every covering witness in full)."""
+    return MUTANT_PROFILES.get(profile, profile)
+
+
 def traced_files(req: RunRequest, cards: Sequence[Card]) -> dict[str, tuple[str, ...]]:
     """Card id -> the files its honest run traces in a ``mutate`` run: the Python files it claims
-    (default configuration only; none for ``--slow``)."""
+    (default configuration only; none for ``--slow``, nor where the mutants run under another profile than the
+    cards: lines run under one profile's examples say nothing of another's, the stage traces them itself)."""
     opts = req.mutate
-    if opts is None or not opts.fast:
+    if opts is None or not opts.fast or mutant_profile(req.profile) != req.profile:
         return {}
     return {c.id: tuple(mutation.claimed(c, req.root)) for c in cards if c.subject == DEFAULT}
 
@@ -181,15 +192,20 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
 
 def _traced(
     req: RunRequest, cfg: RunConfig, plans: Mapping[str, mutation.CardMutants], need: Sequence[str]
-) -> dict[str, list[protocol.LinesRun]]:
-    """Line coverage for cards whose honest run did not trace this time (replayed): their witnesses once more."""
-    jobs = [Job(plans[c].card, plans[c].card.witnesses, coverage=traced_files(req, [plans[c].card])[c]) for c in need]
+) -> tuple[dict[str, list[protocol.LinesRun]], dict[str, dict[str, float]]]:
+    """Line coverage for cards whose honest run did not trace this time (replayed, or run under another profile
+    than the mutants'): their witnesses once more, under ``cfg``. Also each witness's seconds (its timeout base)."""
+    jobs = [
+        Job(plans[c].card, plans[c].card.witnesses, coverage=tuple(mutation.claimed(plans[c].card, req.root)))
+        for c in need
+    ]
     results = run_jobs(jobs, cfg, jobs=req.jobs, executor=req.executor)
-    out = {}
-    for cid, res in zip(need, results, strict=True):
+    out, took = {}, {}
+    for cid, job, res in zip(need, jobs, results, strict=True):
         ok = all(r.outcome == Outcome.PASSED for r in res.results.values()) and not res.stopped
         out[cid] = res.lines_run if ok else []  # a run that did not hold says nothing: every witness runs
-    return out
+        took[cid] = {o.witness_id: o.duration for o in witness_outcomes(job.witnesses, res)} if ok else {}
+    return out, took
 
 
 def measure(
@@ -255,7 +271,7 @@ def measure(
 
     cfg = RunConfig(
         root=req.root,
-        profile=req.profile,
+        profile=mutant_profile(req.profile),
         seed=req.seed,
         default_timeout=req.timeout,
         liars=False,
@@ -265,10 +281,16 @@ def measure(
     reach: dict[str, Reach | None] = {}
     traced: dict[str, list[protocol.LinesRun]] = {}
     if opts.fast:
-        need = [cid for cid in plans if todo[cid] and not (runs.get(cid) and runs[cid].lines_run)]
+        other = cfg.profile != req.profile  # the cards ran under another profile than the mutants will
+        need = [cid for cid in plans if todo[cid] and (other or not (runs.get(cid) and runs[cid].lines_run))]
         if need:
-            _say(reporter, f"mutate: tracing the witnesses of {len(need)} replayed card(s) for line coverage ...")
-            traced = _traced(req, cfg, plans, need)
+            why = f"under the {cfg.profile} profile, which the mutants run under" if other else "replayed card(s)"
+            _say(reporter, f"mutate: tracing the witnesses of {len(need)} card(s) for line coverage ({why}) ...")
+            traced, times = _traced(req, cfg, plans, need)
+            for cid, t in times.items():
+                if other and t:  # the timeouts of mutants under this profile: from its own times
+                    took[cid] = t
+                    timeouts[cid] = mutation.mutant_timeouts(plans[cid].card, t, req.timeout)
         for cid in plans:
             lines = traced.get(cid) if cid in traced else (runs[cid].lines_run if cid in runs else ())
             reach[cid] = reach_of(plans[cid].card, lines or ())
@@ -297,7 +319,9 @@ def measure(
         load[cid] = load.get(cid, 0.0) + sum(took[cid].get(w.id, 1.0) for w in job.witnesses)
     jobs.sort(key=lambda t: (-load[t[0]], order[t[0]]))
     if warm_ok:  # each mutant may fork from its card's warm server; the next card's starts while this one's run
-        servers = {cid: WarmCard(cid, plans[cid].card, traced_files(req, [plans[cid].card])[cid]) for cid in load}
+        servers = {
+            cid: WarmCard(cid, plans[cid].card, tuple(mutation.claimed(plans[cid].card, req.root))) for cid in load
+        }
         in_order = list(dict.fromkeys(cid for cid, _, _ in jobs))
         after = {c: in_order[i + 1] if i + 1 < len(in_order) else None for i, c in enumerate(in_order)}
         jobs = [
