@@ -26,10 +26,12 @@ Two numerics paths (:func:`attention_path` names the one in force):
   under the kernel a window is the same bits as attention over the
   window's rows alone, and a window as long as the context the same as none.
 - ``numpy`` (fallback: no C compiler, or ``KVPROOF_ATTENTION=numpy``): the
-  code below, one query at a time, the -inf mask over [0, hi). Its sums run
-  over hi terms whatever the window, so it differs in the last bits from
-  attention over the window's rows alone (numpy's pairwise sums group
-  terms by position).
+  code below, one query at a time, over exactly its visible rows [lo, hi)
+  too (it once masked [0, lo) with -inf: BLAS blocks a sum by its row
+  count, so the hidden rows changed the visible ones' bits, and a windowed
+  cache that no longer held them gave other logits than a recompute), so a
+  window is the same bits as attention over the window's rows alone here
+  as well.
 
 Each path is invariant on its own; the two give different bits, so compare
 runs made under the same path only (the report header names it).
@@ -77,7 +79,7 @@ def attention_path() -> str:
     if k is not None:
         return f"kernel {k.isa}: all queries in one call, each over exactly its visible keys"
     why = f"{ENV_ATTENTION}=numpy" if attention_choice() == "numpy" else kernels.status()
-    return f"numpy, one query at a time, -inf mask over [0, hi) (fallback: {why})"
+    return f"numpy, one query at a time, each over exactly its visible keys [lo, hi) (fallback: {why})"
 
 
 def window_lo(pos: np.ndarray, hi: int, window: int | None) -> int:
@@ -100,14 +102,15 @@ def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, lo: in
     kern = attention_kernel()
     if kern is not None:
         return kern.attend(q[None], k, v, np.array([lo]), np.array([n]), scale).reshape(q.shape)
-    kh = k.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D): rows of the cache, strided by kv_dim
-    vh = v.reshape(n, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
+    # NOTE: exactly the visible rows [lo, n), as the kernel reads them, not every row with the hidden ones masked:
+    # BLAS sums a row count's products in a blocking of its own, so masked rows changed the visible ones' bits
+    # (a windowed cache that no longer holds them gave other logits than a recompute: TGT-GENERATE@numpy)
+    kh = k[lo:].reshape(n - lo, hkv, d).transpose(1, 0, 2)  # (Hkv, n - lo, D): rows of the cache, strided by kv_dim
+    vh = v[lo:].reshape(n - lo, hkv, d).transpose(1, 0, 2)  # (Hkv, n - lo, D)
     # NOTE: K @ q^T, not q @ K^T: the cache rows are already in BLAS's row layout,
     # so no (D, n) transpose is gathered per call (2x faster at 2048 keys).
-    s = np.matmul(kh, q.transpose(0, 2, 1))  # (Hkv, n, G)
-    s = np.ascontiguousarray(s.transpose(0, 2, 1)) * np.float32(scale)  # (Hkv, G, n), contiguous for fast reductions
-    if lo:
-        s[..., :lo] = -np.inf  # out of the window: exp -> exactly 0
+    s = np.matmul(kh, q.transpose(0, 2, 1))  # (Hkv, n - lo, G)
+    s = np.ascontiguousarray(s.transpose(0, 2, 1)) * np.float32(scale)  # (Hkv, G, n - lo), contiguous for reductions
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     s /= s.sum(axis=-1, keepdims=True)
     return np.matmul(s, vh)  # (Hkv, G, D)

@@ -43,21 +43,22 @@ def visible_rows(pos, i, window):
 
 
 def masked_reference(q, k, v, pos, window, scale):
-    """Attention for every query row, with out-of-window scores set to -inf by a direct mask.
+    """Attention for every query row over exactly its visible rows, found by the witness's own mask.
 
     q (T, Hkv, G, D), k/v (T, Hkv*D), pos (T,); query row i sees rows j <= i
     with pos[j] >= pos[i] - window + 1. Written independently of impl.attention
-    (its own mask from the definition), with the numpy path's float32 operations.
+    (its own mask from the definition), with the numpy path's float32 operations over
+    the visible rows only (a window is the same bits as attention over its rows alone).
     """
     t, hkv, _, d = q.shape
     out = []
     for i in range(t):
-        kh = k[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
-        vh = v[: i + 1].reshape(i + 1, hkv, d).transpose(1, 0, 2)
+        rows = visible_rows(pos, i, window) if window is not None else np.arange(i + 1)
+        lo = int(rows[0])
+        assert np.array_equal(rows, np.arange(lo, i + 1)), f"visible rows of query {i} are not a run: {rows}"
+        kh = k[lo : i + 1].reshape(i + 1 - lo, hkv, d).transpose(1, 0, 2)  # (Hkv, n, D)
+        vh = v[lo : i + 1].reshape(i + 1 - lo, hkv, d).transpose(1, 0, 2)
         s = np.ascontiguousarray(np.matmul(kh, q[i].transpose(0, 2, 1)).transpose(0, 2, 1)) * np.float32(scale)
-        if window is not None:
-            hidden = ~np.isin(np.arange(i + 1), visible_rows(pos, i, window))  # (i+1,) True = out of window
-            s = np.where(hidden, np.float32(-np.inf), s)
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         w = e / e.sum(axis=-1, keepdims=True)
         out.append(np.matmul(w, vh).reshape(-1))
@@ -95,7 +96,7 @@ def float64_reference(q, k, v, pos, window, scale):
 
 
 def test_windowed_attention_equals_masked_reference(evidence):
-    """Bit for bit against the reference of the attention path in force (numpy: a -inf mask over [0, hi)
+    """Bit for bit against the reference of the attention path in force (numpy: the visible rows alone
     with the same float32 steps; kernel: the kernel over only the visible rows, which the witness copies
     out itself), and within 1e-5 of a float64 reference on either path."""
     masked_reference_property(evidence, tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8))
@@ -103,7 +104,7 @@ def test_windowed_attention_equals_masked_reference(evidence):
 
 def test_windowed_attention_equals_masked_reference_on_the_numpy_fallback(monkeypatch, evidence):
     """The same with the kernel switched off (as without a C compiler, or under KVPROOF_KERNEL=numpy or
-    KVPROOF_ATTENTION=numpy): causal_attention's numpy loop and attend_one's -inf mask against the masked
+    KVPROOF_ATTENTION=numpy): causal_attention's numpy loop and attend_one's visible rows against the masked
     reference bit for bit, and against float64, whatever path the process would take by default."""
     force_numpy_fallback(monkeypatch)
     masked_reference_property(evidence, fresh_tiny_llama(n_layers=2, n_kv_heads=2, group=2, head_dim=8))

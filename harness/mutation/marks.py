@@ -216,12 +216,14 @@ def _renew(root: Path, key: str, pinned: str | None) -> str:
     """How to renew a stale mark: the mutant's current key when its pinned change names exactly one."""
     if pinned is None:
         return "remove the mark or mark the mutant's current key (mutate prints it; add `change:` to pin the mark)"
-    path, _, _, op, _ = parse_key(key)
+    path, _, col, op, _ = parse_key(key)
     try:
         every = (cgen.generate if cgen.is_c(path) else gen.generate)(root, path)
         same = [m.key for m in every if m.operator == op and m.change == pinned]
     except (OSError, UnicodeDecodeError, SyntaxError, LiarError):
         same = []
+    if len(same) > 1:  # lines moved, columns did not (an edit elsewhere leaves a line's text as it was)
+        same = [k for k in same if parse_key(k)[2] == col] or same
     if len(same) == 1:
         return f"the same change is now {same[0]}: if the reason still holds there, change the key to it"
     where = f"{len(same)} mutants make that change now" if same else "no mutant makes that change now"
