@@ -138,7 +138,6 @@ def load_marks(
     if problems:
         return {}, problems
     known = set(card_ids) if card_ids is not None else None
-    now = _current(root, (e["mutant"] for e in data["equivalent"]))
     marks: dict[str, Mark] = {}
     for i, entry in enumerate(data["equivalent"]):
         line = line_for(values, ("equivalent", i))
@@ -156,7 +155,7 @@ def load_marks(
             continue
         pinned = entry.get("change")
         try:
-            mutant = now.get(key) or gen.find(root, key)[0]  # find: the reason it is not there
+            mutant = gen.find(root, key)[0]  # a C file is parsed and indexed once (cgen._site_index)
         except LiarError as exc:
             problems.append(
                 Problem(
@@ -195,21 +194,6 @@ def load_marks(
                 )
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
     return ({} if any(p.kind != "stale" for p in problems) else marks), problems
-
-
-def _current(root: Path, keys: Iterable[str]) -> dict[str, gen.Mutant]:
-    """Every mutant of each C file the keys name, by key: one pass per file (finding each C key alone walks the
-    whole file's mutants again: 200 marks of kernels.c took 3.9 s of every mutate run's start). A Python key is
-    found alone (it walks only the functions around its line)."""
-    out: dict[str, gen.Mutant] = {}
-    for path in dict.fromkeys(parse_key(k)[0] for k in keys if KEY_PATTERN.match(k)):
-        if not cgen.is_c(path):
-            continue
-        try:
-            out.update((m.key, m) for m in cgen.generate(root, path))
-        except (OSError, UnicodeDecodeError, SyntaxError, LiarError):
-            pass  # find says why, key by key
-    return out
 
 
 def _renew(root: Path, key: str, pinned: str | None) -> str:
