@@ -119,7 +119,37 @@ def test_a_mutant_runs_against_the_witnesses_that_run_its_line_only(both):
     assert s[key]["killer"] == "triple" and s[key]["tried"] == 3  # card order: sizes and double pass first
     survivor = ("FX-TABLE", "fakeimpl/table.py:20:7:compare")  # x > top -> x >= top: run, and nothing fails
     assert f[survivor]["status"] == "survived" and f[survivor]["tried"] == 1
-    assert "(6 of 7 never run them)" in f[survivor]["detail"]
+    assert "(7 of 8 never run them)" in f[survivor]["detail"]
+
+
+def test_of_a_parametrized_witness_only_the_nodes_that_run_the_line_run(both, project):
+    """pick's negation (line 47) runs in test_pick[neg] only: its mutant runs that node alone, and survives as on
+    the reference path (the witness checks no sign); line 46 runs in every node: its mutants run all three.
+    Independently of the tracer: that line made to raise fails exactly the [neg] node."""
+    (_, fast), (_, slow) = both
+    f, s = _mutants(fast), _mutants(slow)
+    at = {line: [k for (cid, k) in f if cid == "FX-TABLE" and int(k.split(":")[1]) == line] for line in (46, 47)}
+    assert at[46] and at[47]
+    for key in at[47]:
+        m = f[("FX-TABLE", key)]
+        assert (m["status"], s[("FX-TABLE", key)]["status"], m["tried"]) == ("survived", "survived", 1), key
+        assert "; pick ran only the node(s) that run them (1) (7 of 8 never run them)" in m["detail"], m["detail"]
+    for key in at[46]:
+        assert "ran only the node(s)" not in f[("FX-TABLE", key)]["detail"], key
+    src = project / "fakeimpl" / "table.py"
+    keep = src.read_text()
+    try:
+        text = keep.splitlines(keepends=True)
+        assert text[46].strip() == "return -x"
+        text.insert(46, '        raise AssertionError("line 47 ran")\n')
+        src.write_text("".join(text))
+        kvproof(project, "run", "FX-TABLE", "--cards", "cards-fast", "-j", "1", "--no-liars", "--json", "raised.json")
+        card = json.loads((project / "raised.json").read_text())["cards"][0]
+        pick = next(w for w in card["witnesses"] if w["id"] == "pick")
+        failed = sorted(n["nodeid"] for n in pick["nodes"] if n["outcome"] != "passed")
+        assert failed == ["witnesses/test_table.py::test_pick[neg]"], pick
+    finally:
+        src.write_text(keep)
 
 
 def test_spin_mutants_get_the_reference_paths_status(both):

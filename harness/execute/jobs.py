@@ -97,6 +97,7 @@ class Job:
     timeouts: Mapping[str, float] | None = None  # witness test -> seconds, instead of the card's
     coverage: tuple[str, ...] = ()  # files whose lines each node runs come back (JobResult.lines_run): mutate
     warm: WarmSpec | None = None  # fork it from the card's warm server (a mutant), unless the spec says no
+    nodes: Mapping[str, tuple[str, ...]] | None = None  # witness id -> only these of its nodes (a mutant); else all
 
     @property
     def label(self) -> str:
@@ -111,7 +112,8 @@ class Job:
 
     @property
     def node_ids(self) -> list[str]:
-        return list(dict.fromkeys(w.test for w in self.witnesses))
+        only = self.nodes or {}
+        return list(dict.fromkeys(n for w in self.witnesses for n in only.get(w.id, (w.test,))))
 
 
 @dataclass

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness import protocol
 from harness.cards import Card
@@ -57,11 +57,14 @@ def _hits(lines: Lines, mutant: Mutant) -> bool:
 
 @dataclass(frozen=True)
 class Reach:
-    """The lines each witness's test body ran in the honest run, and those run outside any test body."""
+    """The lines each witness's test body ran in the honest run, and those run outside any test body; per node
+    too, for a witness of several nodes (a parametrized test)."""
 
     witnesses: tuple[str, ...]  # witness ids, card order
     by_witness: Mapping[str, Lines]
     outside: Lines
+    nodes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # witness id -> every node it ran honestly
+    by_node: Mapping[str, Lines] = field(default_factory=dict)  # node id -> the lines its test body ran
 
     def running(self, mutant: Mutant) -> tuple[str, ...]:
         """Ids of the witnesses that can tell ``mutant`` apart, card order; () when none can: not reached.
@@ -70,6 +73,21 @@ class Reach:
         if not mutant.path.endswith(".py") or _hits(self.outside, mutant):
             return self.witnesses
         return tuple(w for w in self.witnesses if _hits(self.by_witness.get(w, {}), mutant))
+
+    def only_nodes(self, mutant: Mutant, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Of the witnesses ``ids`` (from :meth:`running`), those of several nodes whose test bodies did not all
+        run the mutant's lines: witness id -> the nodes that did (the others run as they did honestly: they
+        pass). A witness absent here runs whole: every node ran a line, or one ran outside a test body, or the
+        honest run's node list is not known."""
+        if not mutant.path.endswith(".py") or _hits(self.outside, mutant):
+            return {}
+        out = {}
+        for w in ids:
+            every = self.nodes.get(w, ())
+            hit = tuple(n for n in every if _hits(self.by_node.get(n, {}), mutant))
+            if hit and len(hit) < len(every):
+                out[w] = hit
+        return out
 
     @property
     def lines(self) -> int:
@@ -80,17 +98,23 @@ class Reach:
         return sum(len(v) for v in every.values())
 
 
-def reach_of(card: Card, lines_run: Sequence[protocol.LinesRun]) -> Reach | None:
+def reach_of(
+    card: Card, lines_run: Sequence[protocol.LinesRun], nodes: Mapping[str, Sequence[str]] | None = None
+) -> Reach | None:
     """The card's :class:`Reach` from the honest run's :class:`harness.protocol.LinesRun` events; None when
-    there are none (nothing was traced: every mutant runs against every witness)."""
+    there are none (nothing was traced: every mutant runs against every witness). ``nodes``: witness id -> the
+    node ids the honest run ran for it (a node that ran no traced line streams no event; without the list,
+    every witness runs whole)."""
     if not lines_run:
         return None
     outside: dict[str, set[int]] = {}
     by_witness: dict[str, dict[str, set[int]]] = {w.id: {} for w in card.witnesses}
+    by_node: dict[str, dict[str, set[int]]] = {}
     for ev in lines_run:
         if not ev.nodeid:
             _merge(outside, ev.lines)
             continue
+        _merge(by_node.setdefault(ev.nodeid, {}), ev.lines)
         for w in card.witnesses:
             if protocol.node_matches(w.test, ev.nodeid):
                 _merge(by_witness[w.id], ev.lines)
@@ -98,7 +122,14 @@ def reach_of(card: Card, lines_run: Sequence[protocol.LinesRun]) -> Reach | None
     def frozen(lines: dict[str, set[int]]) -> Lines:
         return {p: frozenset(n) for p, n in lines.items()}
 
-    return Reach(tuple(w.id for w in card.witnesses), {w: frozen(v) for w, v in by_witness.items()}, frozen(outside))
+    several = {w: tuple(ns) for w, ns in (nodes or {}).items() if len(ns) > 1}
+    return Reach(
+        tuple(w.id for w in card.witnesses),
+        {w: frozen(v) for w, v in by_witness.items()},
+        frozen(outside),
+        several,
+        {n: frozen(v) for n, v in by_node.items() if any(n in ns for ns in several.values())},
+    )
 
 
 def ordered(ids: Sequence[str], first: Sequence[str]) -> tuple[str, ...]:

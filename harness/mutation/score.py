@@ -202,15 +202,19 @@ def mutant_timeouts(card: Card, took: Mapping[str, float], default_timeout: floa
 
 
 def mutant_job(
-    card: Card, mutant: gen.Mutant, timeouts: Mapping[str, float], witnesses: Sequence[str] | None = None
+    card: Card,
+    mutant: gen.Mutant,
+    timeouts: Mapping[str, float],
+    witnesses: Sequence[str] | None = None,
+    nodes: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Job:
-    """The card's witnesses (only ``witnesses``, ids in that order, when given) under ``mutant``: one process,
-    stopping at the first witness that fails."""
+    """The card's witnesses (only ``witnesses``, ids in that order, when given; of a witness in ``nodes``, only
+    those nodes) under ``mutant``: one process, stopping at the first witness that fails."""
     chosen = card.witnesses
     if witnesses is not None:
         by_id = {w.id: w for w in card.witnesses}
         chosen = tuple(by_id[i] for i in witnesses)
-    return Job(card, chosen, mutant=mutant.key, timeouts=dict(timeouts))
+    return Job(card, chosen, mutant=mutant.key, timeouts=dict(timeouts), nodes=dict(nodes) if nodes else None)
 
 
 def _diff(root: Path, mutant: gen.Mutant) -> str:
@@ -310,12 +314,19 @@ def classify(
     if mark is not None:
         return result(MutantStatus.EQUIVALENT, detail=mark.reason)
     note = f" ({', '.join(skipped)} skipped: checked nothing)" if skipped else ""
+    only = (job.nodes or {}) if job is not None else {}
+    part = [w.id for w in witnesses if w.id in only]
+    if part:  # NOTE: of a parametrized witness, only the nodes whose test body ran the mutant's lines ran
+        n = sum(len(only[w]) for w in part)
+        note += f"; {', '.join(part)} ran only the node(s) that run them ({n})"
     if len(witnesses) < len(card.witnesses):
         others = len(card.witnesses) - len(witnesses)
         return result(
             MutantStatus.SURVIVED,
             detail=f"every witness that runs its lines passed{note} ({others} of {len(card.witnesses)} never run them)",
         )
+    if part:
+        return result(MutantStatus.SURVIVED, detail=f"every witness that runs its lines passed{note}")
     return result(MutantStatus.SURVIVED, detail=f"every witness passed{note}")
 
 

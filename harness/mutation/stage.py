@@ -192,20 +192,28 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
 
 def _traced(
     req: RunRequest, cfg: RunConfig, plans: Mapping[str, mutation.CardMutants], need: Sequence[str]
-) -> tuple[dict[str, list[protocol.LinesRun]], dict[str, dict[str, float]]]:
+) -> tuple[dict[str, list[protocol.LinesRun]], dict[str, dict[str, float]], dict[str, dict[str, tuple[str, ...]]]]:
     """Line coverage for cards whose honest run did not trace this time (replayed, or run under another profile
-    than the mutants'): their witnesses once more, under ``cfg``. Also each witness's seconds (its timeout base)."""
+    than the mutants'): their witnesses once more, under ``cfg``. Also each witness's seconds (its timeout base)
+    and nodes."""
     jobs = [
         Job(plans[c].card, plans[c].card.witnesses, coverage=tuple(mutation.claimed(plans[c].card, req.root)))
         for c in need
     ]
     results = run_jobs(jobs, cfg, jobs=req.jobs, executor=req.executor)
-    out, took = {}, {}
+    out, took, nodes = {}, {}, {}
     for cid, job, res in zip(need, jobs, results, strict=True):
         ok = all(r.outcome == Outcome.PASSED for r in res.results.values()) and not res.stopped
         out[cid] = res.lines_run if ok else []  # a run that did not hold says nothing: every witness runs
-        took[cid] = {o.witness_id: o.duration for o in witness_outcomes(job.witnesses, res)} if ok else {}
-    return out, took
+        outs = witness_outcomes(job.witnesses, res) if ok else ()
+        took[cid] = {o.witness_id: o.duration for o in outs}
+        nodes[cid] = _nodes(outs)
+    return out, took, nodes
+
+
+def _nodes(outcomes) -> dict[str, tuple[str, ...]]:
+    """Witness id -> the node ids an honest run ran for it."""
+    return {o.witness_id: tuple(n.nodeid for n in o.nodes) for o in outcomes}
 
 
 def measure(
@@ -280,20 +288,26 @@ def measure(
     todo = {cid: [m for m in cm.sample if m.key not in reused.get(cid, {})] for cid, cm in plans.items()}
     reach: dict[str, Reach | None] = {}
     traced: dict[str, list[protocol.LinesRun]] = {}
+    traced_nodes: dict[str, dict[str, tuple[str, ...]]] = {}
     if opts.fast:
         other = cfg.profile != req.profile  # the cards ran under another profile than the mutants will
         need = [cid for cid in plans if todo[cid] and (other or not (runs.get(cid) and runs[cid].lines_run))]
         if need:
             why = f"under the {cfg.profile} profile, which the mutants run under" if other else "replayed card(s)"
             _say(reporter, f"mutate: tracing the witnesses of {len(need)} card(s) for line coverage ({why}) ...")
-            traced, times = _traced(req, cfg, plans, need)
+            traced, times, traced_nodes = _traced(req, cfg, plans, need)
             for cid, t in times.items():
                 if other and t:  # the timeouts of mutants under this profile: from its own times
                     took[cid] = t
                     timeouts[cid] = mutation.mutant_timeouts(plans[cid].card, t, req.timeout)
         for cid in plans:
-            lines = traced.get(cid) if cid in traced else (runs[cid].lines_run if cid in runs else ())
-            reach[cid] = reach_of(plans[cid].card, lines or ())
+            if cid in traced:
+                lines, nodes = traced[cid], traced_nodes.get(cid)
+            elif cid in runs:
+                lines, nodes = runs[cid].lines_run, _nodes(runs[cid].outcomes.witnesses)
+            else:
+                lines, nodes = (), None
+            reach[cid] = reach_of(plans[cid].card, lines or (), nodes)
 
     ran: dict[tuple[str, str], MutantResult] = {}
     jobs: list[tuple[str, gen.Mutant, Job]] = []
@@ -303,13 +317,14 @@ def measure(
         for m in ms:
             mark = marks.get(m.key)
             mark = mark if mark and mark.applies(cid) else None
-            ids = None
+            ids, nodes = None, None
             if reach.get(cid) is not None:
                 ids = reach[cid].running(m)
                 if not ids:
                     ran[(cid, m.key)] = mutation.not_reached(m, mark, req.root)
                     continue
-            jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids)))
+                nodes = reach[cid].only_nodes(m, ids)
+            jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids, nodes)))
     jobs = _built(req, jobs, marks, ran, reporter)
     # the slowest cards' mutants first, so the pool does not end on one long card; a card's mutants together
     # (they share its warm server)
