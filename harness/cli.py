@@ -140,6 +140,17 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     _reports_opt(run)
 
 
+def _matrix_opt(parser: argparse.ArgumentParser, more: str = "") -> None:
+    parser.add_argument(
+        "--matrix",
+        nargs="*",
+        metavar="NAME",
+        default=None,
+        help="prove every selected card under each configuration of <cards>/configurations.yaml (names or "
+        "globs; none: all): one verdict per (card, configuration) cell; --profile release implies it" + more,
+    )
+
+
 def _run_parser(sub) -> None:
 
     run = sub.add_parser("run", help="run cards and print verdicts (default)")
@@ -157,14 +168,7 @@ def _run_parser(sub) -> None:
         help="run only the cards whose latest verdict is not PROVEN (or whose bound files changed "
         "since); replay the others' latest PROVEN verdict, marked as replayed",
     )
-    run.add_argument(
-        "--matrix",
-        nargs="*",
-        metavar="NAME",
-        default=None,
-        help="prove every selected card under each configuration of <cards>/configurations.yaml (names or "
-        "globs; none: all): one verdict per (card, configuration) cell; --profile release implies it",
-    )
+    _matrix_opt(run)
     run.add_argument(
         "--target",
         metavar="SPEC",
@@ -187,6 +191,7 @@ def _run_parser(sub) -> None:
     )
     mut = sub.add_parser("mutate", help="run cards, then mutants of the code each claims: a mutation score per card")
     _run_options(mut, mutate=True)
+    _matrix_opt(mut, " (the scores are measured on the default cells; --matrix default: those alone)")
     mut.add_argument(
         "--max-mutants",
         type=argtypes.non_negative_int,

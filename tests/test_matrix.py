@@ -269,3 +269,19 @@ def test_targets_run_as_survey_cells_with_known_failures_and_not_runnable_ones(t
     assert subs["transformers.quantized-hqq"]["runnable"] is False
     md = (tmp_path / "reports" / "latest" / "verdicts.md").read_text()
     assert "| TGT-BATCH | PROVEN | PROVEN | **FAILED (known)** | n/a here |" in md
+
+
+def test_mutate_takes_matrix_too_and_measures_scores_on_the_default_cells_only(tmp_path):
+    """mutate --matrix NAMES: the cells as run does, the mutants against the default cells only; --profile release
+    with --matrix default keeps the release budget to the default cells (the scores' cells)."""
+    root = _project(tmp_path)
+    proc = _run(root, "mutate", "--cards", "cards-mx", "--matrix", "default", "shout", "--json", "m.json")
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((root / "m.json").read_text())
+    measured = {c["id"]: c.get("mutation") is not None for c in doc["cards"]}
+    assert measured == {"MX-1": True, "MX-1@shout": False}
+    proc = _run(root, "mutate", "--cards", "cards-mx", "--profile", "release", "--matrix", "default", "--json", "r.json")
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((root / "r.json").read_text())
+    assert doc["header"]["profile"] == "release" and [c["id"] for c in doc["cards"]] == ["MX-1"]
+    assert doc["cards"][0]["mutation"]["mutants"]

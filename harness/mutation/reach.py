@@ -15,7 +15,10 @@ the same, runs exactly as it did honestly: it passes. So:
   (reported as survived, with that reason);
 - **covering witnesses**: the mutant runs against the witnesses whose test
   body ran one of its lines, or against every witness when one of its lines
-  ran outside a test body (set-up that any witness may share);
+  ran outside a test body (set-up that any witness may share); of a witness
+  of several nodes (a parametrized test), only the nodes whose test body
+  ran one of its lines (:meth:`Reach.only_nodes`: the others would run as
+  they did honestly);
 - **order** (:func:`ordered`, :class:`Killers`): the witness that killed
   this mutant last time, then the ones that killed its neighbours (same
   line, then same function; this run's results as they come in, then the
