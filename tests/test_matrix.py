@@ -280,7 +280,8 @@ def test_mutate_takes_matrix_too_and_measures_scores_on_the_default_cells_only(t
     doc = json.loads((root / "m.json").read_text())
     measured = {c["id"]: c.get("mutation") is not None for c in doc["cards"]}
     assert measured == {"MX-1": True, "MX-1@shout": False}
-    proc = _run(root, "mutate", "--cards", "cards-mx", "--profile", "release", "--matrix", "default", "--json", "r.json")
+    release = ("--profile", "release", "--matrix", "default")
+    proc = _run(root, "mutate", "--cards", "cards-mx", *release, "--json", "r.json")
     assert "Traceback" not in proc.stdout + proc.stderr and proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((root / "r.json").read_text())
     assert doc["header"]["profile"] == "release" and [c["id"] for c in doc["cards"]] == ["MX-1"]
