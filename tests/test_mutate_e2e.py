@@ -181,7 +181,7 @@ def test_the_release_profile_runs_its_mutants_under_ci_with_the_same_statuses(mu
     _no_traceback(proc)
     doc = json.loads((project / "r.json").read_text())
     assert doc["header"]["profile"] == "release"
-    assert "(under the ci profile, which the mutants run under)" in proc.stdout + proc.stderr
+    assert "(under the ci profile and Hypothesis seed 0, which the mutants run under)" in proc.stdout + proc.stderr
     for cid in ("FX-SCALE", "FX-LOOP"):
         assert _statuses(_card(doc, cid)) == _statuses(_card(ci_doc, cid))
     assert _card(doc, "FX-SCALE")["verdict"] == "VACUOUS"  # the floor judged by the score the run measured

@@ -327,3 +327,18 @@ def test_a_floor_is_not_part_of_what_a_score_is_bound_to(cards_copy):
     path.write_text(path.read_text().replace("count_up(n) returns n.", "count_up(n) returns n, exactly."))
     changed, _, _ = load_card(path, cards_copy)
     assert mutation.score_digest(changed, bound_files(changed, cards_copy, {})) != before
+
+
+def test_a_release_runs_mutants_under_the_ci_profile_and_its_seed_not_the_runs_random_one(tmp_path):
+    """The statuses a ci ``mutate`` measured, from a release run: ci's 50 derandomized examples need ci's seed too
+    (a release run's random seed gave 2 of 1,071 mutants another status, measured 2026-12-02)."""
+    from harness.mutation.stage import MUTANT_SEED, mutant_config
+    from harness.request import RunRequest
+
+    def cfg(profile: str, seed: int | None):
+        return mutant_config(RunRequest(tmp_path, tmp_path, tmp_path, "--reports", profile=profile, seed=seed))
+
+    release = cfg("release", 2720485480)
+    assert (release.profile, release.seed, release.liars) == ("ci", MUTANT_SEED, False) and MUTANT_SEED == 0
+    ci = cfg("ci", 7)  # --hypothesis-seed 7 on a ci run: its mutants run with the seed asked for
+    assert (ci.profile, ci.seed) == ("ci", 7)
