@@ -332,11 +332,12 @@ class RingCache:
         return self.layers[layer].slots
 
     def is_saturated(self) -> bool:
-        """True once a layer that needs more history than its cap (a global layer) ran past the cap."""
+        """True once a layer that needs more history than its cap (a global layer) ran past the cap, and while
+        it has lost a position it was given: a truncate below the cap does not bring back what was reused."""
         c = self.config
         for i, L in enumerate(self.layers):
             reach = c.reach(i)
-            if (reach is None or reach > L.cap) and max(self._n, L.high) > L.cap:
+            if (reach is None or reach > L.cap) and (max(self._n, L.high) > L.cap or L.low > 0):
                 return True
         return False
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from impl.cache import KVGeometry
 from impl.model.session import Session
 from impl.ring import RingCache, RingConfig
-from impl.ring_store import ContextFull
+from impl.ring_store import ContextFull, RingKVStore
 from witnesses.synthetic import tiny_llama, token_ids
 from witnesses.test_ring_placement import WindowRowsCache
 
@@ -232,6 +232,196 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
                         evidence.count("accepted")
                         evidence.count("empty_reads", int(lo == hi))
         evidence.count("saturated_examples", int(ring.is_saturated()))
+        evidence.count("examples")
+
+    prop()
+
+
+def test_truncate_keeps_the_held_positions_below_n_and_never_gets_a_reused_slot_back(evidence):
+    """Writes and truncate(n) interleaved, on a ring of a local and a global layer: truncate(n) drops positions
+    >= n; the positions below n the ring held stay held with their own rows; a position whose slot a later one
+    reused stays gone (truncating below it recovers nothing: the layer then holds nothing, and its next write
+    goes at or past the gone positions); len(ring), the next position to decode, becomes min(len, n). After
+    every step RingCache.read(layer, lo, hi) accepts exactly the held [lo, hi) and returns each position's own
+    rows, and is_saturated() is true exactly while a layer that needs more than its cap has lost a position it
+    was given. The held ranges are worked out here from those rules (a gone position never comes back), not
+    asked of impl."""
+    from impl.errors import CacheError
+
+    step = st.one_of(
+        st.tuples(st.just("write"), st.integers(0, 2), st.integers(1, 6)),
+        st.tuples(st.just("truncate"), st.integers(0, 8), st.just(0)),
+    )
+
+    @given(
+        hint=st.integers(1, 6),
+        window=st.integers(1, 8),
+        max_seq_len=st.integers(1, 12),
+        steps=st.lists(step, max_size=9),
+    )
+    @example(hint=4, window=4, max_seq_len=8, steps=[("write", 0, 6), ("truncate", 2, 0), ("write", 0, 1)])
+    @example(hint=2, window=3, max_seq_len=4, steps=[("write", 0, 7), ("truncate", 5, 0), ("write", 0, 2)])
+    @example(hint=4, window=2, max_seq_len=4, steps=[("write", 0, 5), ("truncate", 2, 0)])  # lost exactly one
+    def prop(hint, window, max_seq_len, steps):
+        cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=max_seq_len, window=window, global_layers=(1,))
+        ring = RingCache(cfg, hint=hint)
+        caps = [min(window, max_seq_len), max_seq_len]
+        needs_more = [window > max_seq_len, True]
+        slots = [min(hint, c) for c in caps]
+        gone = [0, 0]  # positions below gone[layer] are gone for good (their slots were reused)
+        high = [0, 0]  # one past the highest position each layer holds (or, having lost all, what is gone)
+        rows: list[dict] = [{}, {}]
+        length = 0  # len(ring): the next position the decode path writes (advanced past each write here)
+        for what, a, t in steps:
+            if what == "truncate":
+                n = max(0, max(high) - a)
+                for la in range(2):
+                    if high[la] > n:  # (a layer holding nothing at or past n keeps what it holds)
+                        gone[la] = max(gone[la], high[la] - slots[la])
+                        high[la] = max(n, gone[la])
+                    rows[la] = {p: r for p, r in rows[la].items() if p < n}
+                evidence.count("truncations")
+                evidence.count("lost_history", int(any(n < g for g in gone)))
+                ring.truncate(n)
+                length = min(length, n)
+            else:
+                start = max(high) + a
+                for la in range(2):
+                    pos = np.arange(start, start + t, dtype=np.float32)[:, None] + 1
+                    k = np.concatenate([pos, -pos], axis=1) + 1000 * la
+                    v = np.concatenate([pos + 0.5, 2 * pos], axis=1) - 1000 * la + 100 * len(rows[la])
+                    ring.write_rows(la, start, k, v)
+                    rows[la].update({start + i: (k[i], v[i]) for i in range(t)})
+                    last = start + t - 1
+                    if last >= slots[la] and slots[la] < caps[la]:
+                        slots[la] = min(caps[la], max(2 * slots[la], last + 1))
+                    high[la] = start + t
+                ring.advance(start + t - length)
+                length = start + t
+            assert len(ring) == length, f"after {steps}: len(ring) = {len(ring)}, want {length}"
+            for la in range(2):
+                h_lo, h_hi = max(0, gone[la], high[la] - slots[la]), high[la]
+                for lo in range(max(-1, h_lo - 2), h_hi + 3):
+                    for hi in range(lo, h_hi + 3):
+                        ok = h_lo <= lo <= hi <= h_hi
+                        try:
+                            k, v = ring.read(la, lo, hi)
+                        except CacheError:
+                            assert not ok, f"layer {la}: read({lo}, {hi}) refused, the ring holds {h_lo}..{h_hi - 1}"
+                            evidence.count("refused")
+                            continue
+                        assert ok, f"layer {la} after {steps}: read({lo}, {hi}) accepted, it holds {h_lo}..{h_hi - 1}"
+                        for i, p in enumerate(range(lo, hi)):
+                            if p in rows[la]:
+                                wk, wv = rows[la][p]
+                                assert np.array_equal(k[i], wk) and np.array_equal(v[i], wv), (
+                                    f"layer {la}: read({lo}, {hi}) row of pos {p}: {k[i]}, {v[i]}; written {wk}, {wv}"
+                                )
+                        evidence.count("accepted")
+            lost = [needs_more[la] and max(gone[la], high[la] - slots[la]) > 0 for la in range(2)]
+            assert ring.is_saturated() == any(lost), (
+                f"after {steps}: is_saturated() = {ring.is_saturated()}, but the layers that lost a position "
+                f"they need are {[la for la in range(2) if lost[la]]}"
+            )
+            evidence.count("saturated_after_truncate", int(what == "truncate" and any(lost)))
+        evidence.count("examples")
+
+    prop()
+
+
+def test_ring_store_truncate_of_a_failed_forward_equals_never_feeding_it(evidence):
+    """A RingKVStore (a local and a global layer, refuse mode) fed a prefix, then a forward that reserves a
+    chunk, writes every layer (staged where the chunk would reuse slots it reads) and reads it, and then
+    truncate(n) back into or before that chunk; then more chunks. It must act as a store that was only ever
+    fed the positions below n (the same rows): the same length, the same refusals, and every later query's
+    view of every layer the same (lo and rows); after flush() the ring's length is the store's and it no
+    longer serves position n. truncate refuses (CacheError, nothing changed) an n past the length, a negative
+    one and one that is not an int. Rows are values of the position (the failed chunk's poisoned), so a
+    dropped row that leaks shows."""
+    from impl.errors import CacheError
+
+    def rows(layer: int, start: int, t: int, poison: bool):
+        pos = np.arange(start, start + t, dtype=np.float32)[:, None] + 1
+        k = np.concatenate([pos, -pos], axis=1) + 1000 * layer - (7777 if poison else 0)
+        v = np.concatenate([pos + 0.5, 2 * pos], axis=1) - 1000 * layer
+        return k, v
+
+    def feed(store, t: int, poison: bool = False):
+        """A forward of t positions: reserve, write every layer, then each query's view; None when refused."""
+        try:
+            at = store.reserve(t)
+        except ContextFull:
+            return None
+        seen = []
+        try:
+            for layer in range(2):
+                k, v = rows(layer, int(at[0]), t, poison)
+                store.write(layer, int(at[0]), k, k, v)
+                seen += [(layer, int(q) + 1, *store.view(layer, int(q) + 1)) for q in at]
+        except CacheError as e:  # a forward the never-fed store runs is a failed check here, not a crash
+            return f"CacheError: {e}"
+        return seen
+
+    def same(got, want, when: str) -> None:
+        assert (got is None) == (want is None), f"{when}: {'refused' if got is None else 'fed'} here, not never-fed"
+        if isinstance(got, str) or isinstance(want, str):  # the same failure in both is the same behaviour
+            shown = [x if isinstance(x, str) else "ran" for x in (got, want)]
+            assert got == want, f"{when}: here {shown[0]}; never-fed {shown[1]}"
+            evidence.count("same_failures")
+            return
+        for (layer, hi, ka, va, la), (_, _, kb, vb, lb) in zip(got or (), want or (), strict=True):
+            ok = la == lb and np.array_equal(ka, kb) and np.array_equal(va, vb)
+            assert ok, f"{when}: layer {layer} view({hi}) from {la}: {ka.tolist()}; never-fed from {lb}: {kb.tolist()}"
+            evidence.count("views_compared")
+
+    @given(
+        hint=st.integers(1, 4),
+        window=st.integers(1, 6),
+        max_seq_len=st.integers(2, 10),
+        prefix=st.lists(st.integers(1, 4), max_size=3),
+        chunk=st.integers(1, 5),
+        keep=st.integers(0, 5),
+        after=st.lists(st.integers(1, 3), max_size=3),
+    )
+    @example(hint=2, window=3, max_seq_len=10, prefix=[2, 1], chunk=4, keep=2, after=[1, 2])
+    @example(hint=4, window=2, max_seq_len=8, prefix=[3], chunk=1, keep=0, after=[1])
+    def prop(hint, window, max_seq_len, prefix, chunk, keep, after):
+        cfg = RingConfig(KVGeometry(2, 1, 2), max_seq_len=max_seq_len, window=window, global_layers=(1,))
+        a, b = RingKVStore(RingCache(cfg, hint=hint)), RingKVStore(RingCache(cfg, hint=hint))
+        for t in prefix:
+            same(feed(a, t), feed(b, t), f"prefix {prefix}")
+        p = len(a)
+        if feed(a, chunk, poison=True) is None:
+            evidence.count("chunk_refused")
+            return
+        n = p + min(keep, chunk)
+        for bad in (len(a) + 1, -1, True, float(n), None):  # refused (CacheError), nothing changed
+            try:
+                a.truncate(bad)
+            except CacheError:
+                evidence.count("bad_truncations_refused")
+            else:
+                raise AssertionError(f"truncate({bad!r}) at length {p + chunk}: accepted")
+            assert len(a) == p + chunk, f"a refused truncate({bad!r}) changed the length to {len(a)}"
+        staged = any(chunk > 1 and p + chunk > cfg.cap(layer) for layer in range(2))
+        evidence.count("staged_chunks", int(staged))
+        evidence.count("cut_inside_chunk", int(p < n < p + chunk))
+        a.truncate(n)
+        if n > p:
+            assert feed(b, n - p, poison=True) is not None
+        assert len(a) == len(b) == n, f"truncate({n}): length {len(a)}"
+        for t in after:
+            same(feed(a, t), feed(b, t), f"after {prefix}, a chunk of {chunk}, truncate({n}), {after}")
+        for s in (a, b):
+            s.flush()
+            assert len(s.ring) == len(s), f"after flush the ring's length is {len(s.ring)}, the store's {len(s)}"
+        for layer in range(2):
+            try:
+                a.ring.read(layer, 0, len(a) + 1)
+            except CacheError:
+                evidence.count("past_length_refused")
+            else:
+                raise AssertionError(f"layer {layer}: the ring still serves position {len(a)} after truncate({n})")
         evidence.count("examples")
 
     prop()

@@ -80,3 +80,29 @@ def feed_stale_tail(self, x):
     if self.reach:
         self.tail = ext[ext.shape[0] - self.reach - 1 : ext.shape[0] - 1].copy()
     return y
+
+
+@liar(
+    "ring.truncate_recovers_reused_slots",
+    target="impl.ring:_RingLayer.truncate",
+    why="truncates by moving the high-water mark back to n only: positions whose slots later ones reused count as "
+    "held again, and a read of them returns the later positions' rows",
+)
+def truncate_recovers(self, n):
+    self.high = min(self.high, n)
+
+
+@liar(
+    "ring.store_truncate_keeps_staged",
+    target="impl.ring_store:RingKVStore.truncate",
+    factory=True,
+    why="keeps the staged rows of a failed forward's chunk whole: the next flush commits rows at and past n that "
+    "truncate dropped",
+)
+def make_truncate_keeping_staged(original):
+    def truncate(self, n):
+        staged = dict(self._staged)
+        original(self, n)
+        self._staged.update({layer: s for layer, s in staged.items() if s[0] < n})
+
+    return truncate
