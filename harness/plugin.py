@@ -380,7 +380,8 @@ class _NodeState:
 
 def _warm_up(root: Path, files: Sequence[str]) -> None:
     """What every process forked from a warm server would do for itself before its first example, done once in
-    the server (measured in the forks: about 20 ms of a 57 ms mutant process).
+    the server (measured: applying a mutant in a fork went from 17 to 6.6 ms with the first, and the 114 mutants of
+    PKV-KAT, RING-T5 and KV-T5 ran in 6.8 s instead of 7.7 s, -j 1, with all three).
 
     - import what applying a mutant needs (:mod:`harness.mutation.swap`, with the liars and C build modules) and
       parse the claimed files (:func:`harness.mutation.generate.preparse`);
