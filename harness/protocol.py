@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# the fields of the summary ``evidence.observe`` reports for a key (see harness.plugin.Evidence)
+# the fields of the summary ``evidence.observe`` reports for a key (see harness.evidence.Evidence)
 OBSERVED_FIELDS = ("observed", "min", "max", "nan")
 
 

@@ -18,8 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "impl")
 
 # The witness side: what `import harness.plugin` may load of the harness, in every witness process and in
-# the fork server's zygote. The wire, the status words, the errors; nothing of the judge or the card loader.
-WITNESS_SIDE = {"harness", "harness.plugin", "harness.protocol", "harness.statuses", "harness.errors"}
+# the fork server's zygote. The wire, the status words, the errors, the evidence object; nothing of the judge
+# or the card loader.
+WITNESS_SIDE = {
+    "harness",
+    "harness.plugin",
+    "harness.evidence",
+    "harness.protocol",
+    "harness.statuses",
+    "harness.errors",
+}
 
 # Function-level imports of our own packages that stay function-level, each with why. Everything else is
 # imported at module level (optional third-party dependencies such as ray and torch may be imported lazily
