@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Held-out mutants: how much of a sample nobody tuned the witnesses on do the cards kill?
 
-    python bench/heldout.py [--seed 7] [-j 2] [--max-mutants 40] [--from DOC.json] [--keep DIR]
+    python bench/heldout.py [--seed 8] [-j 2] [--max-mutants 40] [--from DOC.json] [--keep DIR]
 
 Runs ``run_obligations.py mutate --seed SEED`` over every card (a sample drawn with a seed the witnesses
-were not strengthened against; the default 7 is reserved for this) and reports, over the union of the
+were not strengthened against; the default 8 is reserved for this: 7 was, until RING-T2's truncate witnesses
+were written for its survivors, 2026-12-02) and reports, over the union of the
 cards' samples (a mutant claimed by several cards is killed when any of them kills it):
 
 - Python: the mutants of impl's cache and model modules (kv, paged, ring, quant, attention, session);
@@ -98,7 +99,7 @@ def report(name: str, mutants: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=7, help="the held-out sample's seed (default 7)")
+    ap.add_argument("--seed", type=int, default=8, help="the held-out sample's seed (default 8)")
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("--max-mutants", type=int, default=40)
     ap.add_argument("--from", dest="doc", help="an earlier mutate --json document to read instead of running")
