@@ -248,7 +248,13 @@ def test_the_zygote_holds_libraries_but_nothing_of_the_project(fs):
     # of the harness: the zygote's own machinery and the witness side (the plugin and the wire), nothing else
     harness = {n for n in names if n.startswith("harness")}
     machinery = {"harness", "harness.execute", "harness.execute.procs"}  # the zygote itself runs as __main__
-    witness_side = {"harness.execute.pytest_main", "harness.plugin", "harness.protocol", "harness.statuses"}
+    witness_side = {
+        "harness.execute.pytest_main",
+        "harness.plugin",
+        "harness.evidence",
+        "harness.protocol",
+        "harness.statuses",
+    }
     assert harness == machinery | witness_side | {"harness.errors"}
 
 
