@@ -142,6 +142,37 @@ def test_clamped_session_differs_from_one_that_kept_everything(evidence):
     assert delta > 0
 
 
+def _reads_are_exactly_what_is_held(ring, layer, h_lo, h_hi, written, evidence, where=""):
+    """RingCache.read(layer, lo, hi) for every lo, hi around the held [h_lo, h_hi) (inverted ones too): accepted
+    exactly when h_lo <= lo <= hi <= h_hi, with (hi - lo, 2) K and V and each position's own rows where
+    ``written`` (position -> (k, v)) has them (a gap position was never written: no claim on its rows);
+    refused with CacheError otherwise."""
+    from impl.errors import CacheError
+
+    for lo in range(max(-1, h_lo - 2), h_hi + 3):
+        for hi in range(lo - 1, h_hi + 3):
+            ok = h_lo <= lo <= hi <= h_hi
+            try:
+                k, v = ring.read(layer, lo, hi)
+            except CacheError:
+                assert not ok, f"layer {layer}{where}: read({lo}, {hi}) refused, the ring holds {h_lo}..{h_hi - 1}"
+                evidence.count("refused")
+                continue
+            assert ok, f"layer {layer}{where}: read({lo}, {hi}) accepted, the ring holds {h_lo}..{h_hi - 1}"
+            assert k.shape == (hi - lo, 2) and v.shape == (hi - lo, 2), (lo, hi, k.shape, v.shape)
+            for i, p in enumerate(range(lo, hi)):
+                if p in written:
+                    wk, wv = written[p]
+                    if not (np.array_equal(k[i], wk) and np.array_equal(v[i], wv)):
+                        evidence.count("misread_rows")
+                        raise AssertionError(
+                            f"layer {layer}{where}: read({lo}, {hi}) row of pos {p} is {k[i]}, {v[i]}; "
+                            f"written {wk}, {wv}"
+                        )
+            evidence.count("accepted")
+            evidence.count("empty_reads", int(lo == hi))
+
+
 def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
     """Writes at ascending positions (gaps, chunks, single rows; no advance): after each, every layer has the
     slots of the growth rule (start at min(hint, cap); a write reaching pos >= slots below the cap doubles,
@@ -208,29 +239,7 @@ def test_read_returns_exactly_the_held_positions_and_refuses_the_rest(evidence):
                     f"layer {layer} (cap {caps[layer]}, hint {hint}) after writing up to {high - 1}: "
                     f"{ring.slots(layer)} slots, the growth rule gives {slots[layer]}"
                 )
-                h_lo = max(0, high - slots[layer])
-                for lo in range(max(-1, h_lo - 2), high + 2):
-                    for hi in range(lo - 1, high + 2):
-                        ok = h_lo <= lo <= hi <= high
-                        try:
-                            k, v = ring.read(layer, lo, hi)
-                        except CacheError:
-                            assert not ok, f"layer {layer}: read({lo}, {hi}) refused, the ring holds {h_lo}..{high - 1}"
-                            evidence.count("refused")
-                            continue
-                        assert ok, f"layer {layer}: read({lo}, {hi}) accepted, the ring holds {h_lo}..{high - 1}"
-                        assert k.shape == (hi - lo, 2) and v.shape == (hi - lo, 2), (lo, hi, k.shape, v.shape)
-                        for i, p in enumerate(range(lo, hi)):
-                            if p in latest[layer]:  # a gap position was never written: no claim on its rows
-                                wk, wv = latest[layer][p]
-                                if not (np.array_equal(k[i], wk) and np.array_equal(v[i], wv)):
-                                    evidence.count("misread_rows")
-                                    raise AssertionError(
-                                        f"layer {layer}: read({lo}, {hi}) row of pos {p} is "
-                                        f"{k[i]}, {v[i]}; written {wk}, {wv}"
-                                    )
-                        evidence.count("accepted")
-                        evidence.count("empty_reads", int(lo == hi))
+                _reads_are_exactly_what_is_held(ring, layer, max(0, high - slots[layer]), high, latest[layer], evidence)
         evidence.count("saturated_examples", int(ring.is_saturated()))
         evidence.count("examples")
 
@@ -246,7 +255,6 @@ def test_truncate_keeps_the_held_positions_below_n_and_never_gets_a_reused_slot_
     rows, and is_saturated() is true exactly while a layer that needs more than its cap has lost a position it
     was given. The held ranges are worked out here from those rules (a gone position never comes back), not
     asked of impl."""
-    from impl.errors import CacheError
 
     step = st.one_of(
         st.tuples(st.just("write"), st.integers(0, 2), st.integers(1, 6)),
@@ -300,24 +308,8 @@ def test_truncate_keeps_the_held_positions_below_n_and_never_gets_a_reused_slot_
                 length = start + t
             assert len(ring) == length, f"after {steps}: len(ring) = {len(ring)}, want {length}"
             for la in range(2):
-                h_lo, h_hi = max(0, gone[la], high[la] - slots[la]), high[la]
-                for lo in range(max(-1, h_lo - 2), h_hi + 3):
-                    for hi in range(lo, h_hi + 3):
-                        ok = h_lo <= lo <= hi <= h_hi
-                        try:
-                            k, v = ring.read(la, lo, hi)
-                        except CacheError:
-                            assert not ok, f"layer {la}: read({lo}, {hi}) refused, the ring holds {h_lo}..{h_hi - 1}"
-                            evidence.count("refused")
-                            continue
-                        assert ok, f"layer {la} after {steps}: read({lo}, {hi}) accepted, it holds {h_lo}..{h_hi - 1}"
-                        for i, p in enumerate(range(lo, hi)):
-                            if p in rows[la]:
-                                wk, wv = rows[la][p]
-                                assert np.array_equal(k[i], wk) and np.array_equal(v[i], wv), (
-                                    f"layer {la}: read({lo}, {hi}) row of pos {p}: {k[i]}, {v[i]}; written {wk}, {wv}"
-                                )
-                        evidence.count("accepted")
+                h_lo = max(0, gone[la], high[la] - slots[la])
+                _reads_are_exactly_what_is_held(ring, la, h_lo, high[la], rows[la], evidence, f" after {steps}")
             lost = [needs_more[la] and max(gone[la], high[la] - slots[la]) > 0 for la in range(2)]
             assert ring.is_saturated() == any(lost), (
                 f"after {steps}: is_saturated() = {ring.is_saturated()}, but the layers that lost a position "
