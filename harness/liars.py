@@ -33,6 +33,7 @@ whose attribute *is* the original object.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -67,24 +68,41 @@ class Liar:
     replacement: Callable
     factory: bool
     why: str
+    raises: tuple[type[BaseException], ...] = ()  # what raising is part of the lie (see :func:`liar`)
 
 
 _REGISTRY: dict[str, Liar] = {}
 
 
-def liar(name: str, *, target: str, why: str = "", factory: bool = False) -> Callable[[Callable], Callable]:
+def liar(
+    name: str,
+    *,
+    target: str,
+    why: str = "",
+    factory: bool = False,
+    raises: type[BaseException] | tuple[type[BaseException], ...] = (),
+) -> Callable[[Callable], Callable]:
     """Register the decorated function as liar ``name`` replacing ``target``.
 
     ``target`` is ``"module:Name"`` or ``"module:Class.method"``. With
     ``factory=True`` the decorated function is called with the original and
     returns the replacement. Both arguments must be string literals (the
     harness reads them with :mod:`ast`).
+
+    ``raises``: the exception types whose raising *is* the lie (a range check that refuses a valid call raises
+    the API's own error, e.g. ``raises=CacheError``). Every other exception that leaves a call of the liar
+    (a wrong signature's TypeError, an AttributeError, the original's error reached through a factory) is a
+    crash: a witness that turns it into a failed check (``except Exception: pytest.fail(...)``) has not caught
+    the liar (:data:`CALL_TAG`).
     """
     if ":" not in target:
         raise LiarError(f"target={target!r}: expected 'module:Name' or 'module:Class.method'")
+    declared = raises if isinstance(raises, tuple) else (raises,)
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in declared):
+        raise LiarError(f"liar={name!r}: raises={raises!r}: expected an exception class or a tuple of them")
 
     def register(fn: Callable) -> Callable:
-        _REGISTRY[name] = Liar(name, target, fn, factory, why)
+        _REGISTRY[name] = Liar(name, target, fn, factory, why, declared)
         return fn
 
     return register
@@ -315,6 +333,7 @@ def _swap(spec: Liar, t: _Target) -> _Patch:
     original = t.original
     plain = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     replacement = spec.replacement(plain) if spec.factory else spec.replacement
+    replacement = _tagging(replacement, spec)
     if isinstance(original, staticmethod):
         replacement = staticmethod(replacement)
     elif isinstance(original, classmethod):
@@ -324,6 +343,35 @@ def _swap(spec: Liar, t: _Target) -> _Patch:
     # a module-level function: rebind `from module import f` copies in the same package
     rebound = _rebind(t, plain, replacement) if t.in_module else ()
     return _Patch(t, plain, had_own, rebound)
+
+
+CALL_TAG = "__kvproof_liar_call__"  # set on an exception that left a call of the applied liar (not declared raises)
+
+
+def _tagging(replacement: object, spec: Liar) -> object:
+    """``replacement`` wrapped so that an exception leaving a call of it carries :data:`CALL_TAG` (the liar's name).
+
+    The witness side (:mod:`harness.plugin`) refuses a failed check raised from, or while handling, such an
+    exception: a crash is not a catch. Types in ``spec.raises`` stay untagged (raising them is the lie). A class
+    or any other non-function target is returned as it is (its calls are not tagged).
+    """
+    if not inspect.isfunction(replacement) or inspect.isgeneratorfunction(replacement):
+        return replacement
+    fn = replacement
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not isinstance(exc, spec.raises) and not hasattr(exc, CALL_TAG):
+                try:
+                    setattr(exc, CALL_TAG, spec.name)
+                except (AttributeError, TypeError):  # an exception type that takes no attributes: left untagged
+                    pass
+            raise
+
+    return call
 
 
 def apply(name: str, root: Path) -> Applied:

@@ -35,7 +35,9 @@ command that replays it.
 Failure versus error: a call-phase ``AssertionError`` (numpy's testing
 asserts, ``pytest.fail``, Hypothesis re-raising a falsified assertion, or an
 exception group made only of those) is ``failed``; any other exception,
-and anything raised in setup or teardown, is ``error``.
+and anything raised in setup or teardown, is ``error``. Under a liar, so is a failed check raised from or
+while handling an exception that left a call of the liar (``except Exception as e: pytest.fail(...)``,
+:func:`_liar_crash`).
 """
 
 from __future__ import annotations
@@ -144,6 +146,33 @@ def _is_assertion(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_assertion(e) for e in exc.exceptions)
     return isinstance(exc, (AssertionError, pytest.fail.Exception))
+
+
+def _liar_crash(exc: BaseException) -> BaseException | None:
+    """The exception that left a call of the applied liar, in ``exc`` or the chain it was raised from or while
+    handling; None when there is none.
+
+    :func:`harness.liars.apply` tags every exception leaving a liar's call that the liar does not declare in
+    ``raises``. ``except Exception as e: pytest.fail(f"... {e}")`` (or ``raise AssertionError(...) from e``, or
+    ``from None``, which only hides the chain from the traceback) turns such a crash -- a wrong signature's
+    TypeError, say -- into a failed check: the failure was decided by the exception, not by a check, so it does
+    not catch the liar (an error: the liar is inconclusive). Exception groups are searched member by member.
+    """
+    from harness.liars import CALL_TAG
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if getattr(cur, CALL_TAG, None):
+            return cur
+        if isinstance(cur, BaseExceptionGroup):
+            todo.extend(cur.exceptions)
+        todo.extend((cur.__cause__, cur.__context__))
+    return None
 
 
 _EXHAUSTED = {
@@ -398,6 +427,8 @@ class _Recorder:
         # failed in some phase
         exc = call.excinfo.value if call.excinfo is not None else None
         is_failure = report.when == "call" and exc is not None and _is_assertion(exc)
+        behind = _liar_crash(exc) if is_failure and self.plan.liar else None
+        is_failure = is_failure and behind is None
         in_liar = bool(self.liar_source) and call.excinfo is not None and self._raised_in_liar(call.excinfo)
         state.outcome = Outcome.FAILED if is_failure and not in_liar else Outcome.ERROR
         if call.excinfo is not None:
@@ -407,6 +438,13 @@ class _Recorder:
         prefix = "" if report.when == "call" else f"in {report.when}: "
         if in_liar:
             prefix = "raised inside the liar itself, not by a witness's check: " + prefix
+        if behind is not None:
+            crash = (f"{type(behind).__name__}: {behind}".splitlines() or [""])[0]
+            prefix = (
+                f"a check failed while handling {_clip(crash, 200)}, raised by a call of the liar: the exception "
+                "decided it, not a check (if raising it is the liar's lie, declare it: @liar(..., raises=...)): "
+                + prefix
+            )
         exhausted = _exhausted(exc) if exc is not None else ""
         if exhausted:
             prefix = f"resource exhausted ({exhausted}): " + prefix

@@ -202,6 +202,12 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", rea
     if summary is not None:
         return _check_observed(bound, summary, nodeid)
     if bound.op in ("eq", "ne"):
+        mismatch = _kind_mismatch(actual, bound.limit)
+        if mismatch:
+            shown = f"= {actual!r} {mismatch} (bound {bound.op} {bound.limit!r})"
+            return BoundCheck(bound.key, bound.op, bound.limit, shown, None, nodeid)
+        if isinstance(actual, float) and math.isnan(actual):  # NaN measured nothing: it differs from no limit
+            return BoundCheck(bound.key, bound.op, bound.limit, actual, False, nodeid)
         holds = (actual == bound.limit) == (bound.op == "eq")
         return BoundCheck(bound.key, bound.op, bound.limit, actual, holds, nodeid)
     if not _is_number(actual):
@@ -218,6 +224,37 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", rea
     return BoundCheck(bound.key, bound.op, bound.limit, actual, _holds(bound.op, actual, bound.limit), nodeid)
 
 
+def _kind_mismatch(actual: Any, limit: Any) -> str:
+    """Why ``actual`` cannot be compared with an eq/ne ``limit`` ("" when it can).
+
+    The recorded value must be of the limit's kind: a number (never a bool) for a number, a bool for a bool, a
+    string for a string; a ``null`` limit compares with anything. Without this, ``ne: 0`` would hold for a recorded
+    ``None`` (a ``max(deltas, default=None)`` that saw nothing) and ``eq: 1`` for ``True``.
+    """
+    if limit is None:
+        return ""
+    if isinstance(limit, bool):
+        return "" if isinstance(actual, bool) else "is not a boolean"
+    if _is_number(limit):
+        return "" if _is_number(actual) else "is not a number"
+    if isinstance(limit, str):
+        return "" if isinstance(actual, str) else "is not a string"
+    return f"cannot be compared with a {type(limit).__name__} limit"
+
+
+def _summary_problem(summary: Mapping[str, Any]) -> str:
+    """Why ``summary`` is not a well-formed observed summary ("" when it is): a forged or corrupt one never holds."""
+    n, lo, hi, nans = summary["observed"], summary["min"], summary["max"], summary["nan"]
+    counts_ok = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in (n, nans or 0))
+    if not counts_ok or (nans or 0) > n:
+        return f"is not an observed summary: observed={n!r}, nan={nans!r} must be counts with nan <= observed"
+    if (lo is None) != (hi is None) or (lo is None and n and (nans or 0) != n):
+        return f"is not an observed summary: min={lo!r}, max={hi!r} are missing while non-NaN values were observed"
+    if lo is not None and (not _is_number(lo) or not _is_number(hi) or lo > hi):
+        return f"is not an observed summary: min={lo!r}, max={hi!r} must be numbers with min <= max"
+    return ""
+
+
 def _holds(op: str, actual: Any, limit: Any) -> bool:
     return bool({"le": actual <= limit, "lt": actual < limit, "ge": actual >= limit, "gt": actual > limit}[op])
 
@@ -227,8 +264,8 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
 
     le/lt: the max; ge/gt: the min; any NaN observed makes the worst value NaN
     (the bound fails). eq: fails on NaN, else on whichever of min and max
-    differs from the limit. ne: holds when the limit is outside [min, max]
-    (or every value was NaN), fails when min == max == limit; otherwise the
+    differs from the limit. ne: holds when the limit is outside [min, max],
+    fails when min == max == limit or any value was NaN; otherwise the
     summary cannot decide, and the check holds None (ERROR) with advice to
     count the examples equal to the limit instead.
     """
@@ -238,13 +275,18 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
     def check(actual: Any, holds: bool | None, detail: str) -> BoundCheck:
         return BoundCheck(key, op, limit, actual, holds, nodeid, detail)
 
+    problem = _summary_problem(summary)
+    if problem:
+        return check(f"= {dict(summary)!r} {problem}", None, "")
     if not n:
         return check("observed no value (the summary says observed=0)", None, "")
+    if not _is_number(limit):  # an observed summary holds numbers only
+        return check(f"is a summary of observed numbers; bound {op} {limit!r} needs a number limit", None, "")
+    if nans:  # NaN measured nothing: it fails every bound, ne included (it shows no difference)
+        return check(math.nan, False, f"{nans} of {n} observed were NaN")
     if op == "ne":
-        if lo is None or not _is_number(limit) or limit < lo or limit > hi:
-            nearest = (
-                math.nan if lo is None else (lo if _is_number(limit) and abs(lo - limit) <= abs(hi - limit) else hi)
-            )
+        if limit < lo or limit > hi:
+            nearest = lo if abs(lo - limit) <= abs(hi - limit) else hi
             return check(nearest, True, f"nearest of {n} observed")
         if lo == hi == limit:
             return check(lo, False, f"min = max of {n} observed")
@@ -256,8 +298,6 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
             None,
             "",
         )
-    if nans:
-        return check(math.nan, False, f"{nans} of {n} observed were NaN")
     if op == "eq":
         for name, value in (("min", lo), ("max", hi)):
             if value != limit:

@@ -144,6 +144,155 @@ def test_fails(evidence):
     raise OSError(errno.ENOSPC, "No space left on device", "scratch.bin")
 """
 
+# the liar's signature is wrong: calling it raises TypeError; each witness below turns that crash into a "failure"
+WRONG_SIGNATURE_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.signature", target="fakeimpl.arith:add", why="takes one argument too few")
+def add(a):
+    return a
+"""
+
+FAIL_IN_EXCEPT = """
+import pytest
+
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", 0)
+    try:
+        got = add(2, 3)
+    except Exception as e:
+        pytest.fail(f"add raised {e}")
+    assert got == 5
+"""
+
+ASSERT_FROM_NONE = """
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", 0)
+    try:
+        got = add(2, 3)
+    except TypeError:
+        raise AssertionError("add is wrong") from None
+    assert got == 5
+"""
+
+ASSERT_FROM_CAUSE = """
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", 0)
+    try:
+        got = add(2, 3)
+    except Exception as exc:
+        raise AssertionError("add is wrong") from exc
+    assert got == 5
+"""
+
+ASSERT_IN_HANDLER = """
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", 0)
+    ok = True
+    try:
+        add(2, 3)
+    except Exception:
+        ok = False
+        assert ok, "add did not add"
+"""
+
+# an honest witness: its check fails under the liar without any exception behind it
+CHECKS_THE_SUM = """
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", abs(add(2, 3) - 5))
+    assert add(2, 3) == 5
+"""
+
+# the liar's lie is a refusal: it says so (raises=ValueError), so a witness that fails on the refusal caught it
+REFUSING_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.refuses", target="fakeimpl.arith:add", why="refuses a valid call", raises=ValueError)
+def add(a, b):
+    raise ValueError("add refuses 2 + 3")
+"""
+
+# a factory liar that calls the real add with one argument too many: the TypeError comes from the original,
+# through the liar's call, and is a crash all the same
+FACTORY_CRASH_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.factory_crash", target="fakeimpl.arith:add", factory=True, why="passes an extra argument")
+def make(original):
+    def add(a, b):
+        return original(a, b, 0)
+
+    return add
+"""
+
+# the property fails in a nested Hypothesis test because the liar's call raises: still a crash
+HYPOTHESIS_FAIL_IN_EXCEPT = """
+import pytest
+from hypothesis import given, strategies as st
+
+from fakeimpl.arith import add
+
+
+def test_calls_add(evidence):
+    evidence.record("max_abs_delta", 0)
+
+    @given(st.integers(), st.integers())
+    def prop(a, b):
+        try:
+            got = add(a, b)
+        except Exception as e:
+            pytest.fail(f"add raised {e}")
+        assert got == a + b
+
+    prop()
+"""
+
+BAD_ADD_LIAR = """
+from harness.liars import liar
+
+
+@liar("hostile.off_by_one", target="fakeimpl.arith:add", why="adds one too many")
+def add(a, b):
+    return a + b + 1
+"""
+
+
+def _control_card(value: str, op: str = "ne", limit: str = "0") -> dict[str, str]:
+    """A card whose one witness passes and whose control records ``value`` under a bound ``{op: limit}``."""
+    card = _card("test_calls_add").replace(
+        "version: 1\n",
+        "controls:\n  - id: differs\n    test: witnesses/test_control.py::test_differs\n"
+        f"    bounds: {{delta: {{{op}: {limit}}}}}\nversion: 1\n",
+    )
+    control = f"""
+def test_differs(evidence):
+    deltas = []
+    evidence.record("delta", {value})
+"""
+    return {
+        "cards-case__hostile_DOT_yaml": card,
+        "witnesses__test_hostile_DOT_py": CHECKS_THE_SUM,
+        "witnesses__test_control_DOT_py": control,
+    }
+
 
 def files(**texts: str) -> Callable[[Path], None]:
     """A setup step writing each ``relative/path=text`` (``__`` in a key stands for ``/``)."""
@@ -250,6 +399,82 @@ CASES += [
     ),
 ]
 
+# a liar is caught only by a failed check whose cause is not an exception from the liar's call
+CASES += [
+    Case(
+        f"liar-crash-turned-into-a-failure-{name}",
+        files(
+            **card("test_calls_add", "liars: [hostile.signature]\n"),
+            witnesses__test_hostile_DOT_py=witness,
+            witnesses__liars__hostile_DOT_py=WRONG_SIGNATURE_LIAR,
+        ),
+        "UNVERIFIED",
+        ("hostile.signature", "proved nothing", "a check failed while handling TypeError"),
+    )
+    for name, witness in (
+        ("pytest-fail-in-except", FAIL_IN_EXCEPT),
+        ("assert-from-none", ASSERT_FROM_NONE),
+        ("assert-from-cause", ASSERT_FROM_CAUSE),
+        ("assert-in-handler", ASSERT_IN_HANDLER),
+    )
+]
+CASES += [
+    Case(
+        "liar-crash-in-a-nested-property-is-no-catch",
+        files(
+            **card("test_calls_add", "liars: [hostile.signature]\n"),
+            witnesses__test_hostile_DOT_py=HYPOTHESIS_FAIL_IN_EXCEPT,
+            witnesses__liars__hostile_DOT_py=WRONG_SIGNATURE_LIAR,
+        ),
+        "UNVERIFIED",
+        ("hostile.signature", "a check failed while handling TypeError"),
+    ),
+    Case(
+        "liar-crash-through-a-factory-is-no-catch",
+        files(
+            **card("test_calls_add", "liars: [hostile.factory_crash]\n"),
+            witnesses__test_hostile_DOT_py=FAIL_IN_EXCEPT,
+            witnesses__liars__hostile_DOT_py=FACTORY_CRASH_LIAR,
+        ),
+        "UNVERIFIED",
+        ("hostile.factory_crash", "a check failed while handling TypeError"),
+    ),
+    Case(
+        "liar-whose-lie-is-a-declared-refusal-is-caught-by-a-check",
+        files(
+            **card("test_calls_add", "liars: [hostile.refuses]\n"),
+            witnesses__test_hostile_DOT_py=FAIL_IN_EXCEPT,
+            witnesses__liars__hostile_DOT_py=REFUSING_LIAR,
+        ),
+        "PROVEN",
+        ("hostile.refuses",),
+    ),
+    Case(
+        "liar-caught-by-an-honest-check-is-caught",
+        files(
+            **card("test_calls_add", "liars: [hostile.off_by_one]\n"),
+            witnesses__test_hostile_DOT_py=CHECKS_THE_SUM,
+            witnesses__liars__hostile_DOT_py=BAD_ADD_LIAR,
+        ),
+        "PROVEN",
+        ("hostile.off_by_one",),
+    ),
+    # bounds check the type of what they compare: a control cannot pass on a value of another kind
+    Case("control-ne-on-null-is-error", files(**_control_card("max(deltas, default=None)")), "ERROR", ("None",)),
+    Case("control-ne-on-text-is-error", files(**_control_card("'1.5'")), "ERROR", ("is not a number",)),
+    Case("control-ne-on-bool-is-error", files(**_control_card("True")), "ERROR", ("is not a number",)),
+    Case("control-ne-on-list-is-error", files(**_control_card("[1.0]")), "ERROR", ("is not a number",)),
+    Case("control-ne-on-nan-fails", files(**_control_card("float('nan')")), "FAILED", ("delta",)),
+    Case("control-eq-1-on-true-is-error", files(**_control_card("True", "eq", "1")), "ERROR", ("is not a number",)),
+    Case(
+        "control-on-a-forged-summary-is-error",
+        files(**_control_card("{'observed': 9, 'min': None, 'max': None, 'nan': 0}")),
+        "ERROR",
+        ("is how evidence.observe reports its summary",),  # refused at record; the judge refuses it too
+    ),
+    Case("control-ne-on-a-number-that-differs-holds", files(**_control_card("0.25")), "PROVEN"),
+]
+
 
 def _copy_project(dest: Path) -> Path:
     shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__", "reports", ".hypothesis"))
@@ -322,3 +547,12 @@ def test_an_untracked_witness_makes_the_tree_dirty(tmp_path: Path) -> None:
     (root / "clean.json").unlink()
     _run(root, "run", "--cards", "cards-case", "--json", "v.json")
     assert json.loads((root / "v.json").read_text())["header"]["git"]["dirty"] is True
+
+
+@pytest.mark.parametrize("raises", ["CacheError", 3, (ValueError, "x"), None, KeyboardInterrupt()])
+def test_a_liar_declaring_what_is_not_an_exception_class_is_refused(raises) -> None:
+    from harness.errors import LiarError
+    from harness.liars import liar
+
+    with pytest.raises(LiarError, match="raises="):
+        liar("hostile.bad_raises", target="fakeimpl.arith:add", raises=raises)

@@ -282,6 +282,23 @@ def test_verdict_is_deterministic_and_pure():
         ("ne", "a", "b", True),
         ("eq", 3, 3.0, True),
         ("le", 0, True, None),  # a bool is not a measurement
+        # eq/ne compare a value of the limit's own kind: anything else cannot be judged (ERROR), never holds
+        ("ne", 0, None, None),  # max(deltas, default=None) that saw nothing is no difference
+        ("eq", 0, None, None),
+        ("ne", 0, "0.5", None),  # text is not a measurement
+        ("eq", 1, True, None),  # True == 1 in Python; a bool is not the number 1
+        ("ne", 0, False, None),
+        ("ne", 0, [1, 2], None),
+        ("ne", 0, {"a": 1}, None),
+        ("eq", True, 1, None),
+        ("eq", "ok", 0, None),
+        ("ne", "ok", None, None),
+        ("ne", 0, float("nan"), False),  # NaN measured nothing: it differs from no limit
+        ("eq", 0, float("nan"), False),
+        ("ne", None, 0, True),  # a null limit compares with anything
+        ("eq", None, None, True),
+        ("ne", 0, 0.5, True),
+        ("ne", 0, 0, False),
     ],
 )
 def test_check_bound(op, limit, actual, holds):
@@ -312,13 +329,44 @@ def observed(lo, hi, n=50, nan=0) -> dict:
         ("ne", 0, observed(1, 5), 1, True),  # the limit is outside [min, max]
         ("ne", 9, observed(1, 5), 5, True),
         ("ne", 3, observed(3, 3), 3, False),  # every value equals the limit
-        ("ne", 3, observed(None, None, n=2, nan=2), "nan", True),  # NaN differs from every number
+        ("ne", 3, observed(None, None, n=2, nan=2), "nan", False),  # NaN measured nothing: no difference shown
+        ("ne", 0, observed(1, 5, nan=1), "nan", False),  # one NaN example is enough to fail
     ],
 )
 def test_observed_evidence_is_judged_on_its_worst_value(op, limit, summary, actual, holds):
     check = check_bound(Bound("k", op, limit), {"k": summary})
     got = "nan" if isinstance(check.actual, float) and check.actual != check.actual else check.actual
     assert (got, check.holds) == (actual, holds), check
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        observed(None, None, n=5, nan=0),  # values observed, but no min/max: forged
+        observed(5, 1),  # min above max
+        observed("a", "b"),
+        observed(0, 1, n=-1),
+        observed(0, 1, n=True),
+        observed(0, 1, n=2, nan=3),  # more NaN than observed
+        observed(0, None),
+    ],
+)
+@pytest.mark.parametrize("op,limit", [("ne", 0), ("eq", 0), ("le", 10), ("ge", -10)])
+def test_a_malformed_observed_summary_holds_for_no_bound(summary, op, limit):
+    check = check_bound(Bound("k", op, limit), {"k": summary})
+    assert check.holds is None and "is not an observed summary" in check.actual, check
+
+
+@pytest.mark.parametrize("limit", [True, "x", None])
+def test_an_observed_summary_needs_a_number_limit(limit):
+    check = check_bound(Bound("k", "eq", limit), {"k": observed(0, 0)})
+    assert check.holds is None and "needs a number limit" in check.actual
+
+
+def test_a_control_bound_ne_on_a_recorded_null_is_error_not_a_difference():
+    card = _card(witnesses=(("w1", (("k", "ne", 0),)),))
+    verdict = evaluate(card, CardOutcomes((wo("w1", node(k=None)),)))
+    assert verdict.verdict == ERROR and "is not a number" in verdict.reason
 
 
 def test_observed_ne_with_the_limit_inside_the_range_is_undecidable_and_says_to_count():

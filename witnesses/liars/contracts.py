@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from impl.errors import CacheError
 from witnesses.liars import liar
 
 # ---- KV-T5: contiguous truncate ---------------------------------------------------------------
@@ -33,6 +34,7 @@ def kv_truncate_keeps_one_more(self, n):
     "contracts.kv_truncate_refuses_len",
     target="impl.kv:KVCache.truncate",
     why="a range check written with < instead of <=: truncate(len(cache)), the no-op rewind, is refused",
+    raises=CacheError,  # the refusal is the lie: a witness that fails because a valid rewind was refused caught it
 )
 def kv_truncate_refuses_len(self, n):
     from impl.errors import CacheError
@@ -63,6 +65,7 @@ def kv_truncate_takes_any_number(self, n):
     target="impl.kv:KVCache.evict",
     factory=True,
     why="tests start >= len instead of start > len: evict(len(cache), 0), a no-op at the end, is refused",
+    raises=CacheError,  # the refusal is the lie
 )
 def make_evict_refuses_empty_tail(original):
     def evict(self, start, n):
