@@ -183,3 +183,66 @@ def test_run_target_project_proves_the_cards_tagged_targets_on_each_project_targ
     }
     page = next(p for p in (root / "reports").iterdir() if not p.is_symlink() and p.is_dir()) / "index.html"
     assert "the card has no cell under this subject" in page.read_text()
+
+
+class Custom(BaseException):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("import sys\nsys.exit(0)\n", r"called sys\.exit\(0\)"),
+        ("import sys\nsys.exit()\n", r"called sys\.exit\(None\)"),
+        ("exit(0)\n", r"called sys\.exit\(0\)"),
+        ("quit()\n", r"called sys\.exit\(None\)"),
+        ("raise SystemExit(1)\n", r"called sys\.exit\(1\)"),
+        ("import os\nos._exit(0)\n", r"called os\._exit\(0\)"),
+        ("import posix\nposix._exit(0)\n", r"called os\._exit\(0\)"),
+        ("raise GeneratorExit()\n", r"raised GeneratorExit"),
+        ("class Stop(BaseException):\n    pass\nraise Stop('halt')\n", r"raised Stop: halt"),
+        ("import sys\nif True:\n    A = target('a')\n    sys.exit(0)\n", r"called sys\.exit\(0\)"),
+    ],
+)
+def test_a_module_that_ends_the_interpreter_at_import_is_an_error_naming_it(tmp_path, body, says):
+    name = write_project(tmp_path, body, '["MOD:A"]')
+    with pytest.raises(ProjectTargetsInvalid) as info:
+        project.load(tmp_path, registry.TARGETS)
+    text = str(info.value)
+    assert f"importing {name} " in text and "may not end the run" in text and '__name__ == "__main__"' in text, text
+    assert re.search(says, text), text
+    assert "\n" not in text
+    import os
+
+    assert os._exit.__module__ in ("posix", "nt") and os._exit.__name__ == "_exit"  # restored
+
+
+def test_an_exit_handler_registered_at_import_runs_guarded_and_cannot_replace_the_exit_code(tmp_path, env):  # noqa: F811
+    root = make_project(tmp_path / "toy")
+    module = next(p for p in root.glob("*.py") if "TARGET" in p.read_text())
+    module.write_text(
+        module.read_text()
+        + "\nimport atexit, os\natexit.register(os._exit, 0)\n"
+        + "@atexit.register\ndef _bye():\n    raise SystemExit(0)\n"
+    )
+    for args in (("run", "NO-SUCH-CARD"), ("run", "--target", "no-such-target")):
+        proc = kvproof(root, env, *args)
+        assert proc.returncode == 2, (args, proc.returncode, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert "an exit handler registered by importing" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [("run", "-j", "1"), ("validate",), ("run", "--target", "project", "-j", "1")])
+def test_run_and_validate_of_a_project_whose_adapter_exits_at_import_exit_2_with_one_paragraph(
+    tmp_path,
+    env,  # noqa: F811
+    command,
+):
+    root = make_project(tmp_path / "toy")
+    module = next(p for p in root.glob("*.py") if "TARGET" in p.read_text())
+    module.write_text("import sys\nsys.exit(0)\n" + module.read_text())
+    proc = kvproof(root, env, *command)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, (command, proc.returncode, text)
+    assert "called sys.exit(0)" in text and "Traceback" not in text, text
+    assert not (root / "reports").exists()

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.guard import WHY, ProjectCodeExited, project_code
 from harness.targets.protocol import Target
 
 TABLE = "[tool.kvproof]"
@@ -146,6 +147,9 @@ def _load(root: Path, builtin: Mapping[str, Target]) -> dict[str, Target]:
     return out
 
 
+_GUARD_FIX = (
+    'put the module\'s script part under `if __name__ == "__main__":`, so that importing it only defines the targets'
+)
 _RENAME = "give it another name (Target(name=...)), e.g. 'mycache' or 'mycache.paged'"
 
 
@@ -177,7 +181,12 @@ def _resolve(root: Path, path: Path, field: str, entry: str) -> list[Target]:
         sys.path.insert(0, str(root))  # what a user expects: the project's own modules import from its root
         importlib.invalidate_caches()
     try:
-        module = importlib.import_module(module_name)
+        # NOTE: the user's module runs in the runner: guarded, so an exit at import (a script without a __main__
+        # guard) is an error naming it, never the run's exit code
+        with project_code(f"importing {module_name}", _GUARD_FIX):
+            module = importlib.import_module(module_name)
+    except ProjectCodeExited as exc:
+        raise problem(path, field, entry, f"importing {module_name} {exc.how}: {WHY}", _GUARD_FIX) from None
     except Exception as exc:  # NOTE: the user's module; any failure is theirs to fix, named here without a traceback
         missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None and module_name.startswith(exc.name)
         fix = (
