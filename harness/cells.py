@@ -22,7 +22,8 @@ from harness.targets import known, registry
 
 def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:
     """The configurations a ``--matrix`` run proves, each probed on this machine (none for a plain run);
-    ConfigurationsInvalid (exit 2) for a malformed configurations file, UsageError for a name it lacks."""
+    ConfigurationsInvalid (exit 2) for a malformed configurations file or an invalid configuration (a setting
+    the implementation refuses or never reads), UsageError for a name it lacks."""
     if req.targets:
         return target_subjects(req, reporter)
     if req.matrix is None:
@@ -31,7 +32,9 @@ def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subjec
     chosen = found.select(req.matrix)
     if reporter is not None:
         reporter.note(f"matrix: probing {len(chosen)} configuration(s): {', '.join(c.name for c in chosen)}")
-    return tuple(subjects.probe(c, found.probe, req.root) for c in chosen)
+    probed = tuple(subjects.probe(c, found.probe, req.root) for c in chosen)
+    subjects.refuse_invalid(found, probed, req.root)
+    return probed
 
 
 def target_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:

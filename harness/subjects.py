@@ -32,6 +32,7 @@ exit 2, each problem with its file, line, field and value).
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import subprocess
@@ -69,6 +70,7 @@ class Configuration:
     cpu: tuple[str, ...] = ()  # /proc/cpuinfo flags it needs (e.g. avx512f)
     required: bool = True  # its cells count for the gate when it is runnable here
     line: int = 0
+    index: int = 0  # its place in the file's list (configurations[index])
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Subject:
     why_not: str = ""  # when not runnable: what this machine lacks or what the probe raised
     numerics: str | None = None
     known: Mapping[str, str] = field(default_factory=dict)  # a target's expected failures: card id -> reproduction
+    invalid: tuple[tuple[str, str, str], ...] = ()  # (field, value, message): the configuration is wrong, not n/a
 
     def to_json(self) -> dict:
         return {
@@ -185,7 +188,7 @@ def load(cards_dir: Path, root: Path) -> Configurations:
         seen[name] = line
         settings = {k: str(v) for k, v in (entry.get("settings") or {}).items()}
         cpu = tuple(r.removeprefix("cpu:") for r in entry.get("requires", ()))
-        items.append(Configuration(name, entry["reason"], settings, cpu, entry.get("required", True), line))
+        items.append(Configuration(name, entry["reason"], settings, cpu, entry.get("required", True), line, i))
     if DEFAULT not in seen:
         problems.append(
             Problem(
@@ -213,8 +216,55 @@ def cpu_flags() -> set[str] | None:
     return set()
 
 
+# The probe's own process: the project's probe function is called with os.environ replaced by a mapping that
+# notes every name looked up (get, [], in), so a setting nobody reads -- a misspelt name -- is found. The result
+# is one tagged JSON line, so a probe module that exits at import (sys.exit(0)) gives no result, not a success.
+_PROBE_CODE = """\
+import collections.abc, importlib, json, os, sys
+
+class Reading(collections.abc.MutableMapping):
+    def __init__(self, real):
+        self.real, self.read = real, set()
+    def __getitem__(self, key):
+        self.read.add(key)
+        return self.real[key]
+    def __setitem__(self, key, value):
+        self.real[key] = value
+    def __delitem__(self, key):
+        del self.real[key]
+    def __iter__(self):
+        return iter(self.real)
+    def __len__(self):
+        return len(self.real)
+    def items(self):
+        return self.real.items()
+    def values(self):
+        return self.real.values()
+    def copy(self):
+        return self.real.copy()
+
+env = os.environ = Reading(os.environ)
+try:
+    fn = getattr(importlib.import_module(MODULE), FUNC)
+    row = {"numerics": str(fn())}
+except Exception as exc:
+    row = {"error": f"{type(exc).__name__}: {exc}", "unavailable": bool(getattr(exc, "unavailable", False))}
+row["read"] = sorted(k for k in env.read if isinstance(k, str))
+sys.stdout.write("\\n" + TAG + json.dumps(row) + "\\n")
+"""
+PROBE_TAG = "kvproof-probe-result: "
+SETTING_PREFIX = "KVPROOF_"  # the settings whose names the probe can check: the implementation reads them itself
+
+
 def probe(cfg: Configuration, probe_ref: str | None, root: Path, python: str = sys.executable) -> Subject:
-    """``cfg`` as this machine can run it (see the module docstring)."""
+    """``cfg`` as this machine can run it (see the module docstring).
+
+    Not runnable here (a visible n/a cell): a CPU feature it requires is missing, or the probe raised an
+    exception marked ``unavailable = True`` (impl's :class:`~impl.errors.SettingUnavailable`). Invalid
+    (:attr:`Subject.invalid`, refused before anything runs): the probe raised any other exception (a setting
+    value the implementation refuses), ended without a result, or never read a ``KVPROOF_*`` setting the
+    configuration sets (a misspelt name would otherwise prove the default configuration under another name).
+    """
     flags = cpu_flags() if cfg.cpu else set()
     if cfg.cpu and flags is not None:
         missing = [f for f in cfg.cpu if f not in flags]
@@ -224,12 +274,7 @@ def probe(cfg: Configuration, probe_ref: str | None, root: Path, python: str = s
     if not probe_ref:
         return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, True)
     module, _, func = probe_ref.partition(":")
-    code = (
-        "import importlib, sys\n"
-        f"fn = getattr(importlib.import_module({module!r}), {func!r})\n"
-        "try:\n    print(fn())\n"
-        "except Exception as exc:\n    print(f'{type(exc).__name__}: {exc}', file=sys.stderr); sys.exit(3)\n"
-    )
+    code = f"MODULE, FUNC, TAG = {module!r}, {func!r}, {PROBE_TAG!r}\n" + _PROBE_CODE
     env = {**os.environ, **cfg.settings, "PYTHONPATH": os.pathsep.join([str(root), str(KVPROOF_HOME)])}
     try:
         done = subprocess.run(
@@ -237,7 +282,81 @@ def probe(cfg: Configuration, probe_ref: str | None, root: Path, python: str = s
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, f"the probe did not finish: {exc}")
-    if done.returncode != 0:
-        lines = (done.stderr.strip() or f"exit code {done.returncode}").splitlines()
-        return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, lines[-1][:400])
-    return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, True, "", done.stdout.strip() or None)
+    row = _probe_row(done.stdout)
+    field = f"configurations[{cfg.index}]"
+    if row is None:
+        tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1][:400]
+        why = f"the probe {probe_ref} ended without a result (exit code {done.returncode}: {tail})"
+        return _invalid(cfg, ((f"{field}.name", cfg.name, f"{why}; fix {module} so that {func}() returns"),))
+    if "error" in row:
+        if row.get("unavailable"):
+            return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, str(row["error"])[:400])
+        msg = f"the probe {probe_ref} refused it: {str(row['error'])[:400]}"
+        return _invalid(cfg, ((f"{field}.settings", _shown_settings(cfg), msg),))
+    unread = _unread(cfg, set(row.get("read", ())))
+    if unread:
+        return _invalid(cfg, unread)
+    return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, True, "", str(row["numerics"]).strip() or None)
+
+
+def _probe_row(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PROBE_TAG):
+            try:
+                row = json.loads(line[len(PROBE_TAG) :])
+            except json.JSONDecodeError:
+                return None
+            return row if isinstance(row, dict) else None
+    return None
+
+
+def _shown_settings(cfg: Configuration) -> str:
+    return short(", ".join(f"{k}={v}" for k, v in cfg.settings.items()) or "{}")
+
+
+def _unread(cfg: Configuration, read: set[str]) -> tuple[tuple[str, str, str], ...]:
+    """(field, value, message) for each ``KVPROOF_*`` setting of ``cfg`` the probe never looked up."""
+    known = sorted(n for n in read if n.startswith(SETTING_PREFIX))
+    out = []
+    for name, value in cfg.settings.items():
+        if name.startswith(SETTING_PREFIX) and name not in read:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            out.append(
+                (
+                    f"configurations[{cfg.index}].settings.{name}",
+                    short(value),
+                    f"is a setting the implementation never reads (its probe looked up {', '.join(known) or 'none'})"
+                    f"; {hint}a misspelt setting would prove the default configuration under another name",
+                )
+            )
+    return tuple(out)
+
+
+def _invalid(cfg: Configuration, problems: tuple[tuple[str, str, str], ...]) -> Subject:
+    why = "; ".join(f"{f}: {m}" for f, _, m in problems)
+    return Subject(cfg.name, cfg.reason, cfg.settings, cfg.required, False, why, invalid=problems)
+
+
+def refuse_invalid(found: Configurations, probed: Sequence[Subject], root: Path) -> None:
+    """ConfigurationsInvalid (exit 2) naming every invalid configuration's file, line, field and value."""
+    bad = [s for s in probed if s.invalid]
+    if not bad:
+        return
+    path = found.path
+    shown = "" if path is None else (path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path))
+    lines = {c.name: c.line for c in found.items}
+    raise ConfigurationsInvalid(
+        [
+            Problem(
+                shown,
+                lines.get(s.name, 0),
+                f,
+                v,
+                m + " (a configuration this machine cannot run is n/a; "
+                "one that is invalid is an error: fix it or remove it)",
+            )
+            for s in bad
+            for f, v, m in s.invalid
+        ]
+    )

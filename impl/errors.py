@@ -30,6 +30,14 @@ class SettingError(ImplError, ValueError):
     impl does not know, or insists on a path that is unavailable (e.g. an ISA build this CPU cannot execute)."""
 
 
+class SettingUnavailable(SettingError):
+    """A valid setting that asks for a path this machine cannot run (an ISA build this CPU cannot execute, the C
+    kernel where it does not build). ``unavailable`` tells a configuration probe "not runnable here" rather than
+    "invalid" (harness.subjects)."""
+
+    unavailable = True
+
+
 def setting(name: str, choices: tuple[str, ...], what: str, meaning: str) -> str:
     """The environment setting ``name``, lower-cased ("auto" when unset or empty), one of ``choices``; else a
     SettingError naming the value, ``what`` it should have been, the choices and ``meaning`` (what they do)."""

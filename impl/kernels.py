@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from impl.errors import SettingError, setting
+from impl.errors import SettingError, SettingUnavailable, setting
 
 QTYPES = {"Q4_1": 2, "Q8_0": 8}  # GGUF block types kv_linear_q decodes (ggml type ids), 32 values a block
 QBLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
@@ -428,7 +428,7 @@ def checked_isa(isa: str | None = None) -> str:
     isa = isa_choice() if isa is None else isa
     why = isa_refusal(isa)
     if why:
-        raise SettingError(
+        raise SettingUnavailable(
             f"{ENV_ISA}={isa!r} is a build this CPU cannot execute ({why}): use one of "
             f"{', '.join(('auto', *runnable_isas()))}, or unset it"
         )
@@ -592,7 +592,7 @@ def load() -> Kernel | None:
                 kernel = Kernel(build(isa=isa), build=isa)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
                 if choice == "c":
-                    raise SettingError(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e
+                    raise SettingUnavailable(f"{ENV_CHOICE}=c but the kernel is unavailable: {e}") from e
                 why = f"kernel unavailable: {e}"
         _state["kernel"], _state["why"] = kernel, why
     return _state["kernel"]  # type: ignore[return-value]

@@ -286,3 +286,83 @@ def test_mutate_takes_matrix_too_and_measures_scores_on_the_default_cells_only(t
     doc = json.loads((root / "r.json").read_text())
     assert doc["header"]["profile"] == "release" and [c["id"] for c in doc["cards"]] == ["MX-1"]
     assert doc["cards"][0]["mutation"]["mutants"]
+
+
+# ---------------------------------------------------------------- an invalid configuration is an error, not n/a
+
+PROBE = """
+import os
+
+
+class NoGpu(RuntimeError):
+    unavailable = True  # a valid setting this machine cannot run: n/a here
+
+
+def probe():
+    mode = os.environ.get("KVPROOF_FX_MODE", "plain")
+    if mode not in ("plain", "fast", "gpu"):
+        raise ValueError(f"KVPROOF_FX_MODE={mode!r} is not a mode: use plain, fast or gpu")
+    if mode == "gpu":
+        raise NoGpu("no GPU on this machine")
+    return f"mode {mode}"
+"""
+
+
+def _probed(tmp_path: Path, extra: str, probe_body: str = PROBE) -> Path:
+    configs = "probe: fxprobe:probe\n" + CONFIGS.replace("  - name: never", extra + "  - name: never")
+    root = _project(tmp_path, configs)
+    (root / "fxprobe.py").write_text(probe_body)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (  # a value the implementation refuses
+            "  - name: typo-value\n    reason: r\n    settings: {KVPROOF_FX_MODE: fsat}\n",
+            ["configurations[2].settings='KVPROOF_FX_MODE=fsat'", "refused it: ValueError", "is not a mode"],
+        ),
+        (  # a name nobody reads
+            "  - name: typo-name\n    reason: r\n    settings: {KVPROOF_FX_MDOE: fast}\n",
+            ["configurations[2].settings.KVPROOF_FX_MDOE='fast'", "never reads", "did you mean KVPROOF_FX_MODE?"],
+        ),
+        (  # a name nobody reads beside a valid one: the valid one does not hide it
+            "  - name: typo-extra\n    reason: r\n    settings: {KVPROOF_FX_MODE: fast, KVPROOF_FXMODE: fast}\n",
+            ["configurations[2].settings.KVPROOF_FXMODE='fast'", "never reads"],
+        ),
+    ],
+)
+def test_an_invalid_configuration_is_refused_before_anything_runs_not_shown_na(tmp_path, extra, says):
+    root = _probed(tmp_path, extra)
+    for args in (("--matrix",), ("--matrix", "typo-*"), ("--profile", "release")):
+        proc = _run(root, "run", "--cards", "cards-mx", *args)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 2, (args, text)
+        assert "Traceback" not in text and "cards-mx/configurations.yaml:" in text, text
+        for needle in says:
+            assert needle in text, (needle, text)
+        assert "one that is invalid is an error" in text
+        assert not (root / "reports").exists()
+
+
+def test_a_probe_that_exits_at_import_gives_no_result_and_is_an_error_not_a_runnable_configuration(tmp_path):
+    root = _probed(tmp_path, "", "import sys\nsys.exit(0)\n" + PROBE)
+    proc = _run(root, "run", "--cards", "cards-mx", "--matrix")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "ended without a result (exit code 0" in text, text
+
+
+def test_a_valid_setting_this_machine_cannot_run_is_na_and_the_valid_ones_run(tmp_path):
+    extra = (
+        "  - name: gpu\n    reason: needs a GPU\n    settings: {KVPROOF_FX_MODE: gpu}\n"
+        "  - name: fast\n    reason: the fast mode\n    settings: {KVPROOF_FX_MODE: fast}\n"
+    )
+    root = _probed(tmp_path, extra)
+    proc = _run(root, "run", "--cards", "cards-mx", "--matrix", "--json", "v.json")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    doc = json.loads((root / "v.json").read_text())
+    subjects = {s["name"]: s for s in doc["header"]["subjects"]}
+    assert subjects["gpu"]["runnable"] is False and "no GPU on this machine" in subjects["gpu"]["why_not"]
+    assert subjects["fast"]["runnable"] is True and subjects["fast"]["numerics"] == "mode fast"
+    assert {c["id"]: c["verdict"] for c in doc["cards"]}["MX-1@fast"] == "PROVEN"
