@@ -225,9 +225,9 @@ def schema_problems(data: Any, shown: str, values: dict, keys: dict, *, schema: 
     return problems
 
 
-# C0 and C1 control characters, DEL and the Unicode line/paragraph separators; \n and \t are
-# allowed in the prose fields only.
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# C0 and C1 control characters, DEL, the Unicode line/paragraph separators and the bidi controls (text that
+# reads backwards); \n and \t are allowed in the prose fields only. What harness.safetext escapes elsewhere.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _PROSE_FIELDS = {"theorem", "proof", "notes"}
 
 

@@ -40,6 +40,7 @@ from harness.inputs import CARD_LIMIT, read_bytes
 from harness.liars import LiarSite
 from harness.project import SCHEMA_PATH, program  # noqa: F401  (SCHEMA_PATH re-exported for the scaffold, tests)
 from harness.refs import resolve_ref, resolve_symbol, resolve_test
+from harness.safetext import escape, is_safe
 from harness.statuses import Kind
 from harness.suggest import did_you_mean
 
@@ -202,6 +203,10 @@ def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[s
 def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
     """Load one card file. Returns (card or None, load problems, the id if readable)."""
     shown = display_path(path, root)
+    if not is_safe(shown, lines=False):  # a file name that is not UTF-8, or holds a control character
+        shown = escape(shown, lines=False)
+        why = "its path is not plain text (bytes that are not UTF-8, or a control character); rename the file or folder"
+        return None, [Problem(shown, 0, "", "", f"the card file cannot be named in a report: {why}")], None
     try:
         raw_bytes = read_bytes(path, CARD_LIMIT)
         text = raw_bytes.decode("utf-8")

@@ -40,6 +40,7 @@ from harness.mutation.score import DEFAULT_MAX_MUTANTS
 from harness.project import program
 from harness.report import terminal
 from harness.report.terminal import console
+from harness.safetext import guarded_streams
 
 SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "oracle")
 
@@ -311,7 +312,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Output that cannot be written (``run | head -1``, stdout on a full disk)
+    is dropped, never raised: the command still records what it must and returns its own code."""
+    with guarded_streams():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    empty = empty_value(argv)
+    if empty:
+        print(f"{program()}: error: {empty}", file=sys.stderr)
+        return 2
     if argv and argv[0] == "oracle":
         from harness.oracle.cli import main as oracle_main
 
@@ -322,13 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _terminate)  # a kill stops the running witness process too
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
+            return int(exc.code or 0) if isinstance(exc.code, int) else 2
         args.argv = argv
         from harness import commands
 
         return getattr(commands, f"cmd_{args.command}")(args)
-    except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
-        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+    except SystemExit as exc:  # NOTE: not argparse's: code that ran inside the command may never set the exit code
+        print(f"{program()}: error: {exited(exc)}", file=sys.stderr)
+        return 2
     except CardInvalid as exc:
         terminal.render_problems(
             console(stderr=True),
@@ -344,6 +360,39 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def empty_value(argv: list[str]) -> str:
+    """Why ``argv`` holds an empty (or blank) value, "" when it holds none.
+
+    No option or argument of kvproof means anything when empty: ``--json ''`` or ``--target ''`` used to be
+    ignored silently (an unset shell variable, ``--json "$OUT"``), so every blank value is refused before
+    anything runs, naming the option, for every command at once.
+    """
+    for i, token in enumerate(argv):
+        option, eq, value = token.partition("=")
+        if token.startswith("--") and eq and not value.strip():
+            return f"argument {option}: an empty value ({value!r}) is not allowed; give a value or leave {option} out"
+        if token.strip():
+            continue
+        before = argv[i - 1] if i else ""
+        if before.startswith("-") and "=" not in before and before not in ("-", "--"):
+            return f"argument {before}: an empty value ({token!r}) is not allowed; give a value or leave {before} out"
+        return f"argument {i + 1} is empty ({token!r}); an empty card id, name or path means nothing: drop it"
+    return ""
+
+
+def exited(exc: SystemExit) -> str:
+    """One paragraph for a SystemExit raised while a command ran: where it came from (its innermost frame)."""
+    tb, where = exc.__traceback__, ""
+    while tb is not None:
+        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return (
+        f"sys.exit({exc.code!r}) was called while the command ran (at {where or 'an unknown place'}); "
+        "code that kvproof runs in its own process (a project's target adapters, hooks) may not end the run, so "
+        f'the run stops here with exit 2; remove the call or put it under `if __name__ == "__main__":`'
+    )
 
 
 def _terminate(signum: int, frame: Any) -> None:

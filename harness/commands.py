@@ -37,6 +37,7 @@ from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
 from harness.request import RunRequest
+from harness.safetext import escape as visible
 from harness.scaffold import scaffold
 from harness.selection import load
 from harness.staleness import DEFAULT_ONLY, status_exit_code, status_rows
@@ -82,10 +83,12 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def _shown_dir(path: Path, root: Path) -> str:
+    """A folder as messages show it: relative to the root when inside it, control characters visible."""
     try:
-        return path.relative_to(root).as_posix() + "/"
+        shown = path.relative_to(root).as_posix() + "/"
     except ValueError:
-        return str(path) + "/"
+        shown = str(path) + "/"
+    return visible(shown, lines=False)
 
 
 def _load(root: Path, folder: Path):

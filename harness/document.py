@@ -54,6 +54,25 @@ class NodeEntry:
     duration_s: float
 
 
+@dataclass(frozen=True)
+class PropertyExamples:
+    """One run of a Hypothesis property by a witness: the examples it ran and the settings it ran under.
+
+    ``ran``: valid examples generated; ``explicit``: ``@example`` cases; ``exhausted``: Hypothesis ran out of
+    examples to try before ``max_examples``; ``short``: how it fell short of the run's profile's budget
+    (:func:`harness.verdict.weak_property`: the card is then not PROVEN), "" when it did not.
+    """
+
+    property: str
+    ran: int
+    max_examples: int | None
+    generate: bool | None = True
+    exhausted: bool = False
+    explicit: int = 0
+    node: str = ""  # the node id, when the witness is parametrized (several nodes)
+    short: str = ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class WitnessResult:
     """A witness or control as judged: status, evidence, each bound check, and the failure if any."""
@@ -74,6 +93,7 @@ class WitnessResult:
     hypothesis: Mapping[str, Any] | None
     nodes: tuple[NodeEntry, ...]
     evidence_per_node: bool = False
+    examples: tuple[PropertyExamples, ...] = ()  # each Hypothesis property it ran (honest runs only)
 
 
 @dataclass(frozen=True)
@@ -165,11 +185,18 @@ class MutationResult:
     mutants: tuple[MutantResult, ...]
     measured_run: int | None = None  # the ledger run it was measured in when not this one
     measured_at: str = ""  # when it was measured (UTC, ISO)
-    stale: bool = False  # measured on other bytes than the card is bound to now
+    stale: bool = False  # measured on other bytes, or with other equivalence marks, than the card has now
     previous_score: float | None = None  # the card's score in the mutate run before
     bound_digest: str = ""
     partial: bool = False  # only --mutant keys ran: not the card's score (never recorded as one, never judges)
     not_reached: int = 0  # of the survivors: on lines no witness runs (never run)
+    # the sample it was measured on (harness.mutation.sample.Sample.key; the floor's key when its mutants were
+    # exactly the floor's sample); "" before kvproof recorded it
+    sample: str = ""
+    other_sample: str = ""  # why it does not judge the card's floor: "measured on a partial sample (...)"; "": it does
+    # the equivalence marks it was measured with: those that can change it (harness.mutation.marks.marks_digest)
+    marks_digest: str = ""
+    stale_why: str = ""  # when stale, why, if not its bytes: its marks changed since ("": measured on other bytes)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ LedgerError) and this one, :class:`Ledger`: :meth:`Ledger.record` writes a
 run, the other methods are the queries ``run``, ``status``, ``history``,
 ``compare`` and the reports ask.
 
-Replays (``run --changed``): a card whose bound files are byte-identical to
-those of its last PROVEN verdict is not run again; the run records a
+Replays (``run --changed``): a card whose binding is what it was for one of
+its PROVEN verdicts (the files it names, its environment, and every file its
+witness processes read then: :func:`harness.binding.rebind`) is not run
+again; the run records a
 ``verdicts`` row with ``replay_of`` = the run_id of the run that produced
 the evidence (always an original run, never another replay), the same
 entry and bound files, and no ``evidence`` rows (the evidence lives in the
-original run). :meth:`Ledger.last_matching` only ever returns original
+original run). :meth:`Ledger.originals` and :meth:`Ledger.last_matching` only ever return original
 verdicts, so a chain of replays can never stand in for evidence: every
 replay points straight at the run that proved it.
 
@@ -146,9 +148,10 @@ class Ledger(LedgerFile):
                 if replay_of is None:  # a replay's evidence is the original run's rows
                     c.executemany("INSERT INTO evidence VALUES (?,?,?,?,?,?,?)", list(_evidence_rows(run_id, card)))
                 m = card.mutation
-                if m is not None and m.measured_run is None and not m.partial:  # measured here, in full
+                if m is not None and m.measured_run is None and not m.partial:  # measured here, on a sample
                     c.execute(
-                        "INSERT INTO mutation VALUES (?,?,?,?,?,?,?,?,?)",
+                        "INSERT INTO mutation (run_id, card_id, bound_digest, score, killed, survived, timeout, "
+                        "equivalent, error, sample, marks_digest) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             run_id,
                             card.id,
@@ -159,6 +162,8 @@ class Ledger(LedgerFile):
                             m.timeout,
                             m.equivalent,
                             m.error,
+                            m.sample or None,
+                            m.marks_digest or None,
                         ),
                     )
             if before_commit is not None:
@@ -215,7 +220,7 @@ class Ledger(LedgerFile):
 
         Replays are never returned (their ``replay_of`` names the original,
         which is); with ``profile`` only runs of that Hypothesis profile
-        count. This is the replay query of ``--changed``: one indexed lookup.
+        count. One indexed lookup (``--changed`` tries :meth:`originals`, each against its read-set).
         """
         sql = (
             f"{_PAST} WHERE v.card_id = ? AND v.bound_digest = ? AND v.verdict = ? AND v.replay_of IS NULL"
@@ -227,14 +232,59 @@ class Ledger(LedgerFile):
         return _past(row) if row else None
 
     @guarded
-    def last_mutation(self, card_id: str, digest: str | None = None) -> tuple[int, str, MutationResult] | None:
-        """(run_id, started, result) of the card's newest measured mutation score (with ``digest``: on those bytes)."""
+    def originals(
+        self, card_id: str, verdict: str = Verdict.PROVEN, profile: str | None = None, limit: int = 50
+    ) -> list[PastVerdict]:
+        """The card's original ``verdict`` verdicts (never a replay), newest first, the first of each bound digest,
+        from its newest ``limit``; with ``profile`` only runs of that Hypothesis profile count. The candidates
+        ``--changed`` tries, each against its own recorded binding (:func:`harness.binding.rebind`)."""
         sql = (
-            "SELECT m.run_id, r.started FROM mutation m JOIN runs r ON r.run_id = m.run_id WHERE m.card_id = ?"
-            + (" AND m.bound_digest = ?" if digest is not None else "")
+            f"{_PAST} WHERE v.card_id = ? AND v.verdict = ? AND v.replay_of IS NULL"
+            + (" AND r.profile = ?" if profile is not None else "")
+            + " ORDER BY r.started DESC, v.run_id DESC LIMIT ?"
+        )
+        args = (card_id, verdict) + ((profile,) if profile is not None else ()) + (limit,)
+        seen: set[str] = set()
+        out = []
+        for row in self.conn.execute(sql, args).fetchall():
+            past = _past(row)
+            if past.bound_digest not in seen:
+                seen.add(past.bound_digest)
+                out.append(past)
+        return out
+
+    @guarded
+    def last_mutation(
+        self,
+        card_id: str,
+        digest: str | None = None,
+        *,
+        sample: str | None = None,
+        conditions: str | None = None,
+        marks: str | None = None,
+    ) -> tuple[int, str, MutationResult] | None:
+        """(run_id, started, result) of the card's newest measured mutation score: with ``digest``, on those
+        bytes; with ``sample``, measured on that sample (:attr:`harness.mutation.sample.Sample.key`: the floor's
+        is the only one that judges a floor); with ``conditions``, on any sample whose mutants were judged so
+        (:attr:`~harness.mutation.sample.Sample.conditions`: their results can be reused); with ``marks``,
+        measured with those equivalence marks (:func:`harness.mutation.marks.marks_digest`). A row of an older
+        ledger (sample or marks unknown) matches none of these."""
+        where, args = ["m.card_id = ?"], [card_id]
+        for clause, value in (
+            ("m.bound_digest = ?", digest),
+            ("m.sample = ?", sample),
+            ("substr(m.sample, 1, ?) = ?", conditions),
+            ("m.marks_digest = ?", marks),
+        ):
+            if value is not None:
+                where.append(clause)
+                args += [len(value) + 1, value + ";"] if clause.startswith("substr") else [value]
+        sql = (
+            "SELECT m.run_id, r.started FROM mutation m JOIN runs r ON r.run_id = m.run_id WHERE "
+            + " AND ".join(where)
             + " ORDER BY m.run_id DESC LIMIT 1"
         )
-        row = self.conn.execute(sql, (card_id,) + ((digest,) if digest is not None else ())).fetchone()
+        row = self.conn.execute(sql, args).fetchone()
         if row is None:
             return None
         result = self.entry(row[0], card_id).mutation

@@ -17,8 +17,15 @@ Tables (schema version in ``PRAGMA user_version``, see :data:`MIGRATIONS`):
   (witness, node, key), the value as JSON.
 - ``mutation``: one row per (run, card) whose mutation score that run
   measured (``mutate``): the digest of the bytes it was measured on, the
-  score and counts; the mutants themselves are in the card's entry.
-  :meth:`harness.ledger.Ledger.last_mutation` is what ``run`` and ``status`` read.
+  score and counts, and ``sample``, the sample it was measured on
+  (:attr:`harness.mutation.sample.Sample.key`; the floor sample's key when its
+  mutants were exactly the floor's; NULL for rows of ledgers before version 4,
+  whose sample is unknown), and ``marks_digest``, the equivalence marks it was
+  measured with (:func:`harness.mutation.marks.marks_digest`; NULL before
+  version 5); the mutants themselves are in the card's entry.
+  :meth:`harness.ledger.Ledger.last_mutation` is what ``run`` and ``status``
+  read: only a row whose ``sample`` is the floor's, and whose bytes and marks
+  are the card's now, judges a card's floor.
 
 :mod:`harness.ledger_store` runs the migrations, in one transaction, when it
 opens a ledger of an older version.
@@ -29,7 +36,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 FILENAME = "ledger.sqlite"
 TABLES = ("runs", "verdicts", "bound_files", "evidence", "mutation")  # what a ledger of SCHEMA_VERSION holds
 
@@ -128,6 +135,22 @@ def _v3(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    # the sample a score was measured on (harness.mutation.sample.Sample.key); NULL: unknown (an older kvproof)
+    _script(
+        conn,
+        """
+        ALTER TABLE mutation ADD COLUMN sample TEXT;
+        CREATE INDEX mutation_by_sample ON mutation (card_id, sample, bound_digest, run_id)
+    """,
+    )
+
+
+def _v5(conn: sqlite3.Connection) -> None:
+    # the equivalence marks a score was measured with (harness.mutation.marks.marks_digest); NULL: unknown
+    _script(conn, "ALTER TABLE mutation ADD COLUMN marks_digest TEXT")
+
+
 # Index i migrates a ledger from version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4, _v5)
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -328,12 +328,15 @@ def _rebind(t: _Target, plain: object, replacement: object) -> tuple[tuple[objec
     return tuple(rebound)
 
 
-def _swap(spec: Liar, t: _Target) -> _Patch:
-    """Set the replacement (wrapped like the original) on the owner; returns how to undo it."""
+def _swap(spec: Liar, t: _Target, tag: bool = False) -> _Patch:
+    """Set the replacement (wrapped like the original) on the owner; returns how to undo it. ``tag``: a liar's
+    calls tag the exceptions that leave them (:func:`_tagging`); a mutant's are left as they are (any failure
+    kills a mutant, and its function must stay the mutated source's own)."""
     original = t.original
     plain = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     replacement = spec.replacement(plain) if spec.factory else spec.replacement
-    replacement = _tagging(replacement, spec)
+    if tag:
+        replacement = _tagging(replacement, spec)
     if isinstance(original, staticmethod):
         replacement = staticmethod(replacement)
     elif isinstance(original, classmethod):
@@ -384,4 +387,6 @@ def apply(name: str, root: Path) -> Applied:
     site = _site(name, root)
     spec = _load(name, site)
     target = _resolve(name, spec.target)
-    return Applied(name, spec.target, target.original, _swap(spec, target).undo, str(Path(site.path).resolve()))
+    return Applied(
+        name, spec.target, target.original, _swap(spec, target, tag=True).undo, str(Path(site.path).resolve())
+    )

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import provenance, subjects, timings, verdict
+from harness.binding import read_files
 from harness.cards import card_bytes, display_path
 from harness.cells import expand, resolve_subjects
 from harness.compare import compare, thresholds_from_cards
@@ -47,6 +48,7 @@ from harness.execute.jobs import RunConfig, count_jobs
 from harness.execute.outcomes import CardRun
 from harness.execute.process import INHERITED_PYTEST_VARS
 from harness.execute.schedule import run_cards
+from harness.mutation.score import judges
 from harness.mutation.stage import measure, traced_files
 from harness.planning import RunPlan, check_outputs, plan
 from harness.project import program
@@ -122,22 +124,29 @@ def judge(
     measured: Mapping[str, MutationResult] | None = None,
     *,
     floors: bool = False,
+    profile: str | None = None,
 ) -> list[data.CardReport | data.Replayed]:
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
     A card's mutation score is the one ``measured`` in this run, else the
-    newest in the ledger; only a score for the bytes the card is bound to
-    now (not stale) can make it VACUOUS.
+    one the ledger holds (:func:`harness.mutation.stage.recall`); only a
+    score for the bytes the card is bound to now, measured on its floor's
+    sample, judges its floor (:func:`harness.mutation.score.judges`): one
+    measured here on another sample (``--max-mutants 1``) is shown, while
+    the ledger's score on the floor's sample judges. ``profile``: the run's
+    Hypothesis profile, whose budget every property is held to.
     """
     out: list[data.CardReport | data.Replayed] = []
     for c in the_plan.cards:
-        m = (measured or {}).get(c.id) or the_plan.mutations.get(c.id)
-        use = m if m is not None and not m.stale and not m.partial else None
+        now, past = (measured or {}).get(c.id), the_plan.mutations.get(c.id)
+        m = now or past
+        use = next((x for x in (now, past) if x is not None and judges(x)), m)  # else m: why it cannot judge
         rep = the_plan.replays.get(c.id)
         if rep is not None:
             entry = rep.entry
             if m is not None:
                 entry = _with_mutation(entry, m, use)
+            entry = _floor_unjudged(entry, c, use, floors and c.subject == subjects.DEFAULT)
             out.append(data.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
             continue
         out.append(
@@ -145,8 +154,11 @@ def judge(
                 c,
                 runs[c.id],
                 # a mutation score measures the witnesses, on the default configuration: floors judge its cells
-                verdict.evaluate(c, runs[c.id].outcomes, use, floors=floors and c.subject == subjects.DEFAULT),
-                the_plan.bound[c.id],
+                verdict.evaluate(
+                    c, runs[c.id].outcomes, use, floors=floors and c.subject == subjects.DEFAULT, profile=profile
+                ),
+                # bound to its named files and environment, and to every project file its processes read
+                read_files(the_plan.bound[c.id], runs[c.id].reads, the_plan.scope),
                 m,
             )
         )
@@ -159,6 +171,12 @@ def _with_mutation(entry: CardResult, m: MutationResult, use: MutationResult | N
     if use is not None and use.holds is False and entry.verdict == Verdict.PROVEN:
         entry = replace(entry, verdict=Verdict.VACUOUS, reason=verdict.mutation_reason(use))
     return entry
+
+
+def _floor_unjudged(entry: CardResult, card, use: MutationResult | None, floors: bool) -> CardResult:
+    """A replayed PROVEN under the release profile whose floor no score on its sample judges now: UNVERIFIED."""
+    why = verdict.unjudged_floor(card, use) if floors and entry.verdict == Verdict.PROVEN else ""
+    return replace(entry, verdict=Verdict.UNVERIFIED, reason=why) if why else entry
 
 
 # ---------------------------------------------------------------- record and publish
@@ -236,6 +254,8 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     prov = provenance.gather(req.root, {b.path for files in the_plan.bound.values() for b in files})
     if reporter is not None:
         reporter.starting(req, the_plan.cards, list(the_plan.replays), the_plan.to_run)
+        for cid, why in the_plan.not_replayed.items():
+            reporter.note(f"{cid}: not replayed: {why}")
         dropped = sorted(k for k in os.environ if k in INHERITED_PYTEST_VARS)
         if dropped and the_plan.to_run:
             reporter.note(
@@ -273,7 +293,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
     doc = data.build(
         prov,
         settings,
-        judge(the_plan, runs, measured, floors=req.profile == "release"),
+        judge(the_plan, runs, measured, floors=req.profile == "release", profile=req.profile),
         finished=provenance.utc_now(),
         wall_s=time.monotonic() - t0,
         claims=claims,

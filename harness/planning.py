@@ -14,15 +14,15 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import outputs, provenance, subjects, timings
-from harness.binding import BoundFile, bound_files, digest, oracle_files, run_context
+from harness.binding import BoundFile, ReadScope, bound_files, digest, oracle_files, rebind, run_context, unrecorded
 from harness.cards import Card
 from harness.document import MutationResult
 from harness.errors import LedgerError, UsageError
-from harness.ledger import FILENAME, Ledger
+from harness.ledger import FILENAME, Ledger, PastVerdict, changed_files
 from harness.mutation.marks import Mark
 from harness.mutation.stage import recall
 from harness.report import data
@@ -47,6 +47,8 @@ class RunPlan:
     schedule_from: Mapping[str, str] = field(default_factory=dict)  # card to run -> where its expected times came
     # from: "ledger", "timings.json" or "unknown" (harness.timings)
     subjects: tuple[Subject, ...] = ()  # run --matrix: every selected configuration as probed (runnable or not)
+    scope: ReadScope | None = None  # which files the witness processes read join each binding (binding.read_files)
+    not_replayed: Mapping[str, str] = field(default_factory=dict)  # --changed: card -> why it runs ("x.py changed")
 
     @property
     def to_run(self) -> list[Card]:
@@ -109,9 +111,11 @@ def plan(
 ) -> RunPlan:
     """Bind each card to its files; ask the ledger for replays (``--changed``) and expected process times.
 
-    A card is replayed when its last original PROVEN verdict of this profile
-    was bound to exactly the files it is bound to now (same paths, roles and
-    sha256); a card with link problems is always run (it errors at once).
+    A card is replayed when one of its original PROVEN verdicts of this
+    profile is bound to exactly what it would be bound to now: the files it
+    names, its settings and environment, and the files its witness processes
+    read then, hashed now (:func:`replayable`); a card with link problems is
+    always run (it errors at once).
     A card's expected process times come from its latest ledger entry, else
     from ``<cards dir>/timings.json`` (:mod:`harness.timings`; raises
     TimingsInvalid, before anything runs, when that file is malformed), else
@@ -133,6 +137,8 @@ def plan(
         for c in cards
     }
     replays: dict[str, data.Replayed] = {}
+    why_not: dict[str, str] = {}
+    memo: dict[Path, str | None] = {}  # files hashed again for --changed, each once
     measured: dict[str, Expected] = {}  # from the ledger
     marks = dict(marks or {})
     path = req.reports_dir / FILENAME
@@ -149,18 +155,18 @@ def plan(
                     # NOTE: the card's latest verdict decides: not PROVEN -> it runs; PROVEN -> its PROVEN verdict
                     # on exactly these bound files is replayed (none: the files changed since, so it runs too)
                     latest = ledger.last(card.id)
-                    past = (
-                        ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
-                        if latest is not None and latest.verdict == Verdict.PROVEN
-                        else None
-                    )
+                    past = None
+                    if latest is not None and latest.verdict == Verdict.PROVEN:
+                        past, why_not[card.id] = replayable(
+                            ledger, card.id, bound[card.id], req.root, req.profile, memo
+                        )
                     if past is not None:
                         replays[card.id] = data.Replayed(
                             ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
                         )
                         continue
                 if req.changed and not links[card.id]:
-                    past = ledger.last_matching(card.id, digest(bound[card.id]), profile=req.profile)
+                    past, why_not[card.id] = replayable(ledger, card.id, bound[card.id], req.root, req.profile, memo)
                     if past is not None:
                         replays[card.id] = data.Replayed(
                             ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
@@ -171,4 +177,42 @@ def plan(
                     measured[card.id] = last.expected
     expected, sources = timings.combine([c.id for c in cards if c.id not in replays], measured, hints)
     mutations = recall(req, cards, bound) if ledger is not None else {}
-    return RunPlan(tuple(cards), links, bound, replays, expected, mutations, marks, sources, tuple(subs))
+    scope = ReadScope.of(req.root, req.reports_dir, req.oracle_dir)
+    why_not = {k: v for k, v in why_not.items() if v and k not in replays}
+    return RunPlan(
+        tuple(cards), links, bound, replays, expected, mutations, marks, sources, tuple(subs), scope, why_not
+    )
+
+
+MAX_CANDIDATES = 50  # newest original PROVEN verdicts a --changed replay looks through (one per bound digest)
+
+
+def replayable(
+    ledger: Ledger,
+    card_id: str,
+    now: tuple[BoundFile, ...],
+    root: Path,
+    profile: str | None,
+    memo: dict[Path, str | None] | None = None,
+) -> tuple[PastVerdict | None, str]:
+    """(the newest original PROVEN verdict of ``profile`` whose whole binding is unchanged, ""), or (None, why
+    not: what changed since the newest one, or why its binding cannot be trusted to be whole).
+
+    ``now``: what the card is bound to before it runs (:func:`harness.binding.bound_files`); each candidate's
+    recorded binding is compared with ``now`` plus the files its witness processes read then, hashed now
+    (:func:`harness.binding.rebind`). A verdict recorded without its read-set is never replayed
+    (:func:`harness.binding.unrecorded`). ``memo``: the sha256 of files hashed already in this plan.
+    """
+    why = ""
+    for past in ledger.originals(card_id, profile=profile, limit=MAX_CANDIDATES):
+        recorded = ledger.bound_files(past.run_id, card_id)
+        missing = unrecorded(recorded)
+        changes: list[str] = []
+        if not missing:
+            current = rebind(now, recorded, root, memo)
+            if digest(current) == digest(BoundFile(**r) for r in recorded):
+                return past, ""
+            changes = changed_files(recorded, [asdict(b) for b in current])
+        if not why:  # the newest candidate says why ("" when there is none: never PROVEN here)
+            why = missing or "; ".join(changes) or "its binding differs"
+    return None, why

@@ -30,7 +30,10 @@ property nested in the test body as the shipped witnesses do; exception
 groups included), its ``hypothesis`` field gets the example, the
 ``@reproduce_failure(...)`` line (``print_blob=True``) and the seed and
 kvproof profile in force; the report adds the ``run_obligations.py run``
-command that replays it.
+command that replays it. In an honest run each node's result also carries,
+for every property it ran, the examples it ran and the settings it ran
+under (:mod:`harness.property_runs`): the judge holds them to the profile's
+budget.
 
 Failure versus error: a call-phase ``AssertionError`` (numpy's testing
 asserts, ``pytest.fail``, Hypothesis re-raising a falsified assertion, or an
@@ -57,7 +60,7 @@ import pytest
 from harness import protocol
 from harness.errors import LiarError
 from harness.evidence import Evidence
-from harness.protocol import JobPlan, NodeResult
+from harness.protocol import PROFILE_EXAMPLES, JobPlan, NodeResult, PropertyRun
 from harness.statuses import Outcome
 
 PROFILES = ("ci", "release")
@@ -69,8 +72,8 @@ def _register_profiles() -> None:
     from hypothesis import HealthCheck, settings
 
     common = dict(deadline=None, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("ci", max_examples=50, derandomize=True, **common)
-    settings.register_profile("release", max_examples=1000, derandomize=False, **common)
+    settings.register_profile("ci", max_examples=PROFILE_EXAMPLES["ci"], derandomize=True, **common)
+    settings.register_profile("release", max_examples=PROFILE_EXAMPLES["release"], derandomize=False, **common)
 
 
 _register_profiles()  # at import, so --hypothesis-profile=release also finds them
@@ -241,6 +244,7 @@ class _NodeState:
     location: str = ""
     hypothesis: dict[str, Any] | None = None
     lines: dict[str, list[int]] = field(default_factory=dict)  # traced lines its test body ran (plan.coverage)
+    examples: tuple[PropertyRun, ...] = ()  # each Hypothesis property run in it (an honest run's)
 
     def result(self, nodeid: str) -> NodeResult:
         return NodeResult(
@@ -252,6 +256,7 @@ class _NodeState:
             self.failure,
             self.location,
             self.hypothesis,
+            examples=self.examples,
         )
 
 
@@ -304,6 +309,13 @@ class _Recorder:
 
             self.tracer = LineTracer(self.root, plan.coverage)
             self.tracer.start()
+        self.counter = None  # the examples each Hypothesis property runs: counted in an honest run only
+        if not (plan.liar or plan.mutant or plan.warm):
+            from harness.property_runs import PropertyCounter
+
+            counter = PropertyCounter()
+            if counter.start():
+                self.counter = counter
         if plan.liar:
             self._apply_liar(plan.liar)
         if plan.mutant:
@@ -391,6 +403,8 @@ class _Recorder:
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
         self._lines_outside()  # collection, or what ran between nodes
+        if self.counter is not None:
+            self.counter.take()  # properties run outside any node belong to none
         timeout = self.plan.timeout_for(nodeid)
         self.nodes[nodeid] = _NodeState()
         self.emit(protocol.NodeStarted(nodeid, timeout))
@@ -476,11 +490,24 @@ class _Recorder:
         if state is not None:
             if state.lines:
                 self.emit(protocol.LinesRun(nodeid, state.lines))
+            if self.counter is not None:
+                state.examples = self._examples(nodeid, state)
             self.emit(protocol.NodeFinished(state.result(nodeid)))
             if self.plan.liar and state.outcome == Outcome.FAILED and self.session is not None:
                 # a liar is caught by the first witness whose check fails under it: the rest need not run
                 # (an error does not catch it, so the run goes on to a witness that can)
                 self.session.shouldfail = f"liar {self.plan.liar} caught by {nodeid}"  # as -x: exit code 1
+
+    def _examples(self, nodeid: str, state: _NodeState) -> tuple[PropertyRun, ...]:
+        """The properties the node ran; a ``@given`` test that passed with none seen is one that ran no example
+        kvproof could count (``max_examples`` None): the judge does not call it PROVEN."""
+        assert self.counter is not None
+        runs = self.counter.take(nodeid)
+        name = nodeid.rsplit("::", 1)[-1]
+        given = state.hypothesis is not None  # set for a @given test (and for a falsified nested property)
+        if given and state.outcome == Outcome.PASSED and not any(r.property == name for r in runs):
+            runs += (PropertyRun(name, 0, None, None),)
+        return runs
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -489,6 +516,8 @@ class _Recorder:
         if self.tracer is not None:
             self._lines_outside()
             self.tracer.stop()
+        if self.counter is not None:
+            self.counter.stop()
         self.out.close()
         if self.stacks is not None:
             self.stacks.close()

@@ -14,7 +14,8 @@ streams events back, one JSON line each, flushed as they happen, to
 - :class:`CollectError` for a module or folder that failed to collect;
 - :class:`NodeStarted` when a node begins (with its timeout);
 - :class:`NodeFinished` when it ends, carrying the node's
-  :class:`NodeResult`;
+  :class:`NodeResult` (with a :class:`PropertyRun` for each Hypothesis
+  property that ran in it);
 - :class:`LinesRun` when the plan names files to trace (``coverage``, a
   ``mutate`` run's honest run): after each node, the lines of those files
   its test body ran, and the lines that ran outside any test body
@@ -44,6 +45,29 @@ from typing import Any
 # the fields of the summary ``evidence.observe`` reports for a key (see harness.evidence.Evidence)
 OBSERVED_FIELDS = ("observed", "min", "max", "nan")
 
+# each kvproof profile's Hypothesis ``max_examples``: the budget a PROVEN under it means. The plugin registers
+# the profiles with these; the judge holds every property to its profile's (harness.verdict, rule 10c)
+PROFILE_EXAMPLES = {"ci": 50, "release": 1000}
+
+
+@dataclass(frozen=True)
+class PropertyRun:
+    """One run of a Hypothesis property in a node: a ``@given`` test, or a property its test body defines and calls.
+
+    ``ran``: the valid examples it generated (reuse, generate and target phases; invalid and overrun test
+    cases, shrinks and ``@example`` cases not counted); ``explicit``: the ``@example`` cases it ran.
+    ``max_examples`` and ``generate``: the settings it ran under (``settings.max_examples``; whether
+    ``Phase.generate`` is in ``settings.phases``), None when no test case of it was seen. ``exhausted``:
+    Hypothesis stopped because no example was left to try (a small finite strategy), not at its budget.
+    """
+
+    property: str  # the property's function name (a @given test: the node's name)
+    ran: int
+    max_examples: int | None
+    generate: bool | None
+    exhausted: bool = False
+    explicit: int = 0
+
 
 @dataclass(frozen=True)
 class NodeResult:
@@ -57,6 +81,7 @@ class NodeResult:
     failure: str = ""  # full text: traceback, Hypothesis falsifying example
     location: str = ""  # "file.py:LINE" of the failure, when known
     hypothesis: Mapping[str, Any] | None = None  # {seed, profile, example, reproduce}
+    examples: tuple[PropertyRun, ...] = ()  # each Hypothesis property run in the node (honest runs only)
 
 
 def node_matches(test: str, nodeid: str) -> bool:
@@ -113,17 +138,27 @@ class Account:
     node with no entry never ran its body. ``exit_code``: what
     ``pytest.main`` returned. ``refused``: hooks that project code
     implemented and kvproof refuses (they can rewrite outcomes); when
-    non-empty, no test ran.
+    non-empty, no test ran. ``reads``: every file of the project the
+    process read (:mod:`harness.execute.reads`), relative to the root; None
+    when it was not recorded (the verdict is then never replayed).
     """
 
     exit_code: int
     calls: Mapping[str, str] = field(default_factory=dict)
     refused: tuple[str, ...] = ()
+    reads: tuple[str, ...] | None = None
 
     def write(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(
-            json.dumps({"exit_code": self.exit_code, "calls": dict(self.calls), "refused": list(self.refused)}),
+            json.dumps(
+                {
+                    "exit_code": self.exit_code,
+                    "calls": dict(self.calls),
+                    "refused": list(self.refused),
+                    "reads": None if self.reads is None else list(self.reads),
+                }
+            ),
             encoding="utf-8",
         )
         tmp.replace(path)
@@ -137,6 +172,7 @@ class Account:
                 int(data["exit_code"]),
                 {str(k): str(v) for k, v in dict(data["calls"]).items()},
                 tuple(str(r) for r in data["refused"]),
+                None if data.get("reads") is None else tuple(str(r) for r in data["reads"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -204,11 +240,14 @@ def decode(line: str) -> Event:
     if cls is None:
         raise ValueError(f"not a kvproof event: {line[:120]!r}")
     if cls is NodeFinished:
-        return NodeFinished(_construct(NodeResult, data))
+        runs = tuple(_construct(PropertyRun, r) for r in data.pop("examples", None) or ())  # absent: none counted
+        return NodeFinished(_construct(NodeResult, {**data, "examples": runs}))
     return _construct(cls, data)
 
 
 def _construct(cls: type, data: Mapping[str, Any]) -> Any:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{cls.__name__}: not an object: {data!r:.120}")
     names = {f.name for f in fields(cls)}
     unknown = set(data) - names
     if unknown:

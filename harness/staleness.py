@@ -1,10 +1,13 @@
 """``status`` and ``history``: what the ledger says about each card, without running anything.
 
-A card's last verdict is STALE when the files it was bound to then (card,
-witnesses, liars, covered files, oracle manifest) differ from the files it is
-bound to now: a byte changed, a file went missing, or the card now binds
-another set of files. :func:`card_status` is pure: the caller reads the
-ledger and hashes the files (:func:`status_rows`).
+A card's last verdict is STALE when what it was bound to then (card,
+witnesses, liars, support and configuration files, covered files, oracle
+manifest, settings and environment, and every project file its witness
+processes read) differs from the same binding now
+(:func:`harness.binding.rebind`): a byte changed, a file went missing, the
+card now binds another set of files, or the verdict was recorded without
+its read-set (:func:`harness.binding.unrecorded`). :func:`card_status` is
+pure: the caller reads the ledger and hashes the files (:func:`status_rows`).
 
 Cells: a ``run --matrix`` or ``run --target`` records a verdict per cell,
 ``CARD@SUBJECT`` (:func:`harness.subjects.cell_id`). ``status`` shows every
@@ -26,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import provenance, subjects
-from harness.binding import BoundFile, bound_files, oracle_files, run_context
+from harness.binding import BoundFile, bound_files, oracle_files, rebind, run_context, unrecorded
 from harness.cells import cell
 from harness.document import SubjectInfo
 from harness.ledger import PastVerdict, changed_files
-from harness.mutation.score import score_digest
+from harness.mutation.sample import FLOOR
+from harness.mutation.score import marks_stale, other_sample, score_digest, score_marks
 from harness.report.data import required_cell
 from harness.statuses import CardState, Verdict
 from harness.subjects import Subject
@@ -49,7 +53,7 @@ class CardStatus:
     state: str
     last: PastVerdict | None
     changed: tuple[str, ...] = ()  # "impl/kv.py changed", ... (non-empty exactly when STALE)
-    mutation: str = ""  # the newest measured mutation score, "STALE" when the bytes changed since (see mutation_text)
+    mutation: str = ""  # the newest measured mutation score, "STALE" when its bytes or marks changed (mutation_text)
     not_gated: str = ""  # why its run did not count this cell for the gate ("": it counts, as every default cell)
 
     @property
@@ -63,25 +67,52 @@ def card_status(
     last: PastVerdict | None,
     recorded: Iterable[Mapping[str, Any]],
     current: Iterable[Mapping[str, Any]],
+    unbound: str = "",
 ) -> CardStatus:
-    """Decide one card's state from its last verdict, the files bound then and the files bound now."""
+    """Decide one card's state from its last verdict, the files bound then and the files bound now; ``unbound``:
+    why the recorded binding does not cover all the verdict depended on (:func:`harness.binding.unrecorded`),
+    which makes it STALE too."""
     if last is None:
         return CardStatus(card_id, title, CardState.NEVER_RUN, None)
-    changed = tuple(changed_files(recorded, current))
+    changed = (unbound,) * bool(unbound) + tuple(changed_files(recorded, current))
     return CardStatus(card_id, title, CardState.STALE if changed else last.verdict, last, changed)
 
 
-def mutation_text(card_min: float | None, measured: tuple[int, str, Any] | None, current_digest: str) -> str:
+def mutation_text(
+    card_min: float | None,
+    measured: tuple[int, str, Any] | None,
+    current_digest: str,
+    newer: tuple[int, str, Any] | None = None,
+    current_marks: str | None = None,
+) -> str:
     """What ``status`` says of a card's mutation score: ``0.83 (run #4, 2026-11-30)``, ``STALE`` when measured on
-    other bytes, ``never measured`` (with the card's floor, when it has one)."""
+    other bytes or with other equivalence marks than ``current_marks`` (None: not checked), ``never measured``
+    (with the card's floor, when it has one); ``– (no mutant scored)`` when every mutant of its sample was
+    equivalent or an error, and ``(N of M mutants error: not scored)`` beside a score some errors left out.
+    ``measured`` is the score that judges the floor (on its sample) when the ledger has one; ``newer``, a later
+    score on another sample, is shown after it: ``; then 1.00 measured on a partial sample (...) (run #5, ...):
+    not judged``. A score on another sample is never BELOW: it judges nothing."""
     floor = f", min {card_min:.2f}" if card_min is not None else ""
     if measured is None:
         return f"never measured{floor}" if card_min is not None else ""
     run_id, started, result = measured
-    score = "–" if result.score is None else f"{result.score:.2f}"
-    below = " BELOW" if card_min is not None and result.score is not None and result.score < card_min else ""
+    score = "– (no mutant scored)" if result.score is None else f"{result.score:.2f}"
+    if result.error:
+        score += f" ({result.error} of {len(result.mutants)} mutants error: not scored)"
+    other = other_sample(result)
+    below = (
+        " BELOW" if card_min is not None and result.score is not None and result.score < card_min and not other else ""
+    )
     stale = " STALE (measured on other bytes)" if result.bound_digest != current_digest else ""
-    return f"{score}{below}{stale} (run #{run_id}, {started[:10]}{floor})"
+    if not stale and marks_stale(result, current_marks):
+        stale = " STALE (measured with other equivalence marks)"
+    shown = f"{score}{below}{stale}{' ' + other if other else ''} (run #{run_id}, {started[:10]}{floor})"
+    if newer is not None and newer[0] != run_id:
+        then = "–" if newer[2].score is None else f"{newer[2].score:.2f}"
+        why = other_sample(newer[2]) or ("measured on other bytes" if newer[2].bound_digest != current_digest else "")
+        why = why or ("measured with other equivalence marks" if marks_stale(newer[2], current_marks) else "")
+        shown += f"; then {then} {why or 'measured'} (run #{newer[0]}, {newer[1][:10]}): not judged"
+    return shown
 
 
 def status_exit_code(rows: Sequence[CardStatus]) -> int:
@@ -102,14 +133,27 @@ def status_rows(
     rows = []
     context = run_context(root, provenance.numerics(root))
     known = _Subjects(cards_dir, root)
+    memo: dict[Path, str | None] = {}  # the files read by many cards' witness processes, hashed once
     for card in cards:
         last = ledger.last(card.id) if ledger is not None else None
         recorded = ledger.bound_files(last.run_id, card.id) if last is not None else []
         now = bound_files(card, root, sites, oracle_files(card, oracle_dir), context)
-        current = [asdict(b) for b in now] if last is not None else []
-        row = card_status(card.id, card.title, last, recorded, current)
-        measured = ledger.last_mutation(card.id) if ledger is not None else None
-        rows.append(replace(row, mutation=mutation_text(card.min_score, measured, score_digest(card, now))))
+        current = [asdict(b) for b in rebind(now, recorded, root, memo)] if last is not None else []
+        row = card_status(card.id, card.title, last, recorded, current, unrecorded(recorded) if last else "")
+        digest = score_digest(card, now)
+        marks = score_marks(card, root, cards_dir) if cards_dir is not None and ledger is not None else None
+        newest = ledger.last_mutation(card.id) if ledger is not None else None
+        # the score that judges the floor (its sample, these bytes and marks), else the newest on the floor's
+        # sample, else any
+        judge = None
+        if ledger is not None:
+            judge = ledger.last_mutation(card.id, digest, sample=FLOOR.key, marks=marks) or ledger.last_mutation(
+                card.id, sample=FLOOR.key
+            )
+        text = mutation_text(
+            card.min_score, judge or newest, digest, newer=newest if judge else None, current_marks=marks
+        )
+        rows.append(replace(row, mutation=text))
         if ledger is not None and cells == ALL:
             rows += [_cell_status(ledger, card, cid, sites, oracle_dir, known) for cid in ledger.cells(card.id)]
     return rows
@@ -161,7 +205,8 @@ def _cell_status(ledger, card, cell_id: str, sites, oracle_dir: Path | None, kno
     context = known.context(info.numerics, settings)
     now = bound_files(the_cell, known.root, sites, oracle_files(the_cell, oracle_dir), context)
     recorded = ledger.bound_files(last.run_id, cell_id)
-    row = card_status(cell_id, card.title, last, recorded, [asdict(b) for b in now])
+    current = [asdict(b) for b in rebind(now, recorded, known.root)]
+    row = card_status(cell_id, card.title, last, recorded, current, unrecorded(recorded))
     return replace(row, not_gated=_not_gated(ledger, last, info, ran))
 
 

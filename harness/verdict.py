@@ -16,15 +16,23 @@ Precedence, first match wins:
 7. UNVERIFIED a listed liar has no run at all
 8. VACUOUS    a liar survived: every witness passed under it
 9. VACUOUS    the card's mutation score, measured on the bytes it is bound
-              to now, is below its ``mutation.min_score``: its witnesses would
-              pass too much wrong code (:mod:`harness.mutation.score`)
+              to now and on the sample its floor was set on, is below its
+              ``mutation.min_score``: its witnesses would pass too much wrong
+              code (:mod:`harness.mutation.score`, :mod:`harness.mutation.sample`)
 10. UNVERIFIED a liar's run was inconclusive (witnesses skipped or errored under it)
 10b. UNVERIFIED the release profile, a card with ``mutation.min_score`` and no score measured on the
-              bytes it is bound to now (a floor that nobody measured does not hold by default)
+              bytes it is bound to now, with the equivalence marks of its mutants now, and on its floor's sample
+              (a floor that nobody measured does not hold by default; a score on a partial or another sample
+              says nothing of the floor's: :func:`unjudged_floor`), or one that scored no mutant
+              (:func:`nothing_scored`: a floor that judged zero mutants did not hold)
+10c. UNVERIFIED a witness's Hypothesis property ran under less than the run's profile's budget (``ci`` 50,
+              ``release`` 1000 examples): its ``max_examples`` is below it, its phases leave out generation,
+              it generated no example, or kvproof could not count its examples (:func:`weak_property`)
 11. PROVEN    otherwise
 
-A mutation score never measured, or measured on other bytes (stale), does
-not change the verdict; the reports and ``status`` say so.
+A mutation score never measured, measured on other bytes (stale) or on
+another sample than its floor's, does not change the verdict (but for 10b);
+the reports and ``status`` say so.
 
 FAILED outranks ERROR: a refutation stands even if another witness is broken.
 Under a liar, only a witness whose check fails (an assertion, or a bound on
@@ -45,7 +53,8 @@ from typing import Any
 
 from harness.cards import Bound, Card, Witness
 from harness.checktext import check_text, reason_value, unevaluated_text
-from harness.protocol import OBSERVED_FIELDS, NodeResult
+from harness.protocol import OBSERVED_FIELDS, PROFILE_EXAMPLES, NodeResult, PropertyRun
+from harness.safetext import CLIPPED, is_clipped
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 
 # ---------------------------------------------------------------- inputs
@@ -198,6 +207,13 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", rea
     if bound.key not in evidence:
         return BoundCheck(bound.key, bound.op, bound.limit, _missing(bound, reached), None, nodeid)
     actual = evidence[bound.key]
+    if is_clipped(actual):  # NOTE: judged as recorded: a value too large to keep cannot be judged on its head
+        why = (
+            f"was too large to record, so the bound cannot be judged ({actual.removeprefix(CLIPPED).rstrip('>')}); "
+            f"record a summary the bound can judge instead, e.g. evidence.record({bound.key!r}, max(values)) "
+            "and the full list under another key"
+        )
+        return BoundCheck(bound.key, bound.op, bound.limit, why, None, nodeid)
     summary = observed_summary(actual)
     if summary is not None:
         return _check_observed(bound, summary, nodeid)
@@ -384,19 +400,117 @@ def mutation_reason(mutation: Any) -> str:
     )
 
 
+def unjudged_floor(card: Card, mutation: Any) -> str:
+    """Why the card's ``mutation.min_score`` cannot be judged by ``mutation`` (the score the run has for it, or
+    None), "" when it can or there is no floor: never measured, stale (its bytes, or its equivalence marks:
+    ``mutation.stale_why``), measured on a partial or another sample than the floor's
+    (``mutation.other_sample``, :mod:`harness.mutation.sample`), or no mutant scored (:func:`nothing_scored`)."""
+    if card.min_score is None:
+        return ""
+    marks = getattr(mutation, "stale_why", "") if mutation is not None and mutation.stale else ""
+    if mutation is None or (mutation.stale and not marks):
+        return (
+            f"mutation score not measured on these bytes (min_score {card.min_score:g}; the release profile "
+            "enforces it): run `run_obligations.py mutate --profile release`"
+        )
+    score = "–" if mutation.score is None else f"{mutation.score:.2f}"
+    run = f" (run #{mutation.measured_run})" if getattr(mutation, "measured_run", None) is not None else ""
+    if marks:
+        return (
+            f"the newest mutation score on these bytes, {score}{run}, was {marks}; min_score {card.min_score:g} is "
+            f"judged only with the equivalence marks as they are now (the release profile enforces it): run "
+            f"`run_obligations.py mutate {card.id}` (with --changed it reuses its mutants' results)"
+        )
+    other = getattr(mutation, "other_sample", "") or (
+        "measured on a partial sample (only the mutant keys given with --mutant)" if mutation.partial else ""
+    )
+    if not other:
+        return nothing_scored(card, mutation) if mutation.score is None else ""
+    return (
+        f"the newest mutation score on these bytes, {score}{run}, was {other}; min_score {card.min_score:g} is "
+        f"judged only on the sample it was set on (the release profile enforces it): run "
+        f"`run_obligations.py mutate {card.id}`"
+    )
+
+
+def nothing_scored(card: Card, mutation: Any) -> str:
+    """Why a score on the floor's sample that scored no mutant (``score`` None: every sampled mutant was
+    equivalent or an error, or the claimed code has none) does not meet ``min_score``: a floor that judged zero
+    mutants did not hold, not even when the claimed code yields none (then the floor judges nothing)."""
+    run = f" (run #{mutation.measured_run})" if getattr(mutation, "measured_run", None) is not None else ""
+    if not mutation.candidates:
+        return (
+            f"the mutation score{run} scored no mutant: the code the card claims yields none (0 candidates), so "
+            f"min_score {card.min_score:g} judges nothing (the release profile enforces it): claim the code the "
+            "theorem is about (refs, covers) or remove mutation.min_score"
+        )
+    n = mutation.equivalent + mutation.error
+    return (
+        f"the mutation score{run} scored no mutant: of the {n} sampled, {mutation.equivalent} equivalent and "
+        f"{mutation.error} error (could not be applied), so min_score {card.min_score:g} was not tested (the "
+        f"release profile enforces it): `run_obligations.py mutate {card.id}` shows each mutant's status and why"
+    )
+
+
 def m_where(m: Any) -> str:
     """``path:line Qual.name: before -> after`` for a mutant result."""
     return f"{m.path}:{m.line} {m.qualname}: {m.change}"
 
 
-def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None, *, floors: bool = False) -> CardVerdict:
+def weak_property(run: PropertyRun, profile: str) -> str:
+    """How a property's run fell short of ``profile``'s budget (:data:`PROFILE_EXAMPLES`) and the fix; "" when it
+    did not, or the profile sets none.
+
+    The rule is about the settings it ran under, not its count: a property whose search space Hypothesis
+    exhausted before its ``max_examples`` (a small finite strategy) ran every example there is. A property
+    that generated no example without exhausting anything, or with the generate phase off, is weak whatever
+    its ``max_examples``; one no test case of which was seen (``max_examples`` None) cannot be shown to have
+    run the budget.
+    """
+    budget = PROFILE_EXAMPLES.get(profile)
+    fix = "the profile sets the budget"
+    if budget is None:
+        return ""
+    if run.max_examples is None:
+        return (
+            "kvproof saw none of its test cases (it counts them through Hypothesis' observability callbacks): "
+            "run the property under pytest, with a Hypothesis that has them"
+        )
+    if run.max_examples < budget:
+        return (
+            f"max_examples={run.max_examples} is below the {profile} profile's {budget}: "
+            f"remove max_examples from @settings ({fix})"
+        )
+    if run.generate is False:
+        return f"its settings leave out Phase.generate: remove phases from @settings ({fix}: {budget} examples)"
+    if run.ran == 0 and not run.exhausted:
+        return f"it generated no example of the {profile} profile's {budget}: remove what stops it from @settings"
+    return ""
+
+
+def _weak(v: WitnessVerdict, outcome: WitnessOutcome | None, profile: str) -> list[str]:
+    """Each property of a witness that fell short of the profile's budget: ``witness W: property P ran N: why``."""
+    return [
+        f"{v.kind} {v.witness_id}: property {r.property} ran {r.ran} example(s): {why}"
+        for n in (outcome.nodes if outcome else ())
+        for r in n.examples
+        if (why := weak_property(r, profile))
+    ]
+
+
+def evaluate(
+    card: Card, outcomes: CardOutcomes, mutation: Any = None, *, floors: bool = False, profile: str | None = None
+) -> CardVerdict:
     """Decide the card's verdict; see the module docstring for the precedence.
 
     ``mutation``: the card's :class:`harness.document.MutationResult` for the
     bytes it is bound to now, if measured; ``holds`` False (score below the
     card's ``mutation.min_score``) makes an otherwise PROVEN card VACUOUS.
     ``floors`` (the release profile): a card with a ``min_score`` and no such
-    score is UNVERIFIED, not PROVEN.
+    score is UNVERIFIED, not PROVEN (:func:`unjudged_floor` says why). A score
+    that cannot judge (stale, another sample) has ``holds`` None.
+    ``profile``: the run's Hypothesis profile; each property a witness ran is
+    held to its budget (:data:`harness.protocol.PROFILE_EXAMPLES`, rule 10c).
     """
     if outcomes.link_problems:
         probs = list(outcomes.link_problems)
@@ -447,12 +561,17 @@ def evaluate(card: Card, outcomes: CardOutcomes, mutation: Any = None, *, floors
     inconclusive = [v for v in lv if v.status == LiarStatus.INCONCLUSIVE]
     if inconclusive:
         return result(Verdict.UNVERIFIED, f"liar {inconclusive[0].name}: {inconclusive[0].why}")
-    if floors and card.min_score is not None and mutation is None:
-        return result(
-            Verdict.UNVERIFIED,
-            f"mutation score not measured on these bytes (min_score {card.min_score:g}; the release profile "
-            "enforces it): run `run_obligations.py mutate --profile release`",
-        )
+    unjudged = unjudged_floor(card, mutation) if floors else ""
+    if unjudged:
+        return result(Verdict.UNVERIFIED, unjudged)
+    if profile is not None:
+        weak = [
+            t
+            for v in wv + cv
+            for t in _weak(v, (got_c if v.kind == Kind.CONTROL else got_w).get(v.witness_id), profile)
+        ]
+        if weak:
+            return result(Verdict.UNVERIFIED, f"{weak[0]}{_more(weak)}")
     parts = [f"{len(wv)} witness(es) passed"]
     if cv:
         parts.append(f"{len(cv)} control(s) showed their difference")

@@ -41,6 +41,7 @@ DEFERRED = {
     ("harness.plugin", "harness.mutation.generate"): "witness side: only a warm server parses the claimed files",
     ("harness.plugin", "harness.mutation.swap"): "witness side: only a mutant process applies a mutant",
     ("harness.plugin", "harness.linecov"): "witness side: only a mutate run's honest run traces lines",
+    ("harness.plugin", "harness.property_runs"): "witness side: only an honest run counts Hypothesis examples",
     # the harness never imports the project under proof at its own import time
     ("harness.oracle.store", "impl.model.weights"): "the project under proof (impl), optional",
     ("harness.oracle.cli", "impl.errors"): "the project under proof (impl), optional",

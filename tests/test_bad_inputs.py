@@ -499,3 +499,32 @@ def test_a_run_whose_report_cannot_be_written_exits_2_not_0(tmp_path, monkeypatc
     assert code == 2
     assert "No space left on device" in err and "evidence was not recorded" in err
     assert json.loads((tmp_path / "v.json").read_text())["header"]["summary"]["gate"] == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["run", "--json", ""], "argument --json: an empty value"),
+        (["run", "--json="], "argument --json: an empty value"),
+        (["run", "--target", ""], "argument --target: an empty value"),
+        (["run", "--target", "  "], "argument --target: an empty value"),
+        (["run", "--cards", ""], "argument --cards: an empty value"),
+        (["run", "--reports", ""], "argument --reports: an empty value"),
+        (["run", "--matrix", ""], "argument --matrix: an empty value"),
+        (["run", "--tag", "\t"], "argument --tag: an empty value"),
+        (["run", "-j", ""], "argument -j: an empty value"),
+        (["run", ""], "argument 2 is empty"),
+        (["", "run"], "argument 1 is empty"),
+        (["status", "KV-T1", ""], "argument 3 is empty"),
+        (["compare", "latest", "--markdown", ""], "argument --markdown: an empty value"),
+        (["mutate", "--show", ""], "argument --show: an empty value"),
+        (["oracle", "export", "--out", ""], "argument --out: an empty value"),
+    ],
+)
+def test_an_empty_option_value_is_refused_naming_the_option(argv, says, capsys):
+    """``--json "$OUT"`` with OUT unset must not be a run without its document (it was ignored silently)."""
+    from harness.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err

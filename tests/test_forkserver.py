@@ -250,6 +250,7 @@ def test_the_zygote_holds_libraries_but_nothing_of_the_project(fs):
     machinery = {"harness", "harness.execute", "harness.execute.procs"}  # the zygote itself runs as __main__
     witness_side = {
         "harness.execute.pytest_main",
+        "harness.execute.reads",  # the entry point's read log (installed after the fork, per job)
         "harness.plugin",
         "harness.evidence",
         "harness.protocol",

@@ -294,6 +294,34 @@ def test_differs(evidence):
     }
 
 
+# fills the temporary folder: the witness process cannot even write its events or stderr (the disk is full)
+FILLS_TMPDIR = """
+import os
+import tempfile
+
+
+def test_fails(evidence):
+    evidence.record("max_abs_delta", 0)
+    with open(os.path.join(tempfile.gettempdir(), "junk.bin"), "wb") as f:
+        while True:
+            f.write(b"x" * 65536)
+"""
+
+# writes past its own file size limit: SIGXFSZ kills it
+FILE_SIZE_LIMIT = """
+import resource
+
+
+def test_fails(evidence, tmp_path):
+    evidence.record("max_abs_delta", 0)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    with open(tmp_path / "big.bin", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * 65536)
+            f.flush()
+"""
+
+
 def files(**texts: str) -> Callable[[Path], None]:
     """A setup step writing each ``relative/path=text`` (``__`` in a key stands for ``/``)."""
 
@@ -390,6 +418,12 @@ CASES += [
         files(**card("test_fails"), witnesses__test_hostile_DOT_py=KILLS_PARENT),
         "ERROR",
         ("the fork server died twice while this job ran",),
+    ),
+    Case(
+        "a-file-past-the-size-limit-is-named-in-the-reason",
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FILE_SIZE_LIMIT),
+        "ERROR",
+        ("resource exhausted (a file grew past the size limit (ulimit -f))",),
     ),
     Case(
         "disk-full-is-named-in-the-reason",
@@ -556,3 +590,34 @@ def test_a_liar_declaring_what_is_not_an_exception_class_is_refused(raises) -> N
 
     with pytest.raises(LiarError, match="raises="):
         liar("hostile.bad_raises", target="fakeimpl.arith:add", raises=raises)
+
+
+def test_a_witness_that_fills_the_temporary_folder_is_reported_as_a_full_disk(tmp_path: Path) -> None:
+    """The witness fills TMPDIR (a 4 MiB tmpfs), where its job folder, event stream and stderr live too: it dies
+    without a word, and the reason must still say the disk is full (it said "exit code 70" and nothing more)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        root = _copy_project(tmp_path / "project")
+        files(**card("test_fails"), witnesses__test_hostile_DOT_py=FILLS_TMPDIR)(root)
+        proc = _run(root, "run", "--cards", "cards-case", "--json", "v.json", "-j", "1", TMPDIR=str(small))
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "Traceback" not in text, text
+        (entry,) = json.loads((root / "v.json").read_text())["cards"]
+        assert entry["verdict"] == "ERROR", text
+        assert f"the disk holding {small} is full" in entry["reason"], entry["reason"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)
+
+
+def test_exhausted_names_what_the_output_says_ran_out_and_a_full_file_system(tmp_path: Path, monkeypatch) -> None:
+    from harness.execute import procs
+
+    assert procs.exhausted("OSError: [Errno 28] No space left on device", ()) == "the disk is full"
+    assert procs.exhausted("", (), -25) == "a file grew past the size limit (ulimit -f)"
+    assert procs.exhausted("all fine", (tmp_path,)) == ""
+    monkeypatch.setattr(procs.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 4096))
+    assert procs.exhausted("", (tmp_path, tmp_path / ".")) == f"the disk holding {tmp_path} is full (4 KiB free)"

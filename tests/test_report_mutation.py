@@ -193,7 +193,7 @@ def section(page: str, anchor: str) -> str:
 
 def test_view_decides_every_mutation_text_once():
     m = mutation_view(as_json(MUTATION))
-    assert m["score_text"] == "60%" and m["cell"] == "60% < 90%"
+    assert m["score_text"] == "60%" and m["cell"] == "60% (1 of 7 error) < 90%"  # errors beside the score
     assert m["counts"] == "2 killed, 1 timeout, 2 survived, 1 equivalent, 1 error"
     assert m["sampled"] == "of 23 candidates (sampled 7, at most 7, seed 1234)"
     assert m["floor"] == "below its min_score 90%"
@@ -260,7 +260,7 @@ def test_html_stale_note_index_column_and_claims_tables(view):
     assert "stale (measured on other bytes, run #7 at 2026-11-28 08:00:00 UTC): not used by the verdict" in weak
     index = page[page.index('<table class="index">') : page.index("</table>", page.index('<table class="index">'))]
     assert '<th class="num">mutation</th>' in index
-    assert "60% &lt; 90%</a>" in index and ">stale</a>" in index and '<td class="num">—</td>' in index
+    assert "60% (1 of 7 error) &lt; 90%</a>" in index and ">stale</a>" in index and '<td class="num">—</td>' in index
     claims = htmllib.unescape(section(page, "unclaimed"))
     assert "What no theorem constrains" in claims
     assert "2 of 5 functions of the implementation are claimed by no card" in claims
@@ -288,7 +288,7 @@ def test_markdown_has_mutation_column_sections_diff_blocks_and_claims(view):
         + 1
     ].endswith("--:|--:|")
     add_row = next(ln for ln in lines if ln.startswith("| FX-ADD "))
-    assert add_row.endswith("| 60% &lt; 90% |") and add_row.count(" | ") == 10
+    assert add_row.endswith("| 60% (1 of 7 error) &lt; 90% |") and add_row.count(" | ") == 10
     assert next(ln for ln in lines if ln.startswith("| FX-WEAK ")).endswith("| stale |")
     assert next(ln for ln in lines if ln.startswith("| FX-LOOSE ")).endswith("| — |")
     assert "### FX-ADD: mutation score 60%" in md
@@ -326,7 +326,7 @@ def test_terminal_shows_score_column_survivors_and_claims_line(view):
     out = term(view)
     header = next(ln for ln in out.splitlines() if " verdict " in ln and " time " in ln)
     assert "mutation" in header
-    assert "60% < 90%" in out and "stale" in out
+    assert "60% (1 of 7 error) < 90%" in out and "stale" in out
     assert (
         "FX-ADD mutation 60%: 2 killed, 1 timeout, 2 survived, 1 equivalent, 1 error · below its min_score 90% "
         "· +0.05 since the last mutate run (was 55%)"

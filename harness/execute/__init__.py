@@ -14,6 +14,9 @@ Read in this order:
   ``factory`` (a spec -> one of them).
 - ``process``: one witness process, runner side: start it, watch its
   events and timeouts, kill it, read its result.
+- ``ingress``: where what a witness process wrote enters the runner (its
+  event stream, pytest's account, its log tail), checked and made safe
+  (:mod:`harness.safetext`) before anything is judged or shown.
 - ``outcomes``: a card's job results -> its witness outcomes and liar runs,
   the input of the judge (:mod:`harness.verdict`).
 - ``forkserver`` (the runner's end: fork server handle, child handle),
@@ -21,7 +24,8 @@ Read in this order:
   zygote's end: preload once, fork per job);
   ``warm`` (a mutate run's per-card server: the witnesses imported and
   collected once, a fork per mutant).
-- ``pytest_main``: the entry point inside each witness process.
+- ``pytest_main``: the entry point inside each witness process; ``reads``:
+  what of the project that process read (the verdict is bound to it too).
 - ``procs``: process helpers (watchdog pipe, process trees, owned temp
   folders).
 

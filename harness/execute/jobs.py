@@ -133,6 +133,7 @@ class JobResult:
     unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
     lines_run: list[protocol.LinesRun] = field(default_factory=list)  # Job.coverage: traced lines, as streamed
     started_as: str = ""  # how the process started: "" (fork server or subprocess), "warm", or "fresh: why"
+    reads: tuple[str, ...] | None = None  # project files the process read (protocol.Account.reads); None: unknown
 
 
 # ---------------------------------------------------------------- a card's jobs

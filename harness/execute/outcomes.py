@@ -29,6 +29,9 @@ class CardRun:
     honest_s: float = 0.0  # seconds, the honest process alone
     honest_node: str = ""  # where the honest process ran (a cluster node), "" on this machine
     lines_run: tuple[protocol.LinesRun, ...] = ()  # the honest run's traced lines (a mutate run), as streamed
+    # project files its honest and liar processes read (harness.execute.reads), relative to the root, sorted;
+    # None when one of them did not say (the verdict is then never replayed: harness.binding.read_files)
+    reads: tuple[str, ...] | None = None
 
 
 def _covers(collector: str, file: str) -> bool:
@@ -87,6 +90,7 @@ class HonestPart:
     liars_skipped: str = ""  # why the listed liars are not run
     node: str = ""  # where the honest process ran
     lines_run: tuple[protocol.LinesRun, ...] = ()  # its traced lines (harness.execute.jobs.Job.coverage)
+    reads: tuple[str, ...] | None = None  # project files it read (harness.execute.jobs.JobResult.reads)
 
 
 def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
@@ -95,7 +99,7 @@ def after_honest(card: Card, cfg: RunConfig, res: JobResult) -> HonestPart:
     co = witness_outcomes(card.controls, res)
     judged = [judge_witness(w, o) for w, o in zip(card.witnesses + card.controls, wo + co, strict=False)]
     all_held = all(v.status == Outcome.PASSED for v in judged)
-    part = HonestPart(wo, co, res.duration, node=res.node, liars=(), lines_run=tuple(res.lines_run))
+    part = HonestPart(wo, co, res.duration, node=res.node, liars=(), lines_run=tuple(res.lines_run), reads=res.reads)
     if not card.liars:
         return part
     if not cfg.liars:
@@ -109,9 +113,20 @@ def liar_run(card: Card, name: str, res: JobResult) -> LiarRun:
     return LiarRun(name, witness_outcomes(card.witnesses, res), res.liar_error, res.duration, res.node, res.lost)
 
 
-def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> CardRun:
-    """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed."""
+def assemble(
+    card: Card,
+    honest: HonestPart,
+    liar_runs: tuple[LiarRun, ...],
+    liar_reads: tuple[tuple[str, ...] | None, ...] = (),
+) -> CardRun:
+    """The card's :class:`CardRun`; ``liar_runs`` in card order. Duration: every process of the card, summed.
+
+    Its ``reads`` are those of the honest process and of every liar process (``liar_reads``): whether a liar
+    is caught is part of the verdict, so what a liar's process read binds it too (a mutant's never does).
+    """
     duration = honest.duration + sum(r.duration for r in liar_runs)
+    every = (honest.reads, *liar_reads)
+    reads = None if any(r is None for r in every) else tuple(sorted({f for r in every for f in r or ()}))
     return CardRun(
         card,
         CardOutcomes(honest.witnesses, honest.controls, liar_runs, (), honest.liars_skipped),
@@ -119,6 +134,7 @@ def assemble(card: Card, honest: HonestPart, liar_runs: tuple[LiarRun, ...]) -> 
         honest.duration,
         honest.node,
         honest.lines_run,
+        reads,
     )
 
 

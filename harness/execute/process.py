@@ -68,17 +68,18 @@ import os
 import secrets
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
 from harness import protocol
 from harness.errors import Cancelled
-from harness.execute import forkserver, procs
+from harness.execute import forkserver, ingress, procs
 from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig, WarmCard
 from harness.execute.launcher import Launcher
 from harness.project import KVPROOF_HOME
@@ -97,11 +98,7 @@ BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
+    return ingress.read_tail(path, lines)  # made safe: the log is the witness's own output
 
 
 exit_text = procs.exit_text  # what a process's exit code means, in words (shared with harness.execute.forkserver)
@@ -194,23 +191,6 @@ def open_launcher(cfg: RunConfig, scratch: Path) -> Launcher | None:
     return Launcher(cfg.python, witness_env(cfg), cfg.root, scratch / "forkserver.log", cfg.startup_timeout)
 
 
-class _EventTail:
-    """The events file as the plugin appends to it: each :meth:`read` decodes the lines completed since the last."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.pos = 0  # where the last read stopped (a tell() cookie)
-        self.partial = ""  # an unfinished last line, kept for the next read
-
-    def read(self) -> list[protocol.Event]:
-        with open(self.path, encoding="utf-8") as fh:
-            fh.seek(self.pos)
-            chunk = fh.read()
-            self.pos = fh.tell()
-        *lines, self.partial = (self.partial + chunk).split("\n")
-        return [protocol.decode(line) for line in lines if line.strip()]
-
-
 @dataclass
 class _Watch:
     """What the events said so far about the running process. Times are ``time.monotonic()`` seconds."""
@@ -218,6 +198,7 @@ class _Watch:
     idle_since: float  # when the last node finished (or the process started)
     running: tuple[str, float, float] | None = None  # nodeid, seen at, timeout
     timed_out: tuple[str, float] | None = None  # nodeid ("" outside any node), seconds allowed
+    unreadable: list[str] = field(default_factory=list)  # stream lines that were no event (ingress.EventTail)
 
     def note(self, ev: protocol.Event, now: float, out: JobResult) -> None:
         """Take in one event: track the running node; results, collection and liar errors go to ``out``."""
@@ -327,8 +308,8 @@ def _wait(proc: Proc, job: Job, cfg: RunConfig, events: Path, out: JobResult, ca
 
     Events go into ``out`` as they arrive. Raises :class:`Cancelled` (``proc`` killed) once ``cancel`` is set.
     """
-    tail = _EventTail(events)
-    watch = _Watch(idle_since=time.monotonic())
+    tail = ingress.EventTail(events)  # NOTE: what the process wrote enters the runner there, made safe
+    watch = _Watch(idle_since=time.monotonic(), unreadable=tail.unreadable)
     while True:
         code = proc.poll()  # NOTE: before the read, so every event written before the exit is seen
         new = tail.read()
@@ -377,11 +358,13 @@ def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
             out.stopped = f"pytest was silent for {seconds:g} s outside any test (collection or fixture teardown hung)"
     elif watch.running is not None:
         nodeid = watch.running[0]
+        ran_out = procs.exhausted(out.output_tail, (Path(tempfile.gettempdir()), stacks.parent), out.exit_code)
+        prefix = f"resource exhausted ({ran_out}): " if ran_out else ""
         out.results[nodeid] = NodeResult(
             nodeid,
             Outcome.ERROR,
             time.monotonic() - watch.running[1],
-            message=f"the interpreter died while this test ran ({exit_text(out.exit_code)})",
+            message=f"{prefix}the interpreter died while this test ran ({exit_text(out.exit_code)})",
             failure=out.output_tail,
         )
         out.stopped = f"the interpreter died in {nodeid}"
@@ -532,8 +515,18 @@ def execute(
     out.duration = time.monotonic() - t0
     out.output_tail = _tail(log)
     _blame(out, watch, stacks)
+    told = ingress.read_account(account)  # made safe as the events are, so the two accounts still meet
     if watch.timed_out is None and watch.running is None and not out.liar_error:
-        cross_check(out, protocol.Account.read(account))
+        cross_check(out, told)
+    if watch.unreadable:
+        why = (
+            f"the process wrote {len(watch.unreadable)} line(s) to kvproof's event stream that are not events "
+            f"(first: {watch.unreadable[0]}), so the results it streamed cannot be trusted"
+        )
+        for nodeid, r in out.results.items():
+            if r.outcome == Outcome.PASSED:
+                out.results[nodeid] = _distrust(r, why)
+    out.reads = told.reads if told is not None else None  # what the verdict is bound to besides its named files
     catches = (Outcome.FAILED,) if job.liar else (Outcome.FAILED, Outcome.ERROR)
     caught = any(r.outcome in catches for r in out.results.values())
     if job.stops_at_first_failure and caught and not out.stopped:

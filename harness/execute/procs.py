@@ -40,6 +40,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 WATCHDOG_ENV = "KVPROOF_WATCHDOG_FD"
@@ -73,6 +74,41 @@ def exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+_EXHAUSTED_TEXT = (
+    ("No space left on device", "the disk is full"),
+    ("Disk quota exceeded", "the disk quota is used up"),
+    ("File too large", "a file grew past the size limit (ulimit -f)"),
+    ("Cannot allocate memory", "out of memory"),
+    ("MemoryError", "out of memory"),
+    ("Too many open files", "too many open files"),
+)
+FULL_BELOW = 1 << 20  # bytes: a file system with less than this free is full for a witness process
+
+
+def exhausted(output: str, folders: Sequence[Path], code: int | None = None) -> str:
+    """What ran out when a process died, in words ("" when nothing says so).
+
+    A witness that fills the disk often cannot even say so: its event stream and its stderr live on the disk it
+    filled. So the file systems of ``folders`` (the job's folder, the temporary folder) are checked for free
+    space too, besides the errors its output names.
+    """
+    found = [why for text, why in _EXHAUSTED_TEXT if text in output]
+    if code is not None and code == -signal.SIGXFSZ:
+        found.append("a file grew past the size limit (ulimit -f)")
+    devices: set[int] = set()
+    for folder in folders:
+        try:
+            device, free = os.stat(folder).st_dev, shutil.disk_usage(folder).free
+        except OSError:
+            continue
+        if device in devices:  # one file system, named once
+            continue
+        devices.add(device)
+        if free < FULL_BELOW:
+            found.append(f"the disk holding {folder} is full ({free // 1024} KiB free)")
+    return "; ".join(dict.fromkeys(found))
 
 
 # ---------------------------------------------------------------- watchdog pipe (runner side)

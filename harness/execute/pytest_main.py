@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from harness.execute.procs import kill_descendants, watch_runner
+from harness.execute.reads import ReadLog
 from harness.protocol import ACCOUNT_ENV, CALL_FAILED, CALL_PASSED, CALL_SKIPPED, Account
 
 HARNESS_DIR = Path(__file__).resolve().parents[1]  # the harness package: its own hooks are not project code
@@ -91,8 +92,9 @@ class AccountKeeper:
     (:mod:`harness.execute.warm`) learns its own after the fork.
     """
 
-    def __init__(self, account: Path | None = None) -> None:
+    def __init__(self, account: Path | None = None, reads: ReadLog | None = None) -> None:
         self.account = account
+        self.reads = reads  # what this process read of the project (None: not recorded, e.g. a warm server)
         self.calls: dict[str, str] = {}
         self.refused: list[str] = []
         self.checked: pytest.Config | None = None  # the config whose hooks project_hooks already judged
@@ -100,7 +102,8 @@ class AccountKeeper:
     def write(self, code: int) -> None:
         """Write the account with pytest's exit ``code``, if this process has somewhere to write it."""
         if self.account is not None:
-            Account(int(code), dict(self.calls), tuple(self.refused)).write(self.account)
+            reads = None if self.reads is None else tuple(self.reads.files())
+            Account(int(code), dict(self.calls), tuple(self.refused), reads).write(self.account)
 
     def project_hooks(self, config: pytest.Config) -> list[str]:
         """``file implements hook`` for each guarded hook implemented in the project, not in a library."""
@@ -159,9 +162,10 @@ def main(args: Sequence[str]) -> int:
     """Run pytest with ``args``, then kill whatever the witnesses started and left running; pytest's exit code.
 
     Writes pytest's own :class:`~harness.protocol.Account` where
-    ``KVPROOF_ACCOUNT`` says (removed from the environment first).
+    ``KVPROOF_ACCOUNT`` says (removed from the environment first), with every file of the project (the
+    working folder) this process read from here on (:mod:`harness.execute.reads`).
     """
-    return run(args, AccountKeeper(account_path()))
+    return run(args, AccountKeeper(account_path(), ReadLog.install(os.getcwd())))
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ class _CardState:
     card: Card
     honest: HonestPart | None = None
     liars: dict[str, LiarRun] = field(default_factory=dict)
+    liar_reads: dict[str, tuple[str, ...] | None] = field(default_factory=dict)  # what each liar's process read
     waiting: int = 0  # jobs started or ready but not finished
 
 
@@ -155,10 +156,12 @@ class _Queue:
             self._honest_finished(st, res)
         else:
             st.liars[item.job.liar] = liar_run(st.card, item.job.liar, res)
+            st.liar_reads[item.job.liar] = res.reads
         if st.waiting == 0:
             assert st.honest is not None
             runs = tuple(st.liars[n] for n in st.honest.liars)
-            self.results[st.index] = assemble(st.card, st.honest, runs)
+            reads = tuple(st.liar_reads[n] for n in st.honest.liars)
+            self.results[st.index] = assemble(st.card, st.honest, runs, reads)
 
     def _honest_finished(self, st: _CardState, res: JobResult) -> None:
         st.honest = after_honest(st.card, self.cfg, res)

@@ -11,6 +11,8 @@
 - ``marks``: equivalence marks (``obligations/equivalent-mutants.yaml``).
 - ``score``: what a card claims, its sample of mutants, each mutant's job and
   classification, the card's score, and what no card claims.
+- ``sample``: what a score was measured on (which mutants were drawn, how they
+  were judged); only a score on the floor's own sample judges a ``min_score``.
 - ``reach``: the honest run's line coverage -> mutants no witness reaches
   (never run), the witnesses that can tell each mutant apart, who to try first.
 - ``pool``: running them in the worker pool: witnesses killer-first as each

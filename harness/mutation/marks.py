@@ -5,11 +5,16 @@ for (absent: every card). A marked mutant still runs; only a survivor counts
 as equivalent (:func:`harness.mutation.score.classify`). :func:`load_marks`
 validates the file like a card (schema, file:line problems) and names the
 marks whose mutant no longer exists, so ``validate`` can say which to renew.
+:func:`marks_digest` is what of the file a card's mutation score is bound to:
+the marks that can change it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,3 +220,65 @@ def _renew(root: Path, key: str, pinned: str | None) -> str:
 
 
 # ---------------------------------------------------------------- what a score is bound to
+
+
+Spans = Mapping[str, Sequence[tuple[int, int]]]  # path -> (first, last) lines of each function a card claims
+
+
+def marks_digest(cards_dir: Path, card_id: str, spans: Spans) -> str:
+    """The digest of the equivalence marks that can change a card's score: what a score is bound to beside its
+    bytes (:func:`harness.mutation.score.score_marks` gives ``spans``; the ledger keeps it with the score).
+
+    A mark changes a score (a marked survivor is equivalent: it leaves the denominator) only when it is for the
+    card (no ``cards:``, or the card's id among them) and its key's line lies in a function the card claims
+    (``spans``: every mutant of the card is on such a line). The digest is of those marks' keys and pinned
+    ``change:`` (the pin decides whether the key still names its mutant), sorted; not of their reasons (they
+    explain a status, they do not change it), nor of marks for other cards or other code, so marking another
+    card's mutant leaves this card's score fresh. The file absent is no marks. A file that is not a valid marks
+    file (``mutate`` refuses it, so no score is measured with it) binds every card to its whole bytes.
+    """
+    path = cards_dir / EQUIVALENT_FILE
+    if not path.exists() and not path.is_symlink():
+        return _marks_hash([])
+    try:
+        entries = _entries(read_text(path, HINTS_LIMIT))
+    except (InputRefused, OSError, UnicodeDecodeError) as exc:
+        return f"unreadable marks file ({type(exc).__name__})"
+    if isinstance(entries, str):
+        return entries
+    rows = [
+        (key, change)
+        for key, change, cards, where, line in entries
+        if (not cards or card_id in cards) and any(first <= line <= last for first, last in spans.get(where, ()))
+    ]
+    return _marks_hash(rows)
+
+
+@functools.lru_cache(maxsize=4)
+def _entries(text: str) -> tuple[tuple[str, str | None, tuple[str, ...], str, int], ...] | str:
+    """(key, pinned change, cards, path, line) of each mark of a marks file's text, parsed once per text; a
+    string (the digest that stands for the whole file) when it is not a marks file :func:`load_marks` accepts."""
+    import jsonschema  # as cardcheck.schema_problems: only when there is a file to check
+
+    invalid = "invalid marks file " + hashlib.sha256(text.encode()).hexdigest()
+    try:
+        data = parse_yaml(text)[1]
+    except (YamlAliasRefused, yaml.YAMLError):
+        return invalid
+    if not jsonschema.Draft202012Validator(EQUIVALENT_SCHEMA).is_valid(data):
+        return invalid
+    keys = [e["mutant"] for e in data["equivalent"]]
+    if len(set(keys)) != len(keys):  # load_marks refuses the file: no mark applies
+        return invalid
+    out = []
+    for e in data["equivalent"]:
+        try:
+            where, line, *_ = parse_key(e["mutant"])
+        except LiarError:
+            return invalid
+        out.append((e["mutant"], e.get("change"), tuple(e.get("cards") or ()), where, line))
+    return tuple(out)
+
+
+def _marks_hash(rows: Iterable[tuple[str, str | None]]) -> str:
+    return hashlib.sha256(json.dumps(sorted(rows)).encode()).hexdigest()

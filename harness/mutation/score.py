@@ -24,8 +24,14 @@ For each selected card (``run_obligations.py mutate``):
    be applied: not scored).
 5. **score** (:func:`summarize`): (killed + timeout) / (killed + timeout +
    survived). A card with ``mutation: {min_score: S}`` whose score for the
-   bytes it is bound to now is below S is VACUOUS: its witnesses would pass
-   wrong code (:func:`harness.verdict.evaluate`).
+   bytes it is bound to now, measured on the floor's own sample
+   (:mod:`harness.mutation.sample`, :func:`judges`), is below S is VACUOUS:
+   its witnesses would pass wrong code (:func:`harness.verdict.evaluate`). A
+   score on any other sample is shown with why (``other_sample``), never judged.
+   A score is bound to its bytes (:func:`score_digest`) and to the
+   equivalence marks that can change it (:func:`score_marks`): measured with
+   other marks, it is stale (``stale_why``). One that scored nothing never
+   meets a floor under release (:func:`harness.verdict.nothing_scored`).
 
 :func:`claims` is the project view: every function of the implementation,
 the cards that claim it, and its surviving mutants; a function no card
@@ -35,6 +41,7 @@ claims is code no theorem constrains.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -48,13 +55,15 @@ from harness.execute.jobs import Job, JobResult
 from harness.execute.outcomes import witness_outcomes
 from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
+from harness.mutation import marks as eqmarks
+from harness.mutation import sample as smp
 from harness.mutation.marks import Mark
 from harness.statuses import MutantStatus, Outcome
 from harness.verdict import judge_witness
 
 TIMEOUT_FACTOR = 5.0
 TIMEOUT_SLACK_S = 4.0
-DEFAULT_MAX_MUTANTS = 40
+DEFAULT_MAX_MUTANTS = smp.DEFAULT_MAX_MUTANTS  # the floor sample's (harness.mutation.sample)
 
 
 def without_floor(text: bytes) -> bytes:
@@ -90,11 +99,12 @@ def score_digest(card: Card, bound: Iterable[BoundFile]) -> str:
 # ---------------------------------------------------------------- what a card claims
 
 
-def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
+def claimed(card: Card, root: Path, *, c_reach: bool = True) -> dict[str, frozenset[str] | None]:
     """``path -> qualnames`` of the functions the card claims (None: every function of the file).
 
     Files outside the project or not Python, witnesses (of any card), tests,
-    ``conftest.py`` and liars are never mutated.
+    ``conftest.py`` and liars are never mutated. ``c_reach`` False: a C
+    file's names are the refs' own, not all they reach (no C file is parsed).
     """
     own = {w.file for w in card.all_witnesses}
 
@@ -120,7 +130,7 @@ def claimed(card: Card, root: Path) -> dict[str, frozenset[str] | None]:
             continue
         out.setdefault(path, set()).add(qual)
     for path, names in out.items():
-        if names is not None and cgen.is_c(path):  # a C entry point claims what it reaches
+        if names is not None and cgen.is_c(path) and c_reach:  # a C entry point claims what it reaches
             out[path] = set(cgen.reach(root, path, names))
     return {p: (None if q is None else frozenset(q)) for p, q in sorted(out.items())}
 
@@ -174,17 +184,67 @@ def claimed_functions(card: Card, generated: Generated) -> tuple[str, ...]:
     )
 
 
-def card_mutants(card: Card, generated: Generated, max_mutants: int | None, seed: int) -> CardMutants:
-    """The card's claimed functions and its sample of their mutants (reproducible from ``seed``)."""
-    pool = [
+def _pool(card: Card, generated: Generated) -> list[gen.Mutant]:
+    return [
         m
         for path, names in claimed(card, generated.root).items()
         for m in generated.file(path)
         if _wanted(names, m.qualname)
     ]
+
+
+def card_mutants(card: Card, generated: Generated, max_mutants: int | None, seed: int) -> CardMutants:
+    """The card's claimed functions and its sample of their mutants (reproducible from ``seed``)."""
+    pool = _pool(card, generated)
     return CardMutants(
         card, claimed_functions(card, generated), len(pool), tuple(gen.sample(pool, max_mutants, seed, card.id))
     )
+
+
+EVERY_LINE = ((1, 1 << 62),)
+
+
+def claimed_spans(card: Card, root: Path) -> dict[str, tuple[tuple[int, int], ...]]:
+    """``path -> (first, last)`` lines of every Python function the card claims: every mutant of the card is on
+    one of these lines. A C file the card claims spans every line (what a C ref reaches is known only by parsing
+    the file: ``run`` and ``status`` do not), as does a file that cannot be parsed."""
+    out = {}
+    for path, names in claimed(card, root, c_reach=False).items():
+        try:
+            if cgen.is_c(path):
+                out[path] = EVERY_LINE
+                continue
+            every = _function_spans((root / path).read_text(encoding="utf-8"))
+            out[path] = tuple((first, last) for q, first, last in every if _wanted(names, q))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            out[path] = EVERY_LINE
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _function_spans(text: str) -> tuple[tuple[str, int, int], ...]:
+    """(qualname, first line, last line) of each function of a Python source (as :func:`gen.functions`)."""
+    return tuple((q, fn.lineno, fn.end_lineno or fn.lineno) for q, fn in gen.functions(ast.parse(text)))
+
+
+def score_marks(card: Card, root: Path, cards_dir: Path) -> str:
+    """The digest of the equivalence marks the card's score is bound to: those for the card on the lines of the
+    functions it claims (:func:`harness.mutation.marks.marks_digest`). Any other mark leaves its score fresh."""
+    return eqmarks.marks_digest(cards_dir, card.base_id, claimed_spans(card, root))
+
+
+MARKS_CHANGED = (
+    "measured with other equivalence marks than equivalent-mutants.yaml holds now for the code it claims "
+    "(a mark added, removed or re-pinned since changes which survivors are equivalent)"
+)
+MARKS_UNKNOWN = "measured by an older kvproof, which did not record the equivalence marks it was measured with"
+
+
+def floor_draw(card: Card, generated: Generated) -> frozenset[str]:
+    """The keys of the mutants the floor's sample (:data:`harness.mutation.sample.FLOOR`) draws for the card
+    from its claimed code as it is now (the files are generated once per :class:`Generated`)."""
+    floor = smp.FLOOR
+    return frozenset(m.key for m in gen.sample(_pool(card, generated), floor.max_mutants, floor.seed, card.id))
 
 
 # ---------------------------------------------------------------- run one
@@ -358,16 +418,26 @@ def summarize(
     measured_at: str,
     previous: float | None = None,
     partial: bool = False,
+    sample: smp.Sample = smp.FLOOR,
+    on_floor: bool | None = None,
+    marks_digest: str = "",
 ) -> MutationResult:
     """The card's :class:`MutationResult` for this run (``results`` in sample order).
 
+    ``marks_digest``: the equivalence marks its statuses were decided with (:func:`score_marks`).
+
+    ``sample``: what it was measured on; ``on_floor``: its mutants are exactly the floor sample's, judged as
+    the floor's are (:func:`harness.mutation.sample.on_floor`; None: ``sample`` is the floor's). Only such a
+    score judges the card's ``min_score``; any other is shown with why not (``other_sample``).
     ``partial``: only chosen mutants ran (``--mutant``); shown, never judged.
     """
     count = {s: sum(r.status == s for r in results) for s in MutantStatus}
     unreached = sum(r.status == MutantStatus.SURVIVED and r.how == NOT_REACHED for r in results)
     score = score_of(results)
     floor = cm.card.min_score
-    holds = None if score is None or floor is None or partial else score >= floor
+    judged = (sample == smp.FLOOR if on_floor is None else on_floor) and not partial
+    other = "" if judged else smp.difference(sample)
+    holds = None if score is None or floor is None or not judged else score >= floor
     return MutationResult(
         score,
         floor,
@@ -389,18 +459,60 @@ def summarize(
         bound_digest,
         partial,
         unreached,
+        smp.stored_key(sample, judged),
+        other,
+        marks_digest,
     )
 
 
-def recalled(card: Card, past: MutationResult, run_id: int, current_digest: str) -> MutationResult:
-    """A mutation result read back from the ledger for a card as it is now: stale when its bytes changed.
+def other_sample(past: MutationResult) -> str:
+    """Why ``past`` does not judge a floor ("" when it was measured on this kvproof's floor sample)."""
+    if past.sample == smp.FLOOR.key and not past.partial:
+        return ""
+    if not past.sample:
+        return smp.OLDER
+    return past.other_sample or f"measured on another sample (not this kvproof's floor sample: {past.sample})"
+
+
+def judges(m: MutationResult) -> bool:
+    """Whether ``m`` may judge its card's floor: measured on the floor's sample, on the bytes bound now."""
+    return not m.stale and not m.partial and not other_sample(m)
+
+
+def recalled(
+    card: Card, past: MutationResult, run_id: int, current_digest: str, current_marks: str | None = None
+) -> MutationResult:
+    """A mutation result read back from the ledger for a card as it is now: stale when its bytes changed, or
+    when the equivalence marks that can change it did (``current_marks``, :func:`score_marks`; None: not
+    checked). ``stale_why`` says which when it is the marks.
 
     ``holds`` is judged again against the card's current ``min_score``, and
-    is None when the result is stale (it says nothing about these bytes).
+    is None when the result is stale (it says nothing about these bytes, or
+    its equivalent mutants are not the ones marked now) or was measured on
+    another sample than the floor's (``other_sample`` says which: it says
+    nothing about the floor's mutants).
     """
-    stale = past.bound_digest != current_digest
-    holds = None if stale or past.score is None or card.min_score is None else past.score >= card.min_score
-    return replace(past, min_score=card.min_score, holds=holds, stale=stale, measured_run=run_id)
+    why = marks_stale(past, current_marks) if past.bound_digest == current_digest else ""
+    stale = past.bound_digest != current_digest or bool(why)
+    other = other_sample(past)
+    holds = None if stale or other or past.score is None or card.min_score is None else past.score >= card.min_score
+    return replace(
+        past,
+        min_score=card.min_score,
+        holds=holds,
+        stale=stale,
+        measured_run=run_id,
+        other_sample=other,
+        stale_why=why,
+    )
+
+
+def marks_stale(past: MutationResult, current_marks: str | None) -> str:
+    """Why ``past`` was measured with other equivalence marks than ``current_marks`` ("" when the same, or
+    ``current_marks`` is None: not checked)."""
+    if current_marks is None or past.marks_digest == current_marks:
+        return ""
+    return MARKS_CHANGED if past.marks_digest else MARKS_UNKNOWN
 
 
 def claims(
@@ -444,7 +556,15 @@ __all__ = [
     "card_mutants",
     "claimed",
     "claimed_functions",
+    "claimed_spans",
+    "MARKS_CHANGED",
+    "MARKS_UNKNOWN",
+    "marks_stale",
+    "score_marks",
     "claims",
+    "floor_draw",
+    "judges",
+    "other_sample",
     "classify",
     "score_digest",
     "without_floor",

@@ -6,9 +6,13 @@ of the code the card claims, runs each in the ``-j`` worker pool
 (:func:`harness.execute.schedule.run_jobs`) against the card's witnesses only,
 classifies and scores them. With ``--changed`` a mutant whose result the
 ledger holds for the same bound bytes (same card digest, same key) is not
-run again. :func:`recall` is what a plain ``run`` does instead: it reads
-each card's newest measured score from the ledger (stale when the card's
-bytes changed since).
+run again; its status is decided again with the equivalence marks as they
+are now (a survivor marked since is equivalent, an equivalent whose mark was
+removed survives), and the score records those marks
+(:func:`harness.mutation.score.score_marks`). :func:`recall` is what a plain ``run`` does instead: it reads
+each card's newest score measured on its floor's sample and on the bytes it
+is bound to now (:mod:`harness.mutation.sample`), else its newest score,
+shown as stale or as measured on another sample, never judging.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from harness.execute.schedule import run_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
+from harness.mutation import sample as smp
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
 from harness.mutation.pool import MutantPool
@@ -97,7 +102,8 @@ def _open_ledger(req: RunRequest) -> Ledger | None:
         return None
 
 
-MUTANT_PROFILES = {"release": "ci"}  # the run's profile -> the profile its mutants run under (else the same)
+# the run's profile -> the profile its mutants run under (else the same): a release run's, the floor sample's
+MUTANT_PROFILES = {"release": smp.FLOOR_PROFILE}
 
 
 def mutant_profile(profile: str) -> str:
@@ -107,7 +113,7 @@ def mutant_profile(profile: str) -> str:
     return MUTANT_PROFILES.get(profile, profile)
 
 
-MUTANT_SEED = 0  # the Hypothesis seed of mutants run under another profile than the run's: the ci profile's own
+MUTANT_SEED = smp.FLOOR_HYPOTHESIS_SEED  # the Hypothesis seed of mutants run under another profile than the run's
 
 
 def mutant_config(req: RunRequest) -> RunConfig:
@@ -254,6 +260,8 @@ def measure(
     generated = mutation.Generated(req.root)
     skipped: dict[str, str] = {}
     plans: dict[str, mutation.CardMutants] = {}
+    samples: dict[str, tuple[smp.Sample, bool]] = {}  # card id -> (what it is measured on, is that the floor's)
+    cfg = mutant_config(req)
     timeouts: dict[str, dict[str, float]] = {}
     took: dict[str, dict[str, float]] = {}
     _say(reporter, "mutate: generating the mutants of the code each card claims ...")
@@ -276,6 +284,7 @@ def measure(
             continue
         plans[card.id] = cm
         timeouts[card.id] = mutation.mutant_timeouts(card, took[card.id], req.timeout)
+        samples[card.id] = _sample_of(card, cm, opts, cfg, req.timeout, generated)
 
     reused: dict[str, dict[str, MutantResult]] = {}
     previous: dict[str, float | None] = {}
@@ -285,11 +294,14 @@ def measure(
         with ledger:
             for cid in plans:
                 newest = ledger.last_mutation(cid)
-                previous[cid] = newest[2].score if newest else None
                 if newest is not None:
-                    last[cid] = newest[2]
-                if req.changed:
-                    same = ledger.last_mutation(cid, mutation.score_digest(plans[cid].card, the_plan.bound[cid]))
+                    last[cid] = newest[2]  # killers first: whatever sample they were found on
+                sample, floor = samples[cid]
+                before = ledger.last_mutation(cid, sample=smp.stored_key(sample, floor))  # on the same sample
+                previous[cid] = before[2].score if before else None
+                if req.changed:  # a mutant's status depends on the conditions it was judged under, not the draw
+                    digest = mutation.score_digest(plans[cid].card, the_plan.bound[cid])
+                    same = ledger.last_mutation(cid, digest, conditions=sample.conditions)
                     if same is not None:
                         reused[cid] = {
                             m.key: replace(m, reused_from=m.reused_from or same[0])
@@ -297,7 +309,6 @@ def measure(
                             if m.status != MutantStatus.ERROR
                         }
 
-    cfg = mutant_config(req)
     todo = {cid: [m for m in cm.sample if m.key not in reused.get(cid, {})] for cid, cm in plans.items()}
     reach: dict[str, Reach | None] = {}
     traced: dict[str, list[protocol.LinesRun]] = {}
@@ -406,7 +417,7 @@ def measure(
                 r = replace(r, status=MutantStatus.EQUIVALENT, detail=mark.reason)
             elif r.status == MutantStatus.EQUIVALENT and not marked(cid, mark) and not _by_build(r):
                 # its mark was removed (an equivalent decided by its build needs none)
-                r = replace(r, status=MutantStatus.SURVIVED, detail="every witness passed")
+                r = replace(r, status=MutantStatus.SURVIVED, detail=_unmarked_detail(m, r))
             rows.append(r)
         per_card[cid] = rows
         out[cid] = mutation.summarize(
@@ -418,6 +429,9 @@ def measure(
             measured_at=measured_at,
             previous=previous.get(cid),
             partial=bool(opts.only),
+            sample=samples[cid][0],
+            on_floor=samples[cid][1],
+            marks_digest=mutation.score_marks(cm.card, req.root, req.cards_dir),  # the marks applied above
         )
     everyone = list(all_cards) or list(the_plan.cards)
     files = mutation.impl_files(req.root, everyone)
@@ -459,23 +473,64 @@ def measure(
     )
 
 
+def _unmarked_detail(m: gen.Mutant, r: MutantResult) -> str:
+    """A reused equivalent whose mark was removed since: a survivor, said as its run would say it."""
+    if r.how == mutation.NOT_REACHED:
+        lines = f"{m.path}:{m.line}" + (f"-{m.lines[-1]}" if len(m.lines) > 1 else "")
+        return f"not reached: no witness runs {lines} (never run)"
+    return "every witness passed"
+
+
+def _sample_of(
+    card: Card,
+    cm: mutation.CardMutants,
+    opts: MutateOptions,
+    cfg: RunConfig,
+    timeout_s: float,
+    generated: mutation.Generated,
+) -> tuple[smp.Sample, bool]:
+    """What the card's score is measured on in this run, and whether that is its floor's sample: judged as the
+    floor's mutants are and drawing exactly them (whatever --max-mutants and --seed drew them)."""
+    sample = smp.Sample(
+        seed=opts.seed,
+        max_mutants=None if opts.only else opts.max_mutants,
+        chosen=tuple(m.key for m in cm.sample) if opts.only else (),
+        profile=cfg.profile,
+        hypothesis_seed=cfg.seed,
+        timeout_s=timeout_s,
+    )
+    if not sample.judges_like_floor:
+        return sample, False
+    drawn = (m.key for m in cm.sample)
+    return sample, smp.on_floor(sample, drawn, mutation.floor_draw(card, generated))
+
+
 def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]) -> dict[str, MutationResult]:
-    """Each card's newest measured mutation score from the ledger, judged for the card as it is now."""
+    """Each card's mutation score from the ledger, judged for the card as it is now: the newest measured on its
+    floor's sample, on the bytes it is bound to now and with the equivalence marks that apply to its mutants
+    now (the one that judges its floor), else the newest on its floor's sample and these bytes (stale: its
+    marks changed), else its newest (stale, or measured on another sample: shown, never judging). A score on
+    another sample never hides one on the floor's sample, however much newer it is."""
     ledger = _open_ledger(req)
     if ledger is None:
         return {}
     out = {}
     with ledger:
         for card in cards:
+            now = mutation.score_digest(card, bound[card.id])
+            marks_now = mutation.score_marks(card, req.root, req.cards_dir)
             try:
-                last = ledger.last_mutation(card.id)
+                last = (
+                    ledger.last_mutation(card.id, now, sample=smp.FLOOR.key, marks=marks_now)
+                    or ledger.last_mutation(card.id, now, sample=smp.FLOOR.key)
+                    or ledger.last_mutation(card.id)
+                )
             except LedgerError:
                 continue
             if last is not None:
                 run_id, started, past = last
-                now = mutation.score_digest(card, bound[card.id])
                 out[card.id] = replace(
-                    mutation.recalled(card, past, run_id, now), measured_at=past.measured_at or started
+                    mutation.recalled(card, past, run_id, now, marks_now), measured_at=past.measured_at or started
                 )
     return out
 

@@ -9,6 +9,7 @@ from typing import Any
 from harness.compare import CardChange, Comparison, MeasureChange, summary_counts
 from harness.report.html import environment
 from harness.report.svg import Bar, measure_bars
+from harness.safetext import escape as visible
 
 COMPARE_SCHEMA = "kvproof.compare"
 COMPARE_SCHEMA_VERSION = 1
@@ -150,11 +151,15 @@ def _md(text: str) -> str:
 
 
 def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> None:
+    from rich.markup import escape
     from rich.table import Table
+
+    def shown(text: str) -> str:  # control characters visible (harness.safetext), then rich's markup escaped
+        return escape(visible(text))
 
     counts = summary_counts(cmp)
     console.print(
-        f"[bold]{cmp.before.label}[/] → [bold]{cmp.after.label}[/]: gate {cmp.before.gate} → "
+        f"[bold]{shown(cmp.before.label)}[/] → [bold]{shown(cmp.after.label)}[/]: gate {cmp.before.gate} → "
         f"{cmp.after.gate}; {counts['changed']} changed, {counts['unchanged']} unchanged, "
         f"{counts['added']} added, {counts['removed']} removed"
     )
@@ -171,23 +176,23 @@ def render_terminal(console, cmp: Comparison, *, all_cards: bool = False) -> Non
                 else ""
             )
             table.add_row(
-                c.id + version,
+                shown(c.id) + version,
                 verdict_text(c),
                 liars_text(c),
                 duration_text(c),
-                "\n".join(measure_text(m) for m in changed_measures(c)) or "–",
-                "\n".join(c.changed_files) or "–",
+                shown("\n".join(measure_text(m) for m in changed_measures(c))) or "–",
+                shown("\n".join(c.changed_files)) or "–",
                 style=style,
             )
         console.print(table)
     for c in rows:
         if c.card_diff:
-            console.print(f"[bold]{c.id}: the card changed[/]")
-            console.print(c.card_diff.rstrip("\n"), markup=False, highlight=False)
+            console.print(f"[bold]{shown(c.id)}: the card changed[/]")
+            console.print(visible(c.card_diff.rstrip("\n")), markup=False, highlight=False)
     if cmp.regressions:
         console.print(f"[bold red]{len(cmp.regressions)} regression(s):[/]")
         for r in cmp.regressions:
-            console.print(f"  [red]{r.rule:8}[/] {r.text}", markup=True, highlight=False)
+            console.print(f"  [red]{r.rule:8}[/] {shown(r.text)}", markup=True, highlight=False)
     else:
         console.print("[green]no regression[/]")
 

@@ -29,6 +29,7 @@ from harness.document import (
     MutationResult,
     NodeEntry,
     NotProven,
+    PropertyExamples,
     ReplayedFrom,
     RunDocument,
     RunHeader,
@@ -42,9 +43,10 @@ from harness.document import (
 )
 from harness.execute.outcomes import CardRun
 from harness.provenance import Provenance
+from harness.safetext import escape_value, is_safe_value
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
 from harness.subjects import split
-from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict
+from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict, weak_property
 
 REGIMES = ("N", "A", "C", "D")
 HEADLINE_KEYS = (("max_abs_delta", "max|Δ|"), ("max_rel_delta", "max rel Δ"))
@@ -131,10 +133,30 @@ def _check(c: BoundCheck) -> CheckResult:
     return CheckResult(c.key, c.op, c.limit, c.actual, c.holds, c.nodeid, c.detail)
 
 
+def _examples(outcome: WitnessOutcome | None, profile: str) -> tuple[PropertyExamples, ...]:
+    """Each Hypothesis property the witness's nodes ran, with how it fell short of ``profile``'s budget."""
+    nodes = outcome.nodes if outcome else ()
+    return tuple(
+        PropertyExamples(
+            r.property,
+            r.ran,
+            r.max_examples,
+            r.generate,
+            r.exhausted,
+            r.explicit,
+            node=n.nodeid if len(nodes) > 1 else "",
+            short=weak_property(r, profile),
+        )
+        for n in nodes
+        for r in n.examples
+    )
+
+
 def _witness_result(
-    w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict, replay: str = ""
+    w: Witness, outcome: WitnessOutcome | None, judged: WitnessVerdict, replay: str = "", profile: str = ""
 ) -> WitnessResult:
-    """One witness as judged; ``replay`` (honest runs only) is added to a falsified Hypothesis example."""
+    """One witness as judged; ``replay`` (honest runs only) is added to a falsified Hypothesis example;
+    ``profile``: the run's, whose budget its Hypothesis properties are held to."""
     nodes = outcome.nodes if outcome else ()
     bad = next((n for n in nodes if n.outcome != Outcome.PASSED), None)
     hyp = next((dict(n.hypothesis) for n in nodes if n.hypothesis), None)
@@ -160,6 +182,7 @@ def _witness_result(
         hypothesis=hyp,
         nodes=tuple(NodeEntry(n.nodeid, n.outcome, round(n.duration, 4)) for n in nodes),
         evidence_per_node=outcome.per_node if outcome else False,
+        examples=_examples(outcome, profile),
     )
 
 
@@ -204,10 +227,12 @@ def card_result(rep: CardReport, settings: RunSettings) -> CardResult:
     w_out = {o.witness_id: o for o in run.outcomes.witnesses}
     c_out = {o.witness_id: o for o in run.outcomes.controls}
     witnesses = tuple(
-        _witness_result(w, w_out.get(w.id), j, replay) for w, j in zip(card.witnesses, v.witnesses, strict=False)
+        _witness_result(w, w_out.get(w.id), j, replay, settings.profile)
+        for w, j in zip(card.witnesses, v.witnesses, strict=False)
     )
     controls = tuple(
-        _witness_result(c, c_out.get(c.id), j, replay) for c, j in zip(card.controls, v.controls, strict=False)
+        _witness_result(c, c_out.get(c.id), j, replay, settings.profile)
+        for c, j in zip(card.controls, v.controls, strict=False)
     )
     liars = tuple(_liar_result(card, lv, run) for lv in v.liars)
     counts = Counts(
@@ -405,4 +430,15 @@ def build(
         executor=settings.executor,
         subjects=settings.subjects,
     )
-    return RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims)
+    return made_safe(RunDocument(header, cards, timing(cards, wall_s, settings.jobs), claims))
+
+
+def made_safe(doc: RunDocument) -> RunDocument:
+    """``doc`` with every text in it safe to store and show (:mod:`harness.safetext`: control characters and lone
+    surrogates as visible escapes). What a witness process wrote was made safe where it entered
+    (:mod:`harness.execute.ingress`); this is the last line for the rest: paths from the file system, the
+    command line, names and messages from project code. A document that is safe already is returned as is."""
+    data = doc.to_json()
+    if is_safe_value(data):
+        return doc
+    return RunDocument.from_json(escape_value(data))

@@ -114,7 +114,8 @@ def write_files(
     folder: Path, doc: RunDocument, view: Mapping[str, Any], root: Path | None = None, comparison: Any = None
 ) -> None:
     """The four report files (the document's JSON form, three renderings of its view) and the cards as run;
-    with a --baseline comparison also compare.json and compare.md."""
+    with a --baseline comparison also compare.json and compare.md. Texts were made safe in the document
+    (:func:`harness.report.data.made_safe`); a character that still cannot be encoded is written as its escape."""
     folder.mkdir(parents=True)
     write_cards(folder, doc, root)
     if comparison is not None:
@@ -123,11 +124,13 @@ def write_files(
         (folder / "compare.json").write_text(
             json.dumps(compare_report.to_json(comparison), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-        (folder / "compare.md").write_text(compare_report.to_markdown(comparison), encoding="utf-8")
-    (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8")
-    (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8")
-    (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8")
-    (folder / "index.html").write_text(html.render(view), encoding="utf-8")
+        (folder / "compare.md").write_text(
+            compare_report.to_markdown(comparison), encoding="utf-8", errors="backslashreplace"
+        )
+    (folder / "verdicts.json").write_text(jsonfile.dumps(doc.to_json()), encoding="utf-8", errors="backslashreplace")
+    (folder / "verdicts.md").write_text(markdown.render(view), encoding="utf-8", errors="backslashreplace")
+    (folder / "junit.xml").write_text(junit.render(view), encoding="utf-8", errors="backslashreplace")
+    (folder / "index.html").write_text(html.render(view), encoding="utf-8", errors="backslashreplace")
 
 
 def point_latest(reports: Path, name: str) -> str:

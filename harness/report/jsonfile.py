@@ -20,7 +20,7 @@ def write(doc: RunDocument, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(dumps(doc.to_json()), encoding="utf-8")
+        tmp.write_text(dumps(doc.to_json()), encoding="utf-8", errors="backslashreplace")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)  # after a failed replace (e.g. path is a folder) no stray file stays

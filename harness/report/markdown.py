@@ -3,7 +3,8 @@
 One row per card (verdict, date, headline measure, counts, time; a verdict
 replayed by ``--changed`` shows "replayed from <date>" as its date), then the
 transitions since the last run, then every card that is not PROVEN with its
-reason. A report with mutation results adds a mutation column, "What no
+reason, then (folded) the examples each witness's Hypothesis properties
+ran. A report with mutation results adds a mutation column, "What no
 theorem constrains" (functions no card claims, claimed functions with
 surviving mutants) and per card its score, survivors as ``diff`` blocks,
 equivalent and broken mutants with their reasons and the killed ones.
@@ -125,6 +126,17 @@ def _claims(claims: Mapping[str, Any]) -> list[str]:
     )
 
 
+def _examples(cards: list[Mapping[str, Any]]) -> list[str]:
+    """The examples each witness's Hypothesis properties ran, folded: one line per witness that has any."""
+    rows = [
+        f"- **{_inline(c['id'])}** `{_code(w['id'])}`: " + (f"**{_inline(t)}**" if w["examples_short"] else _inline(t))
+        for c in cards
+        for w in c["witnesses"] + c["controls"]
+        if (t := w["examples_text"])
+    ]
+    return ["", "<details><summary>Hypothesis examples each witness ran</summary>", "", *rows, "", "</details>"]
+
+
 def _grid(grid: Mapping[str, Any]) -> list[str]:
     """The card x configuration grid of a --matrix run, then what each configuration is."""
     names = [s["name"] + ("" if s["required"] else " (survey)") for s in grid["subjects"]]
@@ -203,6 +215,8 @@ def render(view: Mapping[str, Any]) -> str:
                 reproduce = (w.get("hypothesis") or {}).get("reproduce")
                 if reproduce:
                     out.append(f"  - reproduce: `{_code(reproduce)}`")
+    if summary.get("examples"):
+        out += _examples(view["cards"])
     if view["claims"]:
         out += _claims(view["claims"])
     mutated = [c for c in view["cards"] if c["mutation"]]

@@ -10,14 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from harness.project import program
 from harness.report.changes import render_terminal
 from harness.report.data import fraction, liars_fraction
-from harness.report.view import mutation_view, replayed_text
+from harness.report.view import examples_text, mutation_view, replayed_text
+from harness.safetext import escape as visible
 from harness.statuses import VERDICTS, CardState, Gate, Verdict
+
+
+def escape(text: str) -> str:
+    """Text for the terminal: control characters, escape sequences, bidi overrides and lone surrogates as
+    visible escapes (:mod:`harness.safetext`; a ledger row from before they were escaped at ingress too), then
+    rich's own markup escaped."""
+    return markup_escape(visible(text))
+
 
 STYLE = {
     Verdict.PROVEN: "bold green",
@@ -75,12 +84,14 @@ def render_grid(console: Console, grid: Mapping[str, Any]) -> None:
     for sub in grid["subjects"]:
         # NOTE: headers fold (a target's name is long); cells hold one verdict word each
         table.add_column(escape(sub["name"]) + ("" if sub["required"] else " (survey)"), overflow="fold")
+    if grid.get("examples"):
+        table.add_column("examples", justify="right", no_wrap=True)
     for row in grid["rows"]:
         cells = [
             verdict_text(c["verdict"]) if c["verdict"] in VERDICTS else f"[dim]{c['verdict']}[/]" for c in row["cells"]
         ]
         over = verdict_text(row["verdict"]) if row["verdict"] in VERDICTS else row["verdict"]
-        table.add_row(escape(row["id"]), over, *cells)
+        table.add_row(escape(row["id"]), over, *cells, *((escape(row["examples"]),) if grid.get("examples") else ()))
     console.print(table)
     for sub in grid["subjects"]:
         what = (
@@ -110,6 +121,7 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
         ("liars", {"justify": "right"}),
         ("headline", {"no_wrap": True}),
         ("time", {"justify": "right", "overflow": "fold"}),
+        *((("examples", {"justify": "right", "no_wrap": True}),) if s.get("examples") else ()),
         *((("mutation", {"justify": "right", "no_wrap": True}),) if s.get("mutation") else ()),
     ):
         table.add_column(name, **kw)
@@ -127,6 +139,7 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
             f"[cyan]{replayed_text(c['replayed_from']['started'])}[/]"
             if c.get("replayed_from")
             else f"{c['duration_s']:.2f} s",
+            *((escape(c["examples_cell"]),) if s.get("examples") else ()),
             *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()),
         )
     console.print(table)
@@ -253,6 +266,10 @@ def render_card(console: Console, card: Any, last: dict[str, Any] | None, last_n
         f"{escape(last_note)}: {escape(last['reason'])}",
         soft_wrap=True,
     )
+    for w in last.get("witnesses", []) + last.get("controls", []):
+        shown = examples_text(w.get("examples") or ())
+        if shown:
+            console.print(f"  {w['kind']} [bold]{escape(w['id'])}[/] {escape(shown)}", soft_wrap=True)
     for entry in last.get("liars", []):
         who = ", ".join(entry["caught_by"]) if entry["caught"] else entry["status"]
         console.print(f"  liar {escape(entry['name'])}: {escape(who)}")
@@ -375,7 +392,7 @@ class TerminalReporter:
         cards = len({c.base_id for c in selected})
         what = f"{cards} card(s)" if cards == len(selected) else f"{len(selected)} cell(s) of {cards} card(s)"
         self.console.print(
-            f"kvproof: {what} from {self.shown(req.cards_dir)}, profile "
+            f"kvproof: {what} from {escape(self.shown(req.cards_dir))}, profile "
             f"{req.profile}, seed {req.seed} (replay with --profile {req.profile} --seed {req.seed}), "
             f"{where}",
             soft_wrap=True,
@@ -444,7 +461,8 @@ class TerminalReporter:
 
     def wrote(self, what: str, path: Path) -> None:
         self.console.print(
-            f"{'wrote' if what == 'json' else what} {self.shown(path) if what != 'json' else path}", soft_wrap=True
+            f"{'wrote' if what == 'json' else what} {escape(self.shown(path) if what != 'json' else str(path))}",
+            soft_wrap=True,
         )
 
     def error(self, text: str) -> None:

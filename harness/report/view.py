@@ -8,8 +8,9 @@ newly PROVEN, flaky), the source lines of each ref, the text of every bound
 check, the failure excerpt and the command that replays it, the summary bar,
 the display form of the header, each card's mutation block (score, floor,
 staleness, survivors with their diffs, equivalent and broken mutants, the
-killed ones) and the project's "what no theorem constrains" tables. The
-renderers loop and print.
+killed ones), the examples each Hypothesis property ran (per witness and per
+card) and the project's "what no theorem constrains" tables. The renderers
+loop and print.
 
 Reading ref sources is the only I/O; nothing here touches the clock.
 """
@@ -180,6 +181,52 @@ def _node_label(nodeid: str) -> str:
     return nodeid[nodeid.index("[") :] if "[" in nodeid else ""
 
 
+def _plain(e: Mapping[str, Any]) -> bool:
+    """A property run that ran its whole budget and nothing else worth a word."""
+    return not e.get("short") and not e.get("exhausted") and not e.get("explicit") and e["ran"] == e["max_examples"]
+
+
+def _property_text(e: Mapping[str, Any]) -> str:
+    name = e["property"]
+    label = _node_label(e.get("node") or "")
+    if label and not name.endswith(label):
+        name += label
+    if e.get("short"):
+        how = f"{e['ran']} ({e['short'].partition(': ')[0]})"  # how it fell short; the card's reason has the fix
+    elif e.get("exhausted"):
+        how = f"{e['ran']} (exhausted)"
+    elif e["max_examples"] is not None and e["ran"] != e["max_examples"]:
+        how = f"{e['ran']} of {e['max_examples']}"
+    else:
+        how = str(e["ran"])
+    if e.get("explicit"):
+        how += f" + {e['explicit']} @example"
+    return f"{name} {how}"
+
+
+def examples_text(examples: Sequence[Mapping[str, Any]]) -> str:
+    """The examples a witness's Hypothesis properties ran, compact: ``examples: 1000`` when each ran the same
+    whole budget, else each property with its count (``prop_a 1000, prop_b 2 (exhausted)``); "" for none."""
+    if not examples:
+        return ""
+    counts = {e["ran"] for e in examples}
+    if all(_plain(e) for e in examples) and len(counts) == 1:
+        each = f" (each of {len(examples)} property runs)" if len(examples) > 1 else ""
+        return f"examples: {counts.pop()}{each}"
+    return "examples: " + ", ".join(_property_text(e) for e in examples)
+
+
+def examples_cell(witnesses: Iterable[Mapping[str, Any]]) -> str:
+    """A card's examples in one cell: the examples its properties ran (``1000``, or the range ``2–1000``); ``–``
+    when it has no property; ``short`` added when one ran short of the profile's budget."""
+    runs = [e for w in witnesses for e in w.get("examples") or ()]
+    if not runs:
+        return "–"
+    lo, hi = min(e["ran"] for e in runs), max(e["ran"] for e in runs)
+    text = str(lo) if lo == hi else f"{lo}–{hi}"
+    return text + (" short" if any(e.get("short") for e in runs) else "")
+
+
 def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
     out = copy.deepcopy(dict(w))
     out["mark"] = STATUS_MARK.get(w["status"], "?")
@@ -201,6 +248,8 @@ def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
     out["failure_cut"] = max(0, len(failure) - FAILURE_LINES)
     hyp = w.get("hypothesis") or None
     out["replay"] = replay if hyp and hyp.get("example") else ""
+    out["examples_text"] = examples_text(w.get("examples") or ())
+    out["examples_short"] = any(e.get("short") for e in w.get("examples") or ())
     return out
 
 
@@ -309,7 +358,11 @@ def _floor_text(m: Mapping[str, Any]) -> str:
         return f"meets its min_score {percent(floor)}"
     if m["holds"] is False:
         return f"below its min_score {percent(floor)}"
-    why = "stale" if m["stale"] else ("nothing scored" if m["score"] is None else "not judged")
+    why = (
+        "stale"
+        if m["stale"]
+        else (m.get("other_sample") or ("no mutant scored" if m["score"] is None else "not judged"))
+    )
     return f"min_score {percent(floor)}: not judged ({why})"
 
 
@@ -318,7 +371,8 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
     ``cell`` is the summary table's column: the score (``60% < 90%`` when
     below the card's min_score), ``stale`` when it was measured on other
-    bytes, ``—`` when nothing was scored.
+    bytes or with other equivalence marks, ``— (no mutant scored)`` when
+    nothing was scored; errors beside it (``71% (3 of 40 error)``).
     """
     if m is None:
         return None
@@ -335,10 +389,13 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
             f"of {m['candidates']} candidates: only the {len(mutants)} mutant(s) given with --mutant ran "
             "(a check of chosen mutants, not the card's score: never recorded, never judges)"
         )
+    elif m.get("other_sample"):  # harness.mutation.sample: only a score on the floor's sample judges a floor
+        sampled += f"; {m['other_sample']}: never judges a min_score"
     when = display_date(m["measured_at"]) if m["measured_at"] else "–"
     run = f"run #{m['measured_run']}" if m["measured_run"] is not None else ""
     stale = (
-        f"stale (measured on other bytes, {run + ' at ' if run else 'at '}{when}): not used by the verdict"
+        f"stale ({m.get('stale_why') or 'measured on other bytes'}, {run + ' at ' if run else 'at '}{when}): "
+        "not used by the verdict"
         if m["stale"]
         else ""
     )
@@ -349,6 +406,9 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
             f"{m['score'] - m['previous_score']:+.2f} since the last mutate run (was {percent(m['previous_score'])})"
         )
     score = percent(m["score"])
+    noted = score if m["score"] is not None else "— (no mutant scored)"
+    if m["error"]:  # mutants that could not be applied are not scored: said beside the score, never hidden
+        noted += f" ({m['error']} of {len(mutants)} error)"
     reused = sum(1 for x in mutants if x["reused"])
     return {
         "score": m["score"],
@@ -360,9 +420,11 @@ def mutation_view(m: Mapping[str, Any] | None) -> dict[str, Any] | None:
         else (
             "partial"
             if m.get("partial")
-            else score
+            else f"{noted} (other sample)"
+            if m.get("other_sample")
+            else noted
             if m["holds"] is not False
-            else f"{score} < {percent(m['min_score'])}"
+            else f"{noted} < {percent(m['min_score'])}"
         ),
         "counts": counts,
         "sampled": sampled,
@@ -429,6 +491,7 @@ def card_view(
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
     out["witnesses"] = [_witness_view(w, replay) for w in card["witnesses"]]
     out["controls"] = [_witness_view(w, replay) for w in card["controls"]]
+    out["examples_cell"] = examples_cell(card["witnesses"] + card["controls"])
     out["failing"] = (
         [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED]
         if card["verdict"] != Verdict.PROVEN
@@ -468,7 +531,8 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
     rows: dict[str, dict[str, Any]] = {}
     for c in cards:
         base, name = split(c["id"])
-        row = rows.setdefault(base, {"id": base, "title": c["title"], "cells": {}})
+        row = rows.setdefault(base, {"id": base, "title": c["title"], "cells": {}, "ran": []})
+        row["ran"] += c["witnesses"] + c["controls"]
         shown, reproduction = c["verdict"], ""
         if c["verdict"] == Verdict.UNVERIFIED and "n/a:" in c["reason"]:
             shown = NOT_APPLICABLE  # the target lacks a capability the card needs: not a verdict about it
@@ -491,6 +555,7 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
         row["verdict"] = min(counted, key=lambda v: _RANK.get(v, 0)) if counted else NOT_RUNNABLE
         none = {"verdict": "–", "anchor": "", "reason": "the card has no cell under this subject", "reproduction": ""}
         row["cells"] = [{"subject": s["name"], **row["cells"].get(s["name"], none)} for s in subs]
+        row["examples"] = examples_cell(row.pop("ran"))  # over all its cells
     return {
         "subjects": [
             {**s, "settings_text": " ".join(f"{k}={v}" for k, v in s["settings"].items()) or "no settings"}
@@ -498,6 +563,7 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
         ],
         "rows": list(rows.values()),
         "proven_on": [s["name"] for s in subs if s["runnable"]],
+        "examples": any(row["examples"] != "–" for row in rows.values()),
         "not_runnable": [s for s in subs if not s["runnable"]],
     }
 
@@ -557,6 +623,7 @@ def build_view(
             "replayed": sum(1 for c in cards if c["replayed"]),
             "flaky": sum(1 for ch in changes if ch["flaky"]),
             "mutation": any(c["mutation"] for c in cards),
+            "examples": any(w["examples_text"] for c in cards for w in c["witnesses"] + c["controls"]),
         },
         "cards": cards,
         "grid": grid_view(cards, head),
