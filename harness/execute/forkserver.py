@@ -494,9 +494,13 @@ class ForkServer:
         self.sock.close()
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+def _tail(path: Path, lines: int = 5, size: int = 64 << 10) -> str:
+    """The last ``lines`` lines of ``path`` (its last ``size`` bytes only: a log may be gigabytes), joined."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - size))
+            text = fh.read(size).decode("utf-8", "replace").strip()
     except OSError:
         return ""
     return " | ".join(text.splitlines()[-lines:])

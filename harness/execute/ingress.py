@@ -160,31 +160,57 @@ def read_event(line: bytes) -> protocol.Event:
         raise ValueError(f"not a well-formed event: {type(exc).__name__}") from None
 
 
+LINE_LIMIT = 4 << 20  # bytes: the plugin's events are far smaller (its texts and evidence are clipped before)
+READ_CHUNK = 1 << 20  # bytes read from the events file at a time
+TAIL_BYTES = 64 << 10  # bytes of a log's end read for its tail (a witness may print gigabytes)
+
+
 class EventTail:
     """The events file as the plugin appends to it: each :meth:`read` returns the safe events of the lines
-    completed since the last; lines that are not events go to :attr:`unreadable` (their start, made safe)."""
+    completed since the last; lines that are not events go to :attr:`unreadable` (their start, made safe).
+
+    Memory stays bounded whatever the process writes: the file is read a chunk at a time, and a line longer
+    than :data:`LINE_LIMIT` (no event of the plugin's is) is dropped as it streams in, recorded as unreadable.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.pos = 0  # bytes read so far
         self.partial = b""  # an unfinished last line, kept for the next read
+        self.dropping = 0  # bytes of an over-long line dropped so far (0: not in one)
         self.unreadable: list[str] = []
 
     def read(self) -> list[protocol.Event]:
+        out: list[protocol.Event] = []
         with open(self.path, "rb") as fh:
             fh.seek(self.pos)
-            chunk = fh.read()
-        self.pos += len(chunk)
-        *lines, self.partial = (self.partial + chunk).split(b"\n")
+            while chunk := fh.read(READ_CHUNK):
+                self.pos += len(chunk)
+                out += self._lines(chunk)
+        return out
+
+    def _lines(self, chunk: bytes) -> list[protocol.Event]:
+        *lines, rest = (self.partial + chunk).split(b"\n")
         out: list[protocol.Event] = []
         for line in lines:
+            if self.dropping:  # the end of an over-long line
+                self._too_long(self.dropping + len(line))
+                continue
             if not line.strip():
                 continue
             try:
                 out.append(read_event(line))
             except ValueError as exc:
                 self.unreadable.append(f"{safe_line(line[:200].decode('utf-8', 'replace'), 120)} ({exc})")
+        if self.dropping or len(rest) > LINE_LIMIT:
+            self.dropping += len(rest)
+            rest = b""
+        self.partial = rest
         return out
+
+    def _too_long(self, size: int) -> None:
+        self.unreadable.append(f"a line of {size:,} bytes (no event is over {LINE_LIMIT:,}): not read")
+        self.dropping = 0
 
 
 def read_account(path: Path) -> protocol.Account | None:
@@ -201,8 +227,15 @@ def read_account(path: Path) -> protocol.Account | None:
 
 def read_tail(path: Path, lines: int = 25) -> str:
     """The last ``lines`` lines of a process's log (or stacks file), made safe; "" when unreadable."""
+    return safe_text("\n".join(tail_text(path).strip().splitlines()[-lines:]), TEXT_LIMIT)
+
+
+def tail_text(path: Path, size: int = TAIL_BYTES) -> str:
+    """The last ``size`` bytes of ``path`` as text (undecodable bytes replaced); "" when unreadable."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read(size).decode("utf-8", "replace")
     except OSError:
         return ""
-    return safe_text("\n".join(text.strip().splitlines()[-lines:]), TEXT_LIMIT)
