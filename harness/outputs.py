@@ -102,6 +102,8 @@ def check_file(path: Path, option: str, kind: str, places: Places, *, force: boo
         if real == folder or real.is_relative_to(folder):
             refuse(f"{real} is inside {name}")
     reports = places.reports_dir.resolve()
+    if real == reports:
+        refuse(f"{real} is the reports folder itself (--reports)", "give the file another path than --reports")
     if real.parent == reports and real.name.startswith(LEDGER_NAME):
         refuse(f"{real} is the ledger (the history of every run) or one of its journal files")
     if (

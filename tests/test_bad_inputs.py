@@ -447,6 +447,23 @@ CASES = [
     ),
 ]
 
+# an output path that is the reports folder itself (it raised IndexError in the output check)
+CASES += [
+    Case(
+        f"output-is-the-reports-folder-{name}",
+        make_file("unused.txt"),
+        args,
+        2,
+        ("is the reports folder itself",),
+        ran=False,
+    )
+    for name, args in (
+        ("json", ("run", "FX-ADD", "--json", "out.json", "--reports", "out.json")),
+        ("json-folder", ("run", "FX-ADD", "--json", "out", "--reports", "out")),
+        ("json-dot", ("run", "FX-ADD", "--json", "reports/.", "--reports", "reports")),
+    )
+]
+
 
 def _copy_project(dest: Path) -> Path:
     shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__", "reports"))
