@@ -360,10 +360,10 @@ def read_files(
             return (*bound, BoundFile(READS_PATH, "reads", None))
         if scope.oracle is not None and path.is_relative_to(scope.oracle):
             path, role = scope.oracle / MANIFEST, "oracle"
-        elif any(path.is_relative_to(d) for d in scope.skip) or not path.is_relative_to(scope.root):
+        elif any(path.is_relative_to(d) for d in scope.skip):
             continue
         else:
-            role = "read"
+            role = "read"  # a file outside the project keeps its absolute path (``root / path`` is that path)
         shown = display_path(path, scope.root) if role == "oracle" else rel
         if shown not in have and shown not in added:
             added[shown] = BoundFile(shown, role, sha256_file(path))

@@ -109,7 +109,32 @@ def test_five():
     assert VALUE == 5
 """
 
+WITNESS_READS_OUTSIDE = """
+import json
+from pathlib import Path
+
+
+def test_five():
+    data = Path(__file__).resolve().parents[2] / "outside" / "data.json"
+    assert json.loads(data.read_text())["value"] == 5
+"""
+
+
+def _outside(root: Path) -> None:
+    (root.parent / "outside").mkdir(exist_ok=True)
+    (root.parent / "outside" / "data.json").write_text('{"value": 5}')
+    (root.parent / "tmp").mkdir(exist_ok=True)  # the temporary folder is not bound: keep it elsewhere
+
+
 CASES = [
+    Case(
+        "data-file-outside-the-project",
+        {"witnesses/test_reads.py": WITNESS_READS_OUTSIDE},
+        lambda root: (root.parent / "outside" / "data.json").write_text('{"value": 5, "more": 1}'),
+        "outside/data.json changed",
+        setup=_outside,
+        env={"TMPDIR": "../tmp"},
+    ),
     Case(
         "helper-module-in-a-sub-folder-of-witnesses",
         {
@@ -412,12 +437,17 @@ def test_the_read_log_keeps_reads_inside_the_root_and_drops_what_the_process_wro
     log.hook("open", (str(tmp_path / "pkg" / "removed.txt"), "rb", 0))
     log.hook("os.remove", (str(tmp_path / "pkg" / "removed.txt"), None))
     log.hook("open", (str(tmp_path / "pkg" / "__pycache__" / "m.cpython-311.pyc"), "rb", 0))
-    log.hook("open", ("/etc/hostname", "r", 0))
+    log.hook("open", ("/etc/hostname", "r", 0))  # outside the project: bound by its absolute path
+    log.hook("open", ("/proc/cpuinfo", "r", 0))  # the system's
+    log.hook("open", ("/etc", None, 0))  # a folder
     log.hook("open", (3, "r", 0))  # a file descriptor
     log.hook("open", (object(), None, None))  # never raises
     code = compile("x = 1", str(tmp_path / "pkg" / "mod.py"), "exec")
     log.hook("exec", (code,))
-    assert log.files() == ["pkg/mod.py", "pkg/read.txt"]
+    import harness.verdict
+
+    log.hook("exec", (compile("x = 1", harness.verdict.__file__, "exec"),))  # the harness is not bound
+    assert log.files() == ["/etc/hostname", "pkg/mod.py", "pkg/read.txt"]
 
 
 def test_a_process_that_did_not_report_its_reads_leaves_a_binding_that_never_replays(tmp_path: Path) -> None:

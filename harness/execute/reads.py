@@ -13,7 +13,9 @@ in the project (one imported before the hook existed: a ``sitecustomize`` or
 a pytest plugin module of the project the fork server loaded).
 
 What counts: files under the project root (the working folder the process
-started in), read and not written by this process (opened for writing,
+started in), and files outside it that are not the system's (``/proc``,
+``/sys``, ``/dev``, ``/run``), the temporary folder's or an installed
+library's (those are listed by absolute path), read and not written by this process (opened for writing,
 removed or renamed: its own outputs), outside ``.git``, ``__pycache__``,
 the bytecode prefix and the installed libraries (a virtualenv inside the
 project). The runner drops what is bound another way
@@ -35,11 +37,14 @@ import os
 import site
 import sys
 import sysconfig
+import tempfile
 
 _HARNESS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 # the harness's generic witness modules (harness.binding.GENERIC_WITNESSES): what they open, they open for a witness
 _FOR_WITNESSES = tuple(os.path.join(_HARNESS, "targets", f) for f in ("claims.py", "judge.py"))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# system folders whose files are no input of a verdict (the kernel's views, devices, run-time state)
+_SYSTEM = ("/proc/", "/sys/", "/dev/", "/run/", "/var/run/")
 _REMOVES = frozenset({"os.remove", "os.rename", "os.truncate", "shutil.rmtree", "os.rmdir"})
 
 
@@ -65,6 +70,8 @@ class ReadLog:
         self.written: set[str] = set()
         paths = sysconfig.get_paths()
         self.stdlib = tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if paths.get(k))
+        temp = os.path.join(os.path.abspath(tempfile.gettempdir()), "")
+        self.unwatched = (*_not_project(), *_SYSTEM, temp, _HARNESS)  # the harness is not bound (docs/trust.md)
 
     @classmethod
     def install(cls, root: str) -> ReadLog:
@@ -75,13 +82,17 @@ class ReadLog:
     def _inside(self, path: str) -> bool:
         return path.startswith(self.roots)
 
+    def _watched(self, path: str) -> bool:
+        """In the project, or a file outside it that is not the system's, the temporary folder's or a library's."""
+        return path.startswith(self.roots) or not path.startswith(self.unwatched)
+
     def hook(self, event: str, args: tuple) -> None:
         # NOTE: called for every audit event of the process; it must be cheap and must never raise (an exception
         # here would be raised by the audited operation itself, inside the code under test)
         try:
             if event == "open":
                 path = _text(args[0])
-                if path is None or not self._inside(path):
+                if path is None or not self._watched(path):
                     return
                 mode, flags = args[1], args[2] if len(args) > 2 else 0
                 writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
@@ -91,12 +102,12 @@ class ReadLog:
                     self.read.add(path)
             elif event == "exec":
                 path = getattr(args[0], "co_filename", None)
-                if isinstance(path, str) and os.path.isabs(path) and self._inside(path):
+                if isinstance(path, str) and os.path.isabs(path) and self._watched(path):
                     self.read.add(path)
             elif event in _REMOVES:
                 for arg in args[:2]:
                     path = _text(arg) if isinstance(arg, (str, bytes, os.PathLike)) else None
-                    if path is not None and self._inside(path):
+                    if path is not None and self._watched(path):
                         self.written.add(path)
         except Exception:  # noqa: BLE001 - see the NOTE
             pass
@@ -128,6 +139,10 @@ class ReadLog:
         out = set()
         for path in found - self.written - entries:
             if any(path.startswith(d) for d in skip):
+                continue
+            if not self._inside(path):  # outside the project: bound by its absolute path (a file, not a folder)
+                if not path.startswith(self.unwatched) and not os.path.isdir(path):
+                    out.add(path)
                 continue
             rel = os.path.relpath(path, root) if path.startswith(root) else os.path.relpath(path, self.roots[-1])
             parts = rel.split(os.sep)
