@@ -27,7 +27,8 @@ Read in this order:
 - ``pytest_main``: the entry point inside each witness process; ``reads``:
   what of the project that process read (the verdict is bound to it too).
 - ``procs``: process helpers (watchdog pipe, process trees, owned temp
-  folders).
+  folders); ``bytecode``: before a run, bytecode that may not match its
+  source is dropped (the local executor calls it).
 
 The witness process talks back only through :mod:`harness.protocol`.
 """

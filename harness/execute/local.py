@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness.execute import procs
+from harness.execute import bytecode, procs
 from harness.execute.executor import LOCAL, Finished, Running, Started
 from harness.execute.jobs import Job, JobResult, RunConfig
-from harness.execute.process import execute, launcher_name, open_launcher
+from harness.execute.process import execute, launcher_name, open_launcher, pycache_dir
 
 
 class LocalExecutor:
@@ -41,6 +41,7 @@ class LocalExecutor:
     def __enter__(self) -> LocalExecutor:
         launcher_name(self.cfg)  # a bad KVPROOF_LAUNCHER is a UsageError before anything starts
         procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
+        bytecode.drop_ambiguous(pycache_dir(self.cfg.root), self.cfg.root)  # no witness runs stale bytecode
         self.base = procs.owned_tempdir()
         self.launcher = open_launcher(self.cfg, self.base)
         return self
