@@ -27,7 +27,6 @@ from harness.execute.schedule import default_jobs
 from harness.ledger import FILENAME, Ledger
 from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
-from harness.mutation.stage import MutateOptions
 from harness.pipeline import prove
 from harness.project import program, project_root
 from harness.provenance import utc_now
@@ -36,7 +35,7 @@ from harness.report.changes import render_terminal, to_html, to_json, to_markdow
 from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
-from harness.request import RunRequest
+from harness.request import MutateOptions, RunRequest
 from harness.safetext import escape as visible
 from harness.scaffold import scaffold
 from harness.selection import load

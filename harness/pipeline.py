@@ -59,25 +59,8 @@ from harness.request import Proof, Reporter, RunRequest
 from harness.selection import equivalence_marks, load, runnable
 from harness.statuses import Verdict
 
-# the run's types and stages, importable from here as before the split (harness.mutation imports the types)
-__all__ = [
-    "Proof",
-    "Reporter",
-    "RunPlan",
-    "RunRequest",
-    "check_outputs",
-    "equivalence_marks",
-    "execute",
-    "expand",
-    "judge",
-    "load",
-    "load_baseline",
-    "plan",
-    "prove",
-    "record",
-    "resolve_subjects",
-    "runnable",
-]
+# the stages in code; the types they hand over live below them (harness.request, harness.planning), never here
+__all__ = ["execute", "judge", "load_baseline", "prove", "record"]
 
 
 # ---------------------------------------------------------------- execute and judge
@@ -129,7 +112,7 @@ def judge(
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
     A card's mutation score is the one ``measured`` in this run, else the
-    one the ledger holds (:func:`harness.mutation.stage.recall`); only a
+    one the ledger holds (:func:`harness.mutation.recall.recall`); only a
     score for the bytes the card is bound to now, measured on its floor's
     sample, judges its floor (:func:`harness.mutation.score.judges`): one
     measured here on another sample (``--max-mutants 1``) is shown, while

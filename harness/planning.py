@@ -24,7 +24,7 @@ from harness.document import MutationResult
 from harness.errors import LedgerError, UsageError
 from harness.ledger import FILENAME, Ledger, PastVerdict, changed_files
 from harness.mutation.marks import Mark
-from harness.mutation.stage import recall
+from harness.mutation.recall import recall
 from harness.report import data
 from harness.request import Reporter, RunRequest
 from harness.selection import Loaded

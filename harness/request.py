@@ -11,13 +11,25 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.cards import Card, Problem
-from harness.document import RunDocument
 from harness.execute.executor import ExecutorSpec
-from harness.mutation.stage import MutateOptions
+from harness.mutation.sample import DEFAULT_MAX_MUTANTS
 from harness.statuses import Gate
+
+if TYPE_CHECKING:  # the hand-off names the stages' types; importing it loads no stage
+    from harness.cards import Card, Problem
+    from harness.document import RunDocument
+
+
+@dataclass(frozen=True)
+class MutateOptions:
+    """``mutate``'s own options (the mutation stage reads them; :mod:`harness.mutation.stage`)."""
+
+    max_mutants: int | None = DEFAULT_MAX_MUTANTS  # per card; None: every mutant
+    seed: int = 0  # which mutants are sampled
+    only: tuple[str, ...] = ()  # run just these mutant keys (of each card's claimed code), no sampling
+    fast: bool = True  # line coverage, covering witnesses killer-first, warm servers; False: --slow, the reference
 
 
 @dataclass(frozen=True)

@@ -149,10 +149,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_import_graph_of_harness_and_impl_has_no_cycle_lazy_or_not():
+def test_import_graph_of_harness_and_impl_has_no_cycle_lazy_type_only_or_not():
+    """Type-only imports count: a circle drawn under TYPE_CHECKING still ties the stages into one knot (issue 36)."""
     graph: dict[str, set[str]] = {}
     for e in edges():
-        if e.type_only or e.source == e.target:
+        if e.source == e.target:
             continue
         graph.setdefault(e.source, set()).add(e.target)
     assert _cycles(graph) == []
@@ -235,3 +236,16 @@ def test_test_modules_have_unique_basenames_across_tests_and_witnesses():
     make `pytest` fail at collection ("import file mismatch") on a fresh checkout."""
     names = [p.name for folder in ("tests", "witnesses") for p in (ROOT / folder).glob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_the_run_request_hand_off_loads_no_stage():
+    """``import harness.request`` (what the command line builds, what every stage reads) loads at most 10 harness
+    modules and no stage's machinery: it loaded 51 and pytest before the circle was cut (issue 36)."""
+    code = (
+        "import sys, harness.request; print(sorted(m for m in sys.modules if m.split('.')[0] in ('harness', 'pytest')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(out.stdout.strip())
+    assert "pytest" not in loaded, loaded
+    assert len(loaded) <= 10, loaded
+    assert not any(m.startswith(("harness.cards", "harness.pipeline", "harness.mutation.stage")) for m in loaded)

@@ -297,7 +297,8 @@ def test_a_different_seed_is_another_sample_and_never_hides_the_floor_samples_sc
 def test_the_floor_sample_is_the_default_of_mutate_and_of_a_run():
     assert smp.FLOOR.max_mutants == mutation.DEFAULT_MAX_MUTANTS
     assert smp.FLOOR.timeout_s == RunRequest.__dataclass_fields__["timeout"].default
-    from harness.mutation.stage import MUTANT_SEED, MutateOptions, mutant_profile
+    from harness.mutation.stage import MUTANT_SEED, mutant_profile
+    from harness.request import MutateOptions
 
     opts = MutateOptions()
     assert (opts.seed, opts.max_mutants, opts.only) == (smp.FLOOR.seed, smp.FLOOR.max_mutants, ())

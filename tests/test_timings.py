@@ -16,7 +16,7 @@ from test_baseline_e2e import kvproof  # tests/ is on sys.path, no package
 from test_cli_e2e import _copy_project as _copy
 from test_cli_e2e import _no_traceback
 
-from harness import pipeline, timings
+from harness import planning, request, selection, timings
 from harness.execute.jobs import RunConfig
 from harness.execute.schedule import run_cards
 from harness.ledger import FILENAME, Ledger
@@ -40,13 +40,11 @@ def _write_hints(root: Path, content: dict | str) -> Path:
     return path
 
 
-def _plan(root: Path, reports: Path) -> tuple[pipeline.RunPlan, list]:
-    req = pipeline.RunRequest(
-        root=root, cards_dir=root / "obligations", reports_dir=reports, reports_source="--reports"
-    )
-    loaded = pipeline.load(root, req.cards_dir, "obligations/")
-    cards = pipeline.runnable(loaded, (), (), None)
-    return pipeline.plan(req, loaded, cards, None), cards
+def _plan(root: Path, reports: Path) -> tuple[planning.RunPlan, list]:
+    req = request.RunRequest(root=root, cards_dir=root / "obligations", reports_dir=reports, reports_source="--reports")
+    loaded = selection.load(root, req.cards_dir, "obligations/")
+    cards = selection.runnable(loaded, (), (), None)
+    return planning.plan(req, loaded, cards, None), cards
 
 
 # ---------------------------------------------------------------- the file steers an empty-ledger schedule

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import UsageError
-from harness.execute.jobs import Job, JobResult, RunConfig
+
+if TYPE_CHECKING:  # the interface names the job types; importing it loads none of them
+    from harness.execute.jobs import Job, JobResult, RunConfig
 
 LOCAL, RAY = "local", "ray"
 EXECUTORS = (LOCAL, RAY)

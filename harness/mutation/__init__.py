@@ -20,6 +20,7 @@
 - ``stage``: the mutate stage of a run (``run_obligations.py mutate``):
   runs the mutants in the worker pool, each forked from its card's warm
   server (:mod:`harness.execute.warm`) when a fork can stand for a fresh
-  process; :func:`~harness.mutation.stage.recall`
-  is what a plain run reads back instead.
+  process.
+- ``recall``: each card's score read back from the ledger and judged for the
+  card as it is now (what planning a plain run reads instead).
 """

@@ -31,7 +31,7 @@ from harness.mutation.reach import Killers, ordered
 from harness.statuses import MutantStatus
 
 if TYPE_CHECKING:
-    from harness.pipeline import Reporter
+    from harness.request import Reporter
 
 Key = tuple[str, str]  # (card id, mutant key)
 

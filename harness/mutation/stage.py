@@ -26,14 +26,12 @@ from typing import TYPE_CHECKING
 from harness import protocol, provenance
 from harness.cards import Card
 from harness.document import Claim, MutantResult, MutationResult
-from harness.errors import LedgerError
 from harness.execute.executor import RAY
 from harness.execute.forkserver import WarmFacts
 from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
 from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun, witness_outcomes
 from harness.execute.schedule import run_jobs
-from harness.ledger import FILENAME, Ledger
 from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
 from harness.mutation import sample as smp
@@ -41,21 +39,13 @@ from harness.mutation import score as mutation
 from harness.mutation.marks import Mark
 from harness.mutation.pool import MutantPool
 from harness.mutation.reach import Killers, Reach, reach_of
+from harness.mutation.recall import open_ledger
+from harness.request import MutateOptions, Reporter, RunRequest
 from harness.statuses import MutantStatus, Outcome
 from harness.subjects import DEFAULT
 
 if TYPE_CHECKING:
-    from harness.pipeline import Reporter, RunPlan, RunRequest
-
-
-@dataclass(frozen=True)
-class MutateOptions:
-    """``mutate``'s own options."""
-
-    max_mutants: int | None = mutation.DEFAULT_MAX_MUTANTS  # per card; None: every mutant
-    seed: int = 0  # which mutants are sampled
-    only: tuple[str, ...] = ()  # run just these mutant keys (of each card's claimed code), no sampling
-    fast: bool = True  # line coverage, covering witnesses killer-first, warm servers; False: --slow, the reference
+    from harness.planning import RunPlan
 
 
 @dataclass(frozen=True)
@@ -90,16 +80,6 @@ def _honest_times(card: Card, run: CardRun | None, entry) -> tuple[bool, dict[st
         outs = entry.witnesses + entry.controls
         return all(w.status == Outcome.PASSED for w in outs), {w.id: w.duration_s for w in entry.witnesses}
     return False, {}
-
-
-def _open_ledger(req: RunRequest) -> Ledger | None:
-    path = req.reports_dir / FILENAME
-    if not path.is_file():
-        return None
-    try:
-        return Ledger(path, create=False)
-    except LedgerError:
-        return None
 
 
 # the run's profile -> the profile its mutants run under (else the same): a release run's, the floor sample's
@@ -289,7 +269,7 @@ def measure(
     reused: dict[str, dict[str, MutantResult]] = {}
     previous: dict[str, float | None] = {}
     last: dict[str, MutationResult] = {}
-    ledger = _open_ledger(req)
+    ledger = open_ledger(req)
     if ledger is not None:
         with ledger:
             for cid in plans:
@@ -505,34 +485,4 @@ def _sample_of(
     return sample, smp.on_floor(sample, drawn, mutation.floor_draw(card, generated))
 
 
-def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]) -> dict[str, MutationResult]:
-    """Each card's mutation score from the ledger, judged for the card as it is now: the newest measured on its
-    floor's sample, on the bytes it is bound to now and with the equivalence marks that apply to its mutants
-    now (the one that judges its floor), else the newest on its floor's sample and these bytes (stale: its
-    marks changed), else its newest (stale, or measured on another sample: shown, never judging). A score on
-    another sample never hides one on the floor's sample, however much newer it is."""
-    ledger = _open_ledger(req)
-    if ledger is None:
-        return {}
-    out = {}
-    with ledger:
-        for card in cards:
-            now = mutation.score_digest(card, bound[card.id])
-            marks_now = mutation.score_marks(card, req.root, req.cards_dir)
-            try:
-                last = (
-                    ledger.last_mutation(card.id, now, sample=smp.FLOOR.key, marks=marks_now)
-                    or ledger.last_mutation(card.id, now, sample=smp.FLOOR.key)
-                    or ledger.last_mutation(card.id)
-                )
-            except LedgerError:
-                continue
-            if last is not None:
-                run_id, started, past = last
-                out[card.id] = replace(
-                    mutation.recalled(card, past, run_id, now, marks_now), measured_at=past.measured_at or started
-                )
-    return out
-
-
-__all__ = ["Measured", "MutateOptions", "measure", "mutant_config", "recall", "traced_files"]
+__all__ = ["Measured", "measure", "mutant_config", "traced_files"]
