@@ -122,7 +122,9 @@ def write_files(
         import json
 
         (folder / "compare.json").write_text(
-            json.dumps(compare_report.to_json(comparison), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            json.dumps(compare_report.to_json(comparison), indent=2, ensure_ascii=False) + "\n",
+            encoding="utf-8",
+            errors="backslashreplace",  # a baseline's text (a hand-edited verdicts.json) may hold a lone surrogate
         )
         (folder / "compare.md").write_text(
             compare_report.to_markdown(comparison), encoding="utf-8", errors="backslashreplace"
