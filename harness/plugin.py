@@ -61,6 +61,7 @@ from harness import protocol
 from harness.errors import LiarError
 from harness.evidence import Evidence
 from harness.protocol import PROFILE_EXAMPLES, JobPlan, NodeResult, PropertyRun
+from harness.safetext import safe_evidence
 from harness.statuses import Outcome
 
 PROFILES = ("ci", "release")
@@ -251,7 +252,9 @@ class _NodeState:
             nodeid,
             self.outcome,
             self.duration,
-            self.evidence,
+            safe_evidence(
+                self.evidence
+            ),  # clipped here too: an honest node's line stays small (the runner clips again)
             self.message,
             self.failure,
             self.location,

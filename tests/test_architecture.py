@@ -27,6 +27,7 @@ WITNESS_SIDE = {
     "harness.protocol",
     "harness.statuses",
     "harness.errors",
+    "harness.safetext",
 }
 
 # Function-level imports of our own packages that stay function-level, each with why. Everything else is

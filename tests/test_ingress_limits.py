@@ -35,7 +35,7 @@ def test_a_tail_reads_only_the_end_of_a_huge_log(tmp_path):
     assert len(ingress.tail_text(path)) == ingress.TAIL_BYTES
 
 
-# writes a 12 MB line into its own event stream and 60 MB to stderr, then fails
+# writes a 70 MB line into its own event stream and 60 MB to stderr, then fails
 FLOODS = """
 import sys
 
@@ -46,7 +46,7 @@ def test_fails(evidence, request):
     evidence.record("max_abs_delta", 0)
     plan = JobPlan.read(request.config.getoption("kvproof_plan"))
     with open(plan.out, "a") as out:
-        out.write("x" * (12 << 20) + "\\n")
+        out.write("x" * (70 << 20) + "\\n")
     for _ in range(60):
         sys.stderr.write("y" * (1 << 20) + "\\n")
     assert 2 + 2 == 5

@@ -160,7 +160,7 @@ def read_event(line: bytes) -> protocol.Event:
         raise ValueError(f"not a well-formed event: {type(exc).__name__}") from None
 
 
-LINE_LIMIT = 4 << 20  # bytes: the plugin's events are far smaller (its texts and evidence are clipped before)
+LINE_LIMIT = 64 << 20  # bytes: the plugin's events are far smaller (it clips evidence and texts before writing)
 READ_CHUNK = 1 << 20  # bytes read from the events file at a time
 TAIL_BYTES = 64 << 10  # bytes of a log's end read for its tail (a witness may print gigabytes)
 
