@@ -36,11 +36,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.cards import load_cards  # noqa: E402
 from harness.execute.executor import ExecutorSpec  # noqa: E402
 from harness.execute.jobs import RunConfig, honest_job  # noqa: E402
 from harness.execute.schedule import run_jobs  # noqa: E402
 from harness.liars import scan  # noqa: E402
+from harness.select.cards import load_cards  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "project"
 SLOTS = 2

@@ -2,11 +2,11 @@
 timings [--write] | new ID | oracle ...
 
 ``run --changed`` replays a card's last PROVEN verdict when every file it is
-bound to has the same sha256 as then (see :mod:`harness.ledger`); ``-j N``
+bound to has the same sha256 as then (see :mod:`harness.ledger.history`); ``-j N``
 runs N witness processes at a time (:mod:`harness.execute.schedule`), longest expected
 chain first; ``timings`` shows those expected times and where they come from
 (the ledger, else the committed ``obligations/timings.json`` that ``timings
---write`` makes from it: :mod:`harness.timings`).
+--write`` makes from it: :mod:`harness.plan.timings`).
 
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
 1 some selected card is not PROVEN, 2 bad usage, invalid cards, or a run
@@ -24,7 +24,7 @@ Every run writes a dated report folder and a ledger row under ``--reports
 DIR``, else ``KVPROOF_REPORTS_DIR``, else ``<root>/reports`` (see
 :mod:`harness.report.folder`); ``status`` exits 1 unless the last verdict of
 every cell it shows (``--cells``) that counts for the gate is PROVEN and still
-bound to the same bytes (:mod:`harness.staleness`).
+bound to the same bytes (:mod:`harness.plan.status`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from harness.mutation.score import DEFAULT_MAX_MUTANTS
 from harness.project import program
 from harness.report import terminal
 from harness.report.terminal import console
-from harness.safetext import guarded_streams
+from harness.wire.safetext import guarded_streams
 
 SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "oracle")
 

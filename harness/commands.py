@@ -1,8 +1,8 @@
 """The bodies of the run_obligations.py subcommands: each takes the parsed arguments and returns an exit code.
 
 ``run`` hands a :class:`harness.request.RunRequest` to
-:func:`harness.pipeline.prove`; the others read cards (:mod:`harness.cards`)
-and the ledger (:mod:`harness.ledger`) and print with
+:func:`harness.pipeline.prove`; the others read cards (:mod:`harness.select.cards`)
+and the ledger (:mod:`harness.ledger.history`) and print with
 :mod:`harness.report.terminal`. Argument parsing and error handling live in
 :mod:`harness.cli`.
 """
@@ -17,31 +17,32 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import outputs, timings
-from harness.cards import Problem, did_you_mean, display_path, load_cards, select
-from harness.compare import compare, thresholds_from_cards
-from harness.compare_io import load_ref, open_ledger
+from harness import outputs
+from harness.compare.diff import compare, thresholds_from_cards
+from harness.compare.render import render_terminal, to_html, to_json, to_markdown
+from harness.compare.runs import load_ref, open_ledger
 from harness.errors import UsageError
 from harness.execute.executor import RAY, ExecutorSpec
 from harness.execute.schedule import default_jobs
-from harness.ledger import FILENAME, Ledger
+from harness.ledger.history import FILENAME, Ledger
 from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
 from harness.pipeline import prove
+from harness.plan import timings
+from harness.plan.status import DEFAULT_ONLY, status_exit_code, status_rows
+from harness.plan.subjects import split
 from harness.project import program, project_root
-from harness.provenance import utc_now
+from harness.record.provenance import utc_now
 from harness.report import terminal
-from harness.report.changes import render_terminal, to_html, to_json, to_markdown
 from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
 from harness.request import MutateOptions, RunRequest
-from harness.safetext import escape as visible
-from harness.scaffold import scaffold
-from harness.selection import load
-from harness.staleness import DEFAULT_ONLY, status_exit_code, status_rows
-from harness.subjects import split
-from harness.targets import known, project, registry
+from harness.select.cards import Problem, did_you_mean, display_path, load_cards, select
+from harness.select.scaffold import scaffold
+from harness.select.selection import load
+from harness.targets import known, pyproject, registry
+from harness.wire.safetext import escape as visible
 
 if TYPE_CHECKING:
     from harness.execute.executor import ExecutorSpec
@@ -103,8 +104,8 @@ def check_project_targets(root: Path) -> None:
     """Load the targets the project's pyproject.toml declares (``[tool.kvproof] targets``) before anything runs;
     ProjectTargetsInvalid (a UsageError: exit 2, one paragraph naming the file, field and fix) when they do not.
     Witness processes load the same entries; this makes a bad one one message, not an ERROR per witness."""
-    if project.table(root):  # none, or an empty [tool.kvproof] (a root marker only): nothing to load
-        project.load(root, registry.TARGETS)
+    if pyproject.table(root):  # none, or an empty [tool.kvproof] (a root marker only): nothing to load
+        pyproject.load(root, registry.TARGETS)
 
 
 def _target_problems(root: Path) -> list[Problem]:
@@ -113,8 +114,8 @@ def _target_problems(root: Path) -> list[Problem]:
     file and card exists), as problems naming the file and the field."""
     try:
         check_project_targets(root)
-    except project.ProjectTargetsInvalid as exc:
-        field = f"{project.TABLE} {exc.field}" if exc.field else ""
+    except pyproject.ProjectTargetsInvalid as exc:
+        field = f"{pyproject.TABLE} {exc.field}" if exc.field else ""
         return [Problem(display_path(exc.path, root), 0, field, exc.value, exc.message)]
     if not (root / known.KNOWN_PATH).is_file():
         return []

@@ -15,7 +15,7 @@ class UsageError(HarnessError, ValueError):
 class CardInvalid(HarnessError, ValueError):
     """One or more theorem cards failed to load or validate (exit code 2).
 
-    ``problems`` holds every :class:`harness.cards.Problem` found, so one
+    ``problems`` holds every :class:`harness.select.cards.Problem` found, so one
     exception reports all cards at once.
     """
 

@@ -5,20 +5,20 @@ in-process (tests call it; the command line only parses arguments into a
 :class:`RunRequest` and hands it a :class:`Reporter`, :mod:`harness.request`).
 Each step is one function, in order, and each hands the next a typed value:
 
-- select (:mod:`harness.selection`): :func:`load` the cards and the liar
+- select (:mod:`harness.select.selection`): :func:`load` the cards and the liar
   index, :func:`runnable` decides what may run (the same refusals as
-  ``validate``); :mod:`harness.cells` expands them into cells under the
+  ``validate``); :mod:`harness.plan.cells` expands them into cells under the
   ``--matrix`` configurations or ``--target`` targets;
-- plan (:mod:`harness.planning`): :func:`check_outputs` proves every output
+- plan (:mod:`harness.plan.planning`): :func:`check_outputs` proves every output
   location writable before anything runs; :func:`plan` binds each card to
   its files and asks the ledger what ``--changed`` may replay and how long
   each process took last time (else ``obligations/timings.json``,
-  :mod:`harness.timings`);
+  :mod:`harness.plan.timings`);
 - execute: :func:`harness.execute.schedule.run_cards`, one fresh pytest process per
   (card, liar);
 - judge: :func:`harness.verdict.evaluate` per card;
-- record: :func:`harness.report.data.build` makes the
-  :class:`~harness.document.RunDocument`;
+- record: :func:`harness.record.build.build` makes the
+  :class:`~harness.record.document.RunDocument`;
 - publish: ``--json``, the dated report folder and the ledger row
   (:func:`record`), and the reporter shows the report view.
 """
@@ -32,13 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import provenance, subjects, timings, verdict
-from harness.binding import read_files
-from harness.cards import card_bytes, display_path
-from harness.cells import expand, resolve_subjects
-from harness.compare import compare, thresholds_from_cards
-from harness.compare_io import load_ref, open_ledger
-from harness.document import CardResult, Claim, MutationResult, RunDocument, SubjectInfo
+from harness import verdict
+from harness.compare.diff import compare, thresholds_from_cards
+from harness.compare.runs import load_ref, open_ledger
 from harness.errors import LedgerError, RunNotRecorded
 from harness.execute import forkserver
 from harness.execute.cluster import check_reachable, close_session, import_ray
@@ -46,20 +42,26 @@ from harness.execute.executor import RAY
 from harness.execute.factory import make as make_executor
 from harness.execute.jobs import RunConfig, count_jobs
 from harness.execute.outcomes import CardRun
-from harness.execute.process import INHERITED_PYTEST_VARS
 from harness.execute.schedule import run_cards
+from harness.execute.watch import INHERITED_PYTEST_VARS
 from harness.mutation.score import judges
 from harness.mutation.stage import measure, traced_files
-from harness.planning import RunPlan, check_outputs, plan
+from harness.plan import subjects, timings
+from harness.plan.binding import read_files
+from harness.plan.cells import expand, resolve_subjects
+from harness.plan.planning import RunPlan, check_outputs, plan
 from harness.project import program
-from harness.report import data, jsonfile
+from harness.record import build, provenance
+from harness.record.document import CardResult, Claim, MutationResult, RunDocument, SubjectInfo
 from harness.report import folder as report_folder
+from harness.report import jsonfile
 from harness.report.view import build_view
 from harness.request import Proof, Reporter, RunRequest
-from harness.selection import equivalence_marks, load, runnable
+from harness.select.cards import card_bytes, display_path
+from harness.select.selection import equivalence_marks, load, runnable
 from harness.statuses import Verdict
 
-# the stages in code; the types they hand over live below them (harness.request, harness.planning), never here
+# the stages in code; the types they hand over live below them (harness.request, harness.plan.planning), never here
 __all__ = ["execute", "judge", "load_baseline", "prove", "record"]
 
 
@@ -108,7 +110,7 @@ def judge(
     *,
     floors: bool = False,
     profile: str | None = None,
-) -> list[data.CardReport | data.Replayed]:
+) -> list[build.CardReport | build.Replayed]:
     """Each card's verdict, in card order; replayed cards as they were (a mutate run re-judges them).
 
     A card's mutation score is the one ``measured`` in this run, else the
@@ -119,7 +121,7 @@ def judge(
     the ledger's score on the floor's sample judges. ``profile``: the run's
     Hypothesis profile, whose budget every property is held to.
     """
-    out: list[data.CardReport | data.Replayed] = []
+    out: list[build.CardReport | build.Replayed] = []
     for c in the_plan.cards:
         now, past = (measured or {}).get(c.id), the_plan.mutations.get(c.id)
         m = now or past
@@ -130,10 +132,10 @@ def judge(
             if m is not None:
                 entry = _with_mutation(entry, m, use)
             entry = _floor_unjudged(entry, c, use, floors and c.subject == subjects.DEFAULT)
-            out.append(data.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
+            out.append(build.Replayed(entry, rep.run_id, rep.started, rep.report_dir))
             continue
         out.append(
-            data.CardReport(
+            build.CardReport(
                 c,
                 runs[c.id],
                 # a mutation score measures the witnesses, on the default configuration: floors judge its cells
@@ -258,7 +260,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
         for cid, why in stage.skipped.items():
             if reporter is not None:
                 reporter.note(f"mutate: {cid}: {why}")
-    settings = data.RunSettings(
+    settings = build.RunSettings(
         profile=req.profile,
         seed=req.seed,
         liars=req.liars,
@@ -273,7 +275,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
         executor=where,
         subjects=tuple(SubjectInfo(**s.to_json()) for s in the_plan.subjects),
     )
-    doc = data.build(
+    doc = build.build(
         prov,
         settings,
         judge(the_plan, runs, measured, floors=req.profile == "release", profile=req.profile),
@@ -301,7 +303,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
 
 
 def load_baseline(req: RunRequest):
-    """The --baseline run (harness.compare_io.LoadedRun), or None; UsageError when it names nothing."""
+    """The --baseline run (harness.compare.runs.LoadedRun), or None; UsageError when it names nothing."""
     if not req.baseline:
         return None
 

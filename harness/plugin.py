@@ -8,18 +8,18 @@ no harness) and by the harness with ``-p harness.plugin``.
   once; ``evidence.observe("max_abs_delta", d)`` once per Hypothesis example
   keeps ``{"observed": n, "min": lo, "max": hi, "nan": k}`` and bounds are
   judged on its worst value; ``evidence.count("examples")`` keeps a tally.
-  See :class:`harness.evidence.Evidence`.
+  See :class:`harness.wire.evidence.Evidence`.
 - Hypothesis profiles ``ci`` (fast, derandomized, default) and ``release``
   (many more examples), chosen with ``--kvproof-profile`` or the
   ``KVPROOF_PROFILE`` environment variable.
-- With ``--kvproof-plan PLAN.json`` (a :class:`harness.protocol.JobPlan` written
-  by :mod:`harness.execute.process`) the plugin applies the plan's liar before
-  collection and streams the events of :mod:`harness.protocol` to the
+- With ``--kvproof-plan PLAN.json`` (a :class:`harness.wire.messages.JobPlan` written
+  by :mod:`harness.execute.watch`) the plugin applies the plan's liar before
+  collection and streams the events of :mod:`harness.wire.messages` to the
   plan's ``out`` file, flushed as it goes. It also arms :func:`faulthandler.dump_traceback_later` with the node's
   timeout, so a hang leaves the stack it hung in. When the plan names files to
   trace (``coverage``: a ``mutate`` run's honest run), it streams the lines of
   them each node's test body ran, and those run outside any test body
-  (:class:`harness.linecov.LineTracer`, :class:`harness.protocol.LinesRun`).
+  (:class:`harness.wire.linecov.LineTracer`, :class:`harness.wire.messages.LinesRun`).
 - A warm server's plan (``warm``, :mod:`harness.execute.warm`) applies no
   mutant: each process forked from it after collection adopts its own plan
   (:meth:`_Recorder.adopt`) and applies its mutant then.
@@ -32,7 +32,7 @@ groups included), its ``hypothesis`` field gets the example, the
 kvproof profile in force; the report adds the ``run_obligations.py run``
 command that replays it. In an honest run each node's result also carries,
 for every property it ran, the examples it ran and the settings it ran
-under (:mod:`harness.property_runs`): the judge holds them to the profile's
+under (:mod:`harness.wire.property_runs`): the judge holds them to the profile's
 budget.
 
 Failure versus error: a call-phase ``AssertionError`` (numpy's testing
@@ -57,12 +57,12 @@ from typing import Any
 
 import pytest
 
-from harness import protocol
 from harness.errors import LiarError
-from harness.evidence import Evidence
-from harness.protocol import PROFILE_EXAMPLES, JobPlan, NodeResult, PropertyRun
-from harness.safetext import safe_evidence
 from harness.statuses import Outcome
+from harness.wire import messages
+from harness.wire.evidence import Evidence
+from harness.wire.messages import PROFILE_EXAMPLES, JobPlan, NodeResult, PropertyRun
+from harness.wire.safetext import safe_evidence
 
 PROFILES = ("ci", "release")
 _FLAKY = {"Flaky", "FlakyFailure", "FlakyReplay", "FlakyStrategyDefinition", "FlakyBackendFailure"}
@@ -308,13 +308,13 @@ class _Recorder:
         self.imported_before = frozenset(sys.modules)
         self.tracer = None
         if plan.coverage:
-            from harness.linecov import LineTracer
+            from harness.wire.linecov import LineTracer
 
             self.tracer = LineTracer(self.root, plan.coverage)
             self.tracer.start()
         self.counter = None  # the examples each Hypothesis property runs: counted in an honest run only
         if not (plan.liar or plan.mutant or plan.warm):
-            from harness.property_runs import PropertyCounter
+            from harness.wire.property_runs import PropertyCounter
 
             counter = PropertyCounter()
             if counter.start():
@@ -353,8 +353,8 @@ class _Recorder:
         if plan.mutant:
             self._apply_mutant(plan.mutant, late=tuple(m for m in sys.modules if m not in self.imported_before))
 
-    def emit(self, event: protocol.Event) -> None:
-        self.out.write(protocol.encode(event) + "\n")
+    def emit(self, event: messages.Event) -> None:
+        self.out.write(messages.encode(event) + "\n")
         self.out.flush()
 
     def _apply_liar(self, name: str) -> None:
@@ -363,10 +363,10 @@ class _Recorder:
         try:
             applied = apply(name, self.root)
         except LiarError as exc:
-            self.emit(protocol.LiarApplied(name, False, error=str(exc)))
+            self.emit(messages.LiarApplied(name, False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
         self.liar_source = applied.source
-        self.emit(protocol.LiarApplied(name, True, target=applied.target))
+        self.emit(messages.LiarApplied(name, True, target=applied.target))
 
     def _apply_mutant(self, key: str, late: tuple[str, ...] = ()) -> None:
         from harness.mutation.swap import apply
@@ -374,13 +374,13 @@ class _Recorder:
         try:
             applied = apply(key, self.root, late)
         except LiarError as exc:
-            self.emit(protocol.LiarApplied(f"mutant {key}", False, error=str(exc)))
+            self.emit(messages.LiarApplied(f"mutant {key}", False, error=str(exc)))
             raise pytest.UsageError(str(exc)) from None
         except Exception as exc:  # the mutated function does not even compile or define: say so, as for a liar
             msg = f"mutant={key!r}: could not be applied: {type(exc).__name__}: {exc}"
-            self.emit(protocol.LiarApplied(f"mutant {key}", False, error=msg))
+            self.emit(messages.LiarApplied(f"mutant {key}", False, error=msg))
             raise pytest.UsageError(msg) from None
-        self.emit(protocol.LiarApplied(applied.name, True, target=applied.target))
+        self.emit(messages.LiarApplied(applied.name, True, target=applied.target))
 
     def _hypothesis_run(self) -> dict[str, Any]:
         """The seed and kvproof profile in force: ``run --profile P --seed S`` replays the run."""
@@ -396,13 +396,13 @@ class _Recorder:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.emit(protocol.CollectError(report.nodeid, _clip(str(report.longrepr))))
+            self.emit(messages.CollectError(report.nodeid, _clip(str(report.longrepr))))
 
     def _lines_outside(self) -> None:
         if self.tracer is not None:
             lines = self.tracer.take()
             if lines:
-                self.emit(protocol.LinesRun("", lines))
+                self.emit(messages.LinesRun("", lines))
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
         self._lines_outside()  # collection, or what ran between nodes
@@ -410,7 +410,7 @@ class _Recorder:
             self.counter.take()  # properties run outside any node belong to none
         timeout = self.plan.timeout_for(nodeid)
         self.nodes[nodeid] = _NodeState()
-        self.emit(protocol.NodeStarted(nodeid, timeout))
+        self.emit(messages.NodeStarted(nodeid, timeout))
         if self.stacks is not None:
             faulthandler.dump_traceback_later(timeout, repeat=False, file=self.stacks)
 
@@ -492,10 +492,10 @@ class _Recorder:
         state = self.nodes.pop(nodeid, None)
         if state is not None:
             if state.lines:
-                self.emit(protocol.LinesRun(nodeid, state.lines))
+                self.emit(messages.LinesRun(nodeid, state.lines))
             if self.counter is not None:
                 state.examples = self._examples(nodeid, state)
-            self.emit(protocol.NodeFinished(state.result(nodeid)))
+            self.emit(messages.NodeFinished(state.result(nodeid)))
             if self.plan.liar and state.outcome == Outcome.FAILED and self.session is not None:
                 # a liar is caught by the first witness whose check fails under it: the rest need not run
                 # (an error does not catch it, so the run goes on to a witness that can)

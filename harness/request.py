@@ -18,8 +18,8 @@ from harness.mutation.sample import DEFAULT_MAX_MUTANTS
 from harness.statuses import Gate
 
 if TYPE_CHECKING:  # the hand-off names the stages' types; importing it loads no stage
-    from harness.cards import Card, Problem
-    from harness.document import RunDocument
+    from harness.record.document import RunDocument
+    from harness.select.cards import Card, Problem
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class RunRequest:
     argv: tuple[str, ...] = ()
     mutate: MutateOptions | None = None  # set: also run the mutation stage (run_obligations.py mutate)
     rerun_failed: bool = False  # run cards whose latest verdict is not PROVEN; replay the rest
-    baseline: str | None = None  # compare the run with this reference (harness.compare_io.load_ref)
+    baseline: str | None = None  # compare the run with this reference (harness.compare.runs.load_ref)
     fail_on_regression: bool = False  # with baseline: any regression fails the run (exit 1)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)  # where jobs run: local, or a Ray cluster
     force: bool = False  # --json may replace an existing file that is not a previous verdicts document
@@ -84,7 +84,7 @@ class Proof:
     doc: RunDocument
     recorded: bool
     report_dir: Path | None = None
-    comparison: Any = None  # harness.compare.Comparison against --baseline, when asked
+    comparison: Any = None  # harness.compare.diff.Comparison against --baseline, when asked
     fail_on_regression: bool = False
 
     @property

@@ -51,11 +51,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cards import Bound, Card, Witness
-from harness.checktext import check_text, reason_value, unevaluated_text
-from harness.protocol import OBSERVED_FIELDS, PROFILE_EXAMPLES, NodeResult, PropertyRun
-from harness.safetext import CLIPPED, is_clipped
+from harness.select.cards import Bound, Card, Witness
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
+from harness.wire.messages import OBSERVED_FIELDS, PROFILE_EXAMPLES, NodeResult, PropertyRun
+from harness.wire.safetext import CLIPPED, is_clipped
+from harness.wording import check_text, reason_value, unevaluated_text
 
 # ---------------------------------------------------------------- inputs
 
@@ -503,14 +503,14 @@ def evaluate(
 ) -> CardVerdict:
     """Decide the card's verdict; see the module docstring for the precedence.
 
-    ``mutation``: the card's :class:`harness.document.MutationResult` for the
+    ``mutation``: the card's :class:`harness.record.document.MutationResult` for the
     bytes it is bound to now, if measured; ``holds`` False (score below the
     card's ``mutation.min_score``) makes an otherwise PROVEN card VACUOUS.
     ``floors`` (the release profile): a card with a ``min_score`` and no such
     score is UNVERIFIED, not PROVEN (:func:`unjudged_floor` says why). A score
     that cannot judge (stale, another sample) has ``holds`` None.
     ``profile``: the run's Hypothesis profile; each property a witness ran is
-    held to its budget (:data:`harness.protocol.PROFILE_EXAMPLES`, rule 10c).
+    held to its budget (:data:`harness.wire.messages.PROFILE_EXAMPLES`, rule 10c).
     """
     if outcomes.link_problems:
         probs = list(outcomes.link_problems)

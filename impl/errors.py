@@ -33,7 +33,7 @@ class SettingError(ImplError, ValueError):
 class SettingUnavailable(SettingError):
     """A valid setting that asks for a path this machine cannot run (an ISA build this CPU cannot execute, the C
     kernel where it does not build). ``unavailable`` tells a configuration probe "not runnable here" rather than
-    "invalid" (harness.subjects)."""
+    "invalid" (harness.plan.subjects)."""
 
     unavailable = True
 

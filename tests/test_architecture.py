@@ -23,11 +23,12 @@ PACKAGES = ("harness", "impl")
 WITNESS_SIDE = {
     "harness",
     "harness.plugin",
-    "harness.evidence",
-    "harness.protocol",
+    "harness.wire",
+    "harness.wire.evidence",
+    "harness.wire.messages",
     "harness.statuses",
     "harness.errors",
-    "harness.safetext",
+    "harness.wire.safetext",
 }
 
 # Function-level imports of our own packages that stay function-level, each with why. Everything else is
@@ -41,8 +42,8 @@ DEFERRED = {
     ("harness.plugin", "harness.liars"): "witness side: only a liar process needs the liar index",
     ("harness.plugin", "harness.mutation.generate"): "witness side: only a warm server parses the claimed files",
     ("harness.plugin", "harness.mutation.swap"): "witness side: only a mutant process applies a mutant",
-    ("harness.plugin", "harness.linecov"): "witness side: only a mutate run's honest run traces lines",
-    ("harness.plugin", "harness.property_runs"): "witness side: only an honest run counts Hypothesis examples",
+    ("harness.plugin", "harness.wire.linecov"): "witness side: only a mutate run's honest run traces lines",
+    ("harness.plugin", "harness.wire.property_runs"): "witness side: only an honest run counts Hypothesis examples",
     # the harness never imports the project under proof at its own import time
     ("harness.oracle.store", "impl.model.weights"): "the project under proof (impl), optional",
     ("harness.oracle.cli", "impl.errors"): "the project under proof (impl), optional",
@@ -249,4 +250,4 @@ def test_the_run_request_hand_off_loads_no_stage():
     loaded = ast.literal_eval(out.stdout.strip())
     assert "pytest" not in loaded, loaded
     assert len(loaded) <= 10, loaded
-    assert not any(m.startswith(("harness.cards", "harness.pipeline", "harness.mutation.stage")) for m in loaded)
+    assert not any(m.startswith(("harness.select.cards", "harness.pipeline", "harness.mutation.stage")) for m in loaded)

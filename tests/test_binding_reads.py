@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.binding import NOT_RECORDED, READS_PATH, BoundFile, digest
+from harness.plan.binding import NOT_RECORDED, READS_PATH, BoundFile, digest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -451,7 +451,7 @@ def test_the_read_log_keeps_reads_inside_the_root_and_drops_what_the_process_wro
 
 
 def test_a_process_that_did_not_report_its_reads_leaves_a_binding_that_never_replays(tmp_path: Path) -> None:
-    from harness.binding import NOT_REPORTED, ReadScope, read_files, unrecorded
+    from harness.plan.binding import NOT_REPORTED, ReadScope, read_files, unrecorded
 
     bound = (BoundFile("obligations/a.yaml", "card", "1" * 64),)
     scope = ReadScope.of(tmp_path, tmp_path / "reports", None)

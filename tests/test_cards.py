@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.cards import SCHEMA_PATH, Problem, load_cards, resolve_ref, resolve_test, select
 from harness.errors import CardInvalid, HarnessError, UsageError
 from harness.liars import scan
+from harness.select.cards import SCHEMA_PATH, Problem, load_cards, resolve_ref, resolve_test, select
 
 ROOT = Path(__file__).parent / "fixtures" / "project"
 
@@ -272,10 +272,10 @@ def test_fixture_cards_match_the_schema_and_the_schema_is_valid():
 
 
 def test_docs_cards_md_is_generated_from_the_schema():
-    from harness.schemadoc import render
+    from harness.select.schemadoc import render
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "cards.md"
-    assert docs.read_text() == render(), "run: python -m harness.schemadoc > docs/cards.md"
+    assert docs.read_text() == render(), "run: python -m harness.select.schemadoc > docs/cards.md"
 
 
 # ---------------------------------------------------------------- liars (the mechanism cards name)

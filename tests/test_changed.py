@@ -20,8 +20,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.binding import BoundFile, digest
-from harness.ledger import Ledger
+from harness.ledger.history import Ledger
+from harness.plan.binding import BoundFile, digest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"

@@ -408,10 +408,10 @@ def test_a_job_whose_worker_dies_twice_is_error_naming_both_nodes_and_a_bug_is_n
 
 
 def test_a_lost_job_makes_the_card_error_and_a_lost_liar_is_never_caught(tmp_path):
-    from harness.cards import Card, load_cards
     from harness.execute.jobs import JobResult, RunConfig
     from harness.execute.outcomes import after_honest, assemble, liar_run
     from harness.liars import scan
+    from harness.select.cards import Card, load_cards
     from harness.verdict import evaluate, judge_liar
 
     sites, _ = scan(FIXTURE)

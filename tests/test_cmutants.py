@@ -227,7 +227,7 @@ def test_a_bad_c_sources_entry_is_one_clear_paragraph(project):
 
 
 def test_a_c_ref_resolves_to_its_definition_or_says_what_is_missing(project):
-    from harness.refs import RefSite, resolve_ref
+    from harness.select.refs import RefSite, resolve_ref
 
     site = resolve_ref(project, "lib.c::poly")
     assert isinstance(site, RefSite) and LIB.splitlines()[site.line - 1].startswith("int poly(")

@@ -1,4 +1,4 @@
-"""compare: per-card changes between two runs, and each regression rule (harness.compare)."""
+"""compare: per-card changes between two runs, and each regression rule (harness.compare.diff)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import compare, thresholds_from_cards
-from harness.document import CardResult, RunDocument
+from harness.compare.diff import compare, thresholds_from_cards
+from harness.record.document import CardResult, RunDocument
 from harness.statuses import LiarStatus, Verdict
 
 DOC = Path(__file__).parent / "fixtures" / "report-data" / "mixed-verdicts.json"
@@ -141,7 +141,7 @@ def test_duration_change_is_reported(base):
 
 
 def test_card_regression_thresholds_are_read_from_the_witnesses(tmp_path):
-    from harness.cards import load_cards
+    from harness.select.cards import load_cards
 
     card = tmp_path / "T-1.yaml"
     card.write_text(
@@ -154,7 +154,7 @@ def test_card_regression_thresholds_are_read_from_the_witnesses(tmp_path):
 
 
 def test_a_threshold_on_a_key_the_witness_does_not_bound_is_refused(tmp_path):
-    from harness.cards import load_cards
+    from harness.select.cards import load_cards
 
     (tmp_path / "T-2.yaml").write_text(
         "id: T-2\ntitle: t\nmodule: m\nregime: A\ntheorem: t\nproof: p\nrefs: []\nversion: 1\n"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 
-from harness.binding import BoundFile, digest
-from harness.document import (
+from harness.plan.binding import BoundFile, digest
+from harness.record.document import (
     SCHEMA_VERSION,
     CardResult,
     Claim,

@@ -25,16 +25,16 @@ import pytest
 from test_cli_e2e import ENTRY, REPO, _copy_project, _no_traceback, kvproof
 from test_ledger import doc_at
 
-from harness.cards import load_card
-from harness.document import MutantResult, MutationResult
-from harness.ledger import Ledger
+from harness.ledger.history import Ledger
 from harness.mutation import generate as gen
 from harness.mutation import sample as smp
 from harness.mutation import score as mutation
-from harness.protocol import NodeResult
+from harness.record.document import MutantResult, MutationResult
 from harness.request import RunRequest
+from harness.select.cards import load_card
 from harness.statuses import MutantStatus, Outcome, Verdict
 from harness.verdict import CardOutcomes, WitnessOutcome, evaluate
+from harness.wire.messages import NodeResult
 
 SCHEMA = json.loads((REPO / "obligations" / "verdicts.schema.json").read_text())
 FIXTURE = REPO / "tests" / "fixtures" / "project"
@@ -669,7 +669,7 @@ def test_a_score_of_none_on_the_floor_sample_never_meets_a_floor(scale_card):
 
 
 def test_status_says_no_mutant_scored_errors_and_other_marks():
-    from harness.staleness import mutation_text
+    from harness.plan.status import mutation_text
 
     base = MutationResult(0.5, 0.9, None, 1, 1, 0, 0, 2, 8, 0, 40, (), (), bound_digest="d", sample=smp.FLOOR.key)
     base = replace(base, mutants=tuple(_result(MutantStatus.KILLED, i) for i in range(4)), marks_digest="m")

@@ -1,6 +1,6 @@
 """The fork server (harness/execute/forkserver.py): witness processes forked from a zygote behave as fresh subprocesses.
 
-Unit tests drive :func:`harness.execute.process.execute` with a :class:`harness.execute.launcher.Launcher`
+Unit tests drive :func:`harness.execute.watch.execute` with a :class:`harness.execute.launcher.Launcher`
 on a copy of tests/fixtures/project (plus a few probe witnesses written into
 the copy); end-to-end tests run ``run_obligations.py`` with each launcher.
 """
@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import load_cards
 from harness.errors import Cancelled, UsageError
-from harness.execute import forkserver, procs
+from harness.execute import forkserver, orphans
 from harness.execute.jobs import Job, RunConfig
-from harness.execute.process import execute, open_launcher, pycache_dir
 from harness.execute.schedule import liar_order, run_cards
+from harness.execute.watch import execute, open_launcher, pycache_dir
 from harness.liars import scan
+from harness.plan.timings import Expected, expected_from_entry
+from harness.select.cards import load_cards
 from harness.statuses import Outcome
-from harness.timings import Expected, expected_from_entry
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and forkserver.available()),
@@ -116,7 +116,7 @@ def clean_env(monkeypatch, tmp_path):
         "OMP_NUM_THREADS",
         "MKL_NUM_THREADS",
         forkserver.LAUNCHER_ENV,
-        procs.WATCHDOG_ENV,
+        orphans.WATCHDOG_ENV,
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("FX_ORPHAN_MARK", str(tmp_path))
@@ -247,14 +247,14 @@ def test_the_zygote_holds_libraries_but_nothing_of_the_project(fs):
     assert judged == []
     # of the harness: the zygote's own machinery and the witness side (the plugin and the wire), nothing else
     harness = {n for n in names if n.startswith("harness")}
-    machinery = {"harness", "harness.execute", "harness.execute.procs"}  # the zygote itself runs as __main__
+    machinery = {"harness", "harness.execute", "harness.execute.orphans"}  # the zygote itself runs as __main__
     witness_side = {
         "harness.execute.pytest_main",
         "harness.execute.reads",  # the entry point's read log (installed after the fork, per job)
         "harness.plugin",
-        "harness.evidence",
-        "harness.protocol",
-        "harness.safetext",  # the plugin clips a node's evidence before it writes it
+        "harness.wire.evidence",
+        "harness.wire.messages",
+        "harness.wire.safetext",  # the plugin clips a node's evidence before it writes it
         "harness.statuses",
     }
     assert harness == machinery | witness_side | {"harness.errors"}
@@ -391,9 +391,9 @@ def test_runner_death_kills_the_zygote_and_its_children(project, clean_env):
         import sys, time
         from pathlib import Path
         sys.path.insert(0, {str(REPO)!r})
-        from harness.cards import load_cards
+        from harness.select.cards import load_cards
         from harness.liars import scan
-        from harness.execute.process import execute, open_launcher
+        from harness.execute.watch import execute, open_launcher
         from harness.execute.jobs import Job, RunConfig
         cfg = RunConfig(root=Path({str(project)!r}), launcher="forkserver")
         cards = load_cards(cfg.root / "cards-probe", cfg.root, scan(cfg.root)[0]).cards
@@ -468,7 +468,7 @@ def test_a_liar_job_runs_the_witness_that_caught_it_last_time_first(project):
 
 
 def test_expected_caught_by_comes_from_the_last_entry():
-    from harness.document import CardResult
+    from harness.record.document import CardResult
 
     doc = json.loads((REPO / "tests" / "fixtures" / "report-data" / "mixed-verdicts.json").read_text())
     entry = {

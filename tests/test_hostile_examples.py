@@ -1,5 +1,5 @@
 """A witness that weakens itself: a PROVEN states the examples each Hypothesis property ran, and the profile's
-budget is enforced on them (harness/verdict.py rule 10c, harness/property_runs.py, docs/trust.md).
+budget is enforced on them (harness/verdict.py rule 10c, harness/wire/property_runs.py, docs/trust.md).
 
 The end-to-end rows run ``run_obligations.py`` on a fresh copy of the fixture project with one witness
 added (as tests/test_hostile_witnesses.py does) and check the card's verdict, that the reason names the
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import Card, Witness
-from harness.protocol import NodeResult, PropertyRun
 from harness.report.view import examples_cell, examples_text
+from harness.select.cards import Card, Witness
 from harness.statuses import Verdict
 from harness.verdict import CardOutcomes, WitnessOutcome, evaluate, weak_property
+from harness.wire.messages import NodeResult, PropertyRun
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import safetext
+from harness.wire import safetext
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -135,7 +135,7 @@ FORGED = """
 import json
 import os
 
-from harness.protocol import JobPlan
+from harness.wire.messages import JobPlan
 
 
 def test_w(request):
@@ -156,7 +156,7 @@ def test_w(request):
 
 # a stream line that is no event, then a passing result for the node: the pass is not believed
 GARBAGE_LINE = """
-from harness.protocol import JobPlan
+from harness.wire.messages import JobPlan
 
 
 def test_w(request, evidence):

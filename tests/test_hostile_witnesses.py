@@ -48,7 +48,7 @@ def test_fails(evidence):
 """
 
 FORGES_ENCODE = """
-import harness.protocol as wire
+import harness.wire.messages as wire
 
 
 def test_fails(evidence):
@@ -69,7 +69,7 @@ import json
 import os
 import sys
 
-from harness.protocol import JobPlan
+from harness.wire.messages import JobPlan
 
 
 def test_fails(request):
@@ -614,10 +614,10 @@ def test_a_witness_that_fills_the_temporary_folder_is_reported_as_a_full_disk(tm
 
 
 def test_exhausted_names_what_the_output_says_ran_out_and_a_full_file_system(tmp_path: Path, monkeypatch) -> None:
-    from harness.execute import procs
+    from harness.execute import orphans
 
-    assert procs.exhausted("OSError: [Errno 28] No space left on device", ()) == "the disk is full"
-    assert procs.exhausted("", (), -25) == "a file grew past the size limit (ulimit -f)"
-    assert procs.exhausted("all fine", (tmp_path,)) == ""
-    monkeypatch.setattr(procs.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 4096))
-    assert procs.exhausted("", (tmp_path, tmp_path / ".")) == f"the disk holding {tmp_path} is full (4 KiB free)"
+    assert orphans.exhausted("OSError: [Errno 28] No space left on device", ()) == "the disk is full"
+    assert orphans.exhausted("", (), -25) == "a file grew past the size limit (ulimit -f)"
+    assert orphans.exhausted("all fine", (tmp_path,)) == ""
+    monkeypatch.setattr(orphans.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 4096))
+    assert orphans.exhausted("", (tmp_path, tmp_path / ".")) == f"the disk holding {tmp_path} is full (4 KiB free)"

@@ -5,15 +5,15 @@ import json
 
 from test_hostile_witnesses import _copy_project, _run, card, files
 
-from harness import protocol
 from harness.execute import ingress
+from harness.wire import messages
 
 
 def test_event_tail_drops_an_over_long_line_and_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(ingress, "READ_CHUNK", 1000)
     monkeypatch.setattr(ingress, "LINE_LIMIT", 5000)
     path = tmp_path / "events.jsonl"
-    good = protocol.encode(protocol.NodeStarted("w.py::t", 60.0)).encode()
+    good = messages.encode(messages.NodeStarted("w.py::t", 60.0)).encode()
     path.write_bytes(good + b"\n" + b"x" * 12345 + b"\n" + good + b"\n")
     tail = ingress.EventTail(path)
     events = tail.read()
@@ -39,7 +39,7 @@ def test_a_tail_reads_only_the_end_of_a_huge_log(tmp_path):
 FLOODS = """
 import sys
 
-from harness.protocol import JobPlan
+from harness.wire.messages import JobPlan
 
 
 def test_fails(evidence, request):

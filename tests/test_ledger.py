@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.binding import BoundFile, digest
-from harness.document import RunDocument
-from harness.ledger import SCHEMA_VERSION, Ledger, LedgerError, changed_files
-from harness.staleness import card_status, status_exit_code
+from harness.ledger.history import SCHEMA_VERSION, Ledger, LedgerError, changed_files
+from harness.plan.binding import BoundFile, digest
+from harness.plan.status import card_status, status_exit_code
+from harness.record.document import RunDocument
 from harness.statuses import CardState
 
 NEVER_RUN, STALE = CardState.NEVER_RUN, CardState.STALE
@@ -129,7 +129,7 @@ def test_a_new_ledger_gets_the_current_schema_version_and_a_newer_one_is_refused
 
 
 def test_a_failed_migration_changes_nothing(tmp_path, monkeypatch):
-    from harness import ledger_schema as mod
+    from harness.ledger import schema as mod
 
     def broken(conn):
         mod._v1(conn)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import Card
-from harness.subjects import cell_id, split
+from harness.plan.subjects import cell_id, split
+from harness.select.cards import Card
 from harness.verdict import CardOutcomes, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,11 +157,11 @@ def test_status_shows_every_recorded_cell_default_first_each_with_its_verdict_or
 
 
 def _matrix_plan(root: Path, reports: Path, names: tuple[str, ...]):
-    """What a `run --matrix NAMES` would plan (harness.planning.plan), without running it."""
-    from harness.cells import expand, resolve_subjects
-    from harness.planning import plan
+    """What a `run --matrix NAMES` would plan (harness.plan.planning.plan), without running it."""
+    from harness.plan.cells import expand, resolve_subjects
+    from harness.plan.planning import plan
     from harness.request import RunRequest
-    from harness.selection import load, runnable
+    from harness.select.selection import load, runnable
 
     req = RunRequest(root, root / "cards-mx", reports, "--reports", matrix=names)
     loaded = load(root, req.cards_dir, "cards-mx/")
@@ -170,8 +170,8 @@ def _matrix_plan(root: Path, reports: Path, names: tuple[str, ...]):
 
 
 def test_a_matrix_run_records_per_cell_timings_the_scheduler_looks_up_by_cell_id(tmp_path):
-    from harness import timings
-    from harness.ledger import FILENAME, Ledger
+    from harness.ledger.history import FILENAME, Ledger
+    from harness.plan import timings
 
     root = _project(tmp_path)
     names = ("default", "shout", "broken")
@@ -226,7 +226,7 @@ def test_matrix_names_are_checked_and_the_file_is_validated_before_anything_runs
     ],
 )
 def test_a_malformed_configurations_file_names_the_line_and_field(tmp_path, text, says):
-    from harness import subjects
+    from harness.plan import subjects
 
     (tmp_path / "configurations.yaml").write_text(text)
     with pytest.raises(subjects.ConfigurationsInvalid) as err:

@@ -157,9 +157,9 @@ def test_a_fixed_sample_of_real_mutants_runs_against_a_real_card(tmp_path):
     assert len(m["mutants"]) == 3 and m["candidates"] > 3
     assert all(x["status"] in ("killed", "survived", "timeout", "equivalent") for x in m["mutants"]), m["mutants"]
     assert all(x["path"].startswith("impl/") for x in m["mutants"])
-    from harness.cards import load_card
     from harness.mutation import generate as gen
     from harness.mutation.score import Generated, card_mutants
+    from harness.select.cards import load_card
 
     card, _, _ = load_card(REPO / "obligations" / "RING-T5.yaml", REPO)
     again = card_mutants(card, Generated(REPO), 3, 0)

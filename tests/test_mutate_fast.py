@@ -165,13 +165,13 @@ def test_spin_mutants_get_the_reference_paths_status(both):
 def test_a_timeout_first_is_checked_against_the_witnesses_card_order_puts_before_it(project):
     """A killer guessed from a neighbour puts spin-plain first; it loops under i -= 1. The pool then runs
     spin-guarded, which card order puts before it, and the mutant is killed, as the reference path says."""
-    from harness.cards import load_card
     from harness.execute.jobs import JobResult
     from harness.mutation import generate as gen
     from harness.mutation import score
     from harness.mutation.pool import MutantPool
     from harness.mutation.reach import Killers
-    from harness.protocol import NodeResult
+    from harness.select.cards import load_card
+    from harness.wire.messages import NodeResult
 
     card, problems, _ = load_card(project / "cards-fast" / "FX-TABLE.yaml", project)
     assert not problems

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import load_card
-from harness.document import MutantResult
 from harness.execute.jobs import JobResult
 from harness.mutation import generate as mutants
 from harness.mutation import score as mutation
 from harness.mutation.marks import Mark, load_marks
-from harness.protocol import CollectError, NodeResult
+from harness.record.document import MutantResult
+from harness.select.cards import load_card
 from harness.statuses import MutantStatus, Outcome, Verdict
 from harness.verdict import CardOutcomes, WitnessOutcome, evaluate
+from harness.wire.messages import CollectError, NodeResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
 REPO = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def test_a_stale_pinned_key_names_where_its_change_went(cards_copy):
 
 
 def test_the_marks_file_is_not_a_card():
-    from harness.cards import find_card_files
+    from harness.select.cards import find_card_files
 
     assert not [p for p in find_card_files(FIXTURE / "cards-mutation") if p.name == "equivalent-mutants.yaml"]
 
@@ -312,7 +312,7 @@ def test_claims_name_functions_no_card_claims(scale_card):
 
 
 def test_a_floor_is_not_part_of_what_a_score_is_bound_to(cards_copy):
-    from harness.binding import bound_files, digest
+    from harness.plan.binding import bound_files, digest
 
     path = cards_copy / "cards-mutation" / "FX-LOOP.yaml"
     card, _, _ = load_card(path, cards_copy)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError, UsageError
-from harness.execute import procs
+from harness.execute import orphans
 from harness.execute.jobs import RunConfig
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, POSIX signals")
@@ -53,7 +53,7 @@ class Run:
             "TMPDIR": str(self.tmp),
             "FX_ORPHAN_MARK": str(self.base),
         }
-        for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR", "FX_ORPHAN_PIDS", procs.WATCHDOG_ENV):
+        for name in ("KVPROOF_CARDS_DIR", "KVPROOF_REPORTS_DIR", "FX_ORPHAN_PIDS", orphans.WATCHDOG_ENV):
             env.pop(name, None)
         if pids is not None:
             env["FX_ORPHAN_PIDS"] = str(pids)
@@ -79,7 +79,7 @@ class Run:
         )
 
     def folders(self, pid: int | None = None) -> list[Path]:
-        return sorted(self.tmp.glob(procs.RUN_PREFIX + (f"{pid}-*" if pid is not None else "*")))
+        return sorted(self.tmp.glob(orphans.RUN_PREFIX + (f"{pid}-*" if pid is not None else "*")))
 
     def survivors(self) -> list[str]:
         """Live (non-zombie) processes whose command line names this run's folder."""
@@ -105,7 +105,7 @@ def _zombie(pid: int) -> bool:
 
 
 def _alive(pid: int) -> bool:
-    return procs.pid_alive(pid) and not _zombie(pid)
+    return orphans.pid_alive(pid) and not _zombie(pid)
 
 
 def _wait_for_pids(path: Path, runner: subprocess.Popen) -> list[int]:
@@ -175,7 +175,7 @@ def test_sigkill_of_the_runner_leaves_no_process_and_the_next_run_sweeps_its_fol
 
 
 def test_a_run_sweeps_dead_runs_folders_but_not_a_live_runs(fx):
-    dead = fx.tmp / f"{procs.RUN_PREFIX}{_dead_pid()}-x1y2z3"
+    dead = fx.tmp / f"{orphans.RUN_PREFIX}{_dead_pid()}-x1y2z3"
     (dead / "000-FX-OLD" / "honest").mkdir(parents=True)
     runner = fx.start("FX-SLOW", fx.base / "slow.pids")
     try:
@@ -198,7 +198,7 @@ def test_a_run_sweeps_dead_runs_folders_but_not_a_live_runs(fx):
 
 def _script(tmp_path: Path, body: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    env.pop(procs.WATCHDOG_ENV, None)
+    env.pop(orphans.WATCHDOG_ENV, None)
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(body), str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -210,12 +210,12 @@ def test_a_child_started_from_a_thread_that_ended_lives_while_its_runner_does(tm
         tmp_path,
         """
         import os, subprocess, sys, threading, time
-        from harness.execute import procs
+        from harness.execute import orphans
         def start():
-            fd = procs.watchdog_fd()
-            code = "from harness.execute.procs import watch_runner; watch_runner(); import time; time.sleep(60)"
+            fd = orphans.watchdog_fd()
+            code = "from harness.execute.orphans import watch_runner; watch_runner(); import time; time.sleep(60)"
             p = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], pass_fds=(fd,),
-                                 env={**os.environ, procs.WATCHDOG_ENV: str(fd)}, start_new_session=True)
+                                 env={**os.environ, orphans.WATCHDOG_ENV: str(fd)}, start_new_session=True)
             print(p.pid, flush=True)
         t = threading.Thread(target=start)
         t.start()
@@ -242,9 +242,9 @@ def test_a_process_forked_from_the_runner_does_not_keep_the_pipe_open(tmp_path):
         tmp_path,
         """
         import os
-        from harness.execute import procs
-        fd = procs.watchdog_fd()
-        write = procs._pipe[2]
+        from harness.execute import orphans
+        fd = orphans.watchdog_fd()
+        write = orphans._pipe[2]
         pid = os.fork()
         if pid == 0:
             try:
@@ -252,7 +252,7 @@ def test_a_process_forked_from_the_runner_does_not_keep_the_pipe_open(tmp_path):
                 os._exit(1)  # the write end is still open in the child
             except OSError:
                 pass
-            os._exit(0 if procs.watchdog_fd() != fd or procs._pipe[2] != write else 2)
+            os._exit(0 if orphans.watchdog_fd() != fd or orphans._pipe[2] != write else 2)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
     """,
@@ -271,8 +271,8 @@ def test_kill_tree_reaches_children_in_other_sessions(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         kids = [int(p) for p in parent.stdout.readline().split()]
-        assert set(kids) <= set(procs.descendants(parent.pid))
-        procs.kill_tree(parent.pid)
+        assert set(kids) <= set(orphans.descendants(parent.pid))
+        orphans.kill_tree(parent.pid)
         parent.wait(timeout=5)
         deadline = time.monotonic() + GONE_S
         while any(_alive(p) for p in kids) and time.monotonic() < deadline:
@@ -298,16 +298,16 @@ def test_sweep_removes_only_folders_of_dead_pids(tmp_path):
     for name in names:
         (tmp_path / name).mkdir()
     (tmp_path / f"kvproof-run-{dead}-file").write_text("not a folder")
-    removed = procs.sweep_owned(parent=tmp_path)
+    removed = orphans.sweep_owned(parent=tmp_path)
     assert [p.name for p in removed] == [f"kvproof-run-{dead}-abc"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:] + [f"kvproof-run-{dead}-file"])
 
 
 def test_owned_tempdir_is_named_after_this_process(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    folder = procs.owned_tempdir()
+    folder = orphans.owned_tempdir()
     assert folder.parent == tmp_path and folder.name.startswith(f"kvproof-run-{os.getpid()}-")
-    assert procs.sweep_owned() == [] and folder.is_dir()
+    assert orphans.sweep_owned() == [] and folder.is_dir()
 
 
 # ---------------------------------------------------------------- timeouts

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import load_cards
 from harness.execute.jobs import RunConfig
 from harness.execute.schedule import run_cards
-from harness.ledger import FILENAME, Ledger
+from harness.ledger.history import FILENAME, Ledger
 from harness.liars import scan
-from harness.timings import Expected, expected_from_entry
+from harness.plan.timings import Expected, expected_from_entry
+from harness.select.cards import load_cards
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "project"
@@ -131,7 +131,7 @@ def test_longest_expected_chain_starts_first_with_several_jobs(project):
 def test_expected_durations_come_from_the_cards_last_entry():
     import json
 
-    from harness.document import CardResult
+    from harness.record.document import CardResult
 
     doc = json.loads((REPO / "tests" / "fixtures" / "report-data" / "mixed-verdicts.json").read_text())
     entry = {

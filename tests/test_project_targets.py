@@ -1,4 +1,4 @@
-"""A project's own targets (``[tool.kvproof] targets`` in its pyproject.toml, harness/targets/project.py): loaded,
+"""A project's own targets (``[tool.kvproof] targets`` in its pyproject.toml, harness/targets/pyproject.py): loaded,
 selected by default in its witness processes, and refused up front, one paragraph each, when an entry is wrong;
 ``validate`` also checks obligations/targets.yaml (schema, registered targets, reproduction files)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_guide_own_cache import env, kvproof, make_project  # noqa: F401 (env: a fixture)
 
-from harness.targets import project, registry
-from harness.targets.project import ProjectTargetsInvalid
+from harness.targets import pyproject, registry
+from harness.targets.pyproject import ProjectTargetsInvalid
 
 COUNTER = itertools.count()
 
@@ -39,9 +39,9 @@ def isolated(monkeypatch):
     monkeypatch.setattr(registry, "_root", [])
     monkeypatch.delenv("KVPROOF_ROOT", raising=False)
     monkeypatch.delenv("KVPROOF_TARGETS", raising=False)
-    project.forget()
+    pyproject.forget()
     yield
-    project.forget()
+    pyproject.forget()
 
 
 def write_project(root: Path, body: str, entries: str, table: str = "") -> str:
@@ -56,7 +56,7 @@ def write_project(root: Path, body: str, entries: str, table: str = "") -> str:
 
 def test_declared_targets_load_from_the_root_without_installing_and_become_the_default_selection(tmp_path):
     write_project(tmp_path, 'A = target("mycache")\nB = {"mycache.big": target("mycache.big")}\n', '["MOD:A", "MOD:B"]')
-    found = project.load(tmp_path, registry.TARGETS)
+    found = pyproject.load(tmp_path, registry.TARGETS)
     assert list(found) == ["mycache", "mycache.big"]
     registry.use_project(tmp_path)
     assert [t.name for t in registry.select()] == ["mycache", "mycache.big"]  # default: the group project
@@ -94,7 +94,7 @@ def test_declared_targets_load_from_the_root_without_installing_and_become_the_d
 def test_a_bad_entry_is_one_paragraph_naming_the_file_field_value_and_fix(tmp_path, body, entries, table, says):
     write_project(tmp_path, body, entries, table)
     with pytest.raises(ProjectTargetsInvalid) as info:
-        project.load(tmp_path, registry.TARGETS)
+        pyproject.load(tmp_path, registry.TARGETS)
     text = str(info.value)
     assert text.startswith(f"{tmp_path / 'pyproject.toml'}: [tool.kvproof] ")
     assert "\n" not in text and "Traceback" not in text
@@ -207,7 +207,7 @@ class Custom(BaseException):
 def test_a_module_that_ends_the_interpreter_at_import_is_an_error_naming_it(tmp_path, body, says):
     name = write_project(tmp_path, body, '["MOD:A"]')
     with pytest.raises(ProjectTargetsInvalid) as info:
-        project.load(tmp_path, registry.TARGETS)
+        pyproject.load(tmp_path, registry.TARGETS)
     text = str(info.value)
     assert f"importing {name} " in text and "may not end the run" in text and '__name__ == "__main__"' in text, text
     assert re.search(says, text), text

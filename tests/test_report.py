@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.binding import BoundFile, digest
-from harness.document import RunDocument, WitnessResult
-from harness.ledger import Ledger
-from harness.report import data, html, junit, markdown
+from harness.ledger.history import Ledger
+from harness.plan.binding import BoundFile, digest
+from harness.record import build
+from harness.record.document import RunDocument, WitnessResult
+from harness.report import html, junit, markdown
 from harness.report.view import build_view, history_marks, transition
 
 HERE = Path(__file__).parent
@@ -117,7 +118,7 @@ def test_card_that_changed_verdict_this_run_is_called_out(seeded_view):
 
 
 def test_history_is_capped_to_the_newest_marks():
-    from harness.ledger import PastVerdict
+    from harness.ledger.history import PastVerdict
 
     past = [
         PastVerdict(i, f"2026-01-01T00:00:{i:02d}Z", "X", "PROVEN", "", None, "d", None, None, "ci", 0, None)
@@ -203,7 +204,7 @@ def test_junit_keeps_failures_and_errors_apart_with_environment_properties(seede
 
 
 def _w(wid, *bounds, kind="witness") -> WitnessResult:
-    from harness.document import CheckResult
+    from harness.record.document import CheckResult
 
     checks = tuple(CheckResult(k, op, lim, act, holds, node) for k, op, lim, act, holds, node in bounds)
     return WitnessResult(
@@ -233,21 +234,21 @@ def test_headline_is_the_first_bounded_delta_not_the_largest_recorded_value():
         _w("logits", ("max_abs_delta", "le", 1.5e-4, 7.5e-5, True, "")),
         _w("hidden", ("max_rel_delta", "le", 2e-5, 6.7e-6, True, "")),
     ]
-    head = data.headline(witnesses)
+    head = build.headline(witnesses)
     assert head.witness == "logits" and head.text == "max|Δ| = 7.500e-05 (≤ 1.5e-04)"
 
 
 def test_headline_of_a_parametrized_witness_is_its_worst_node():
     w = _w("p", ("max_abs_delta", "le", 0, 0.0, True, "a[1]"), ("max_abs_delta", "le", 0, 2.0, False, "a[2]"))
-    assert data.headline([w]).value == 2.0
+    assert build.headline([w]).value == 2.0
     ctl = _w("c", ("max_abs_delta", "gt", 0, 3.0, True, "c[1]"), ("max_abs_delta", "gt", 0, 0.5, True, "c[2]"))
-    assert data.headline([ctl]).value == 0.5
+    assert build.headline([ctl]).value == 0.5
 
 
 def test_headline_falls_back_to_any_numeric_bound_then_none():
-    assert data.headline([_w("t", ("mismatches", "eq", 0, 0, True, ""))]).text == "mismatches = 0 (= 0)"
-    assert data.headline([_w("t", ("max_abs_delta", "le", 0, "was not recorded", None, ""))]) is None
-    assert data.headline([]) is None
+    assert build.headline([_w("t", ("mismatches", "eq", 0, 0, True, ""))]).text == "mismatches = 0 (= 0)"
+    assert build.headline([_w("t", ("max_abs_delta", "le", 0, "was not recorded", None, ""))]) is None
+    assert build.headline([]) is None
 
 
 def test_view_digest_matches_what_the_ledger_stores():

@@ -204,9 +204,9 @@ def trend_view(tmp_path):
 
     from test_report import PROJECT, at, load_doc
 
-    from harness.compare import compare
-    from harness.document import RunDocument
-    from harness.ledger import Ledger
+    from harness.compare.diff import compare
+    from harness.ledger.history import Ledger
+    from harness.record.document import RunDocument
     from harness.report.view import build_view
 
     doc = load_doc()
@@ -281,7 +281,7 @@ def matrix_view(tmp_path):
 
     from test_report import PROJECT, load_doc
 
-    from harness.document import RunDocument
+    from harness.record.document import RunDocument
     from harness.report.view import build_view
 
     doc = load_doc()

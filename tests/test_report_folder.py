@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.document import RunDocument
-from harness.ledger import Ledger
+from harness.ledger.history import Ledger
+from harness.record.document import RunDocument
 from harness.report import folder
 
 HERE = Path(__file__).parent

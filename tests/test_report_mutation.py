@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.document import Claim, MutantResult, MutationResult, RunDocument
+from harness.record.document import Claim, MutantResult, MutationResult, RunDocument
 from harness.report import html, markdown, terminal
 from harness.report.view import build_view, mutation_view, percent
 from harness.statuses import MutantStatus, Verdict

@@ -16,10 +16,12 @@ from test_baseline_e2e import kvproof  # tests/ is on sys.path, no package
 from test_cli_e2e import _copy_project as _copy
 from test_cli_e2e import _no_traceback
 
-from harness import planning, request, selection, timings
+from harness import request
 from harness.execute.jobs import RunConfig
 from harness.execute.schedule import run_cards
-from harness.ledger import FILENAME, Ledger
+from harness.ledger.history import FILENAME, Ledger
+from harness.plan import planning, timings
+from harness.select import selection
 
 HINTS = Path("obligations") / "timings.json"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards import Bound, Card, Witness
-from harness.protocol import NodeResult
+from harness.select.cards import Bound, Card, Witness
 from harness.statuses import Verdict
 from harness.verdict import CardOutcomes, LiarRun, WitnessOutcome, check_bound, evaluate
+from harness.wire.messages import NodeResult
 
 ERROR, FAILED, PROVEN, UNVERIFIED, VACUOUS = (
     Verdict.ERROR,

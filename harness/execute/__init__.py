@@ -16,7 +16,7 @@ Read in this order:
   events and timeouts, kill it, read its result.
 - ``ingress``: where what a witness process wrote enters the runner (its
   event stream, pytest's account, its log tail), checked and made safe
-  (:mod:`harness.safetext`) before anything is judged or shown.
+  (:mod:`harness.wire.safetext`) before anything is judged or shown.
 - ``outcomes``: a card's job results -> its witness outcomes and liar runs,
   the input of the judge (:mod:`harness.verdict`).
 - ``forkserver`` (the runner's end: fork server handle, child handle),
@@ -30,5 +30,5 @@ Read in this order:
   folders); ``bytecode``: before a run, bytecode that may not match its
   source is dropped (the local executor calls it).
 
-The witness process talks back only through :mod:`harness.protocol`.
+The witness process talks back only through :mod:`harness.wire.messages`.
 """

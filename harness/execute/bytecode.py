@@ -8,7 +8,7 @@ inserted line for another of the same length), keeps its stale bytecode:
 the witness would run the old code while the verdict is bound to the new
 bytes. So before the first witness process of a run starts, every bytecode
 file of the project in the run's bytecode folder (``<root>/.cache/pycache``,
-:func:`harness.execute.process.pycache_dir`) whose own write time is not
+:func:`harness.execute.watch.pycache_dir`) whose own write time is not
 strictly after the second its source was last modified in is removed, and
 Python compiles the source again.
 

@@ -29,7 +29,7 @@ reason and the card is UNVERIFIED, never judged on other data.
 
 A task (:func:`node_task`) is a Ray streaming generator: it first yields
 where it runs (so the driver knows a job's node as it starts), then the
-:class:`harness.execute.jobs.JobResult` of :func:`harness.execute.process.execute`: per-witness
+:class:`harness.execute.jobs.JobResult` of :func:`harness.execute.watch.execute`: per-witness
 timeouts, the watchdog, the fork server (one per Ray worker process, kept for
 its later tasks) all behave as locally. A worker that dies mid-job (killed,
 out of memory, its node lost) shows as a Ray error on the next item: the job
@@ -56,14 +56,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.execute import procs
+from harness.execute import orphans
 from harness.execute.executor import RAY, ExecutorSpec, Finished, Running, Started
 from harness.execute.jobs import Job, JobResult, RunConfig
-from harness.execute.process import execute, launcher_name, open_launcher, witness_env
+from harness.execute.watch import execute, launcher_name, open_launcher, witness_env
 from harness.files import sha256_file
 from harness.oracle.store import check_files, current_weights, read_manifest, resolve_oracle_dir
 from harness.project import KVPROOF_HOME
-from harness.provenance import numerics
+from harness.record.provenance import numerics
 
 SHIP_MODES = ("auto", "always", "never")
 INSTALL_HINT = "pip install -e '.[cluster]'"
@@ -119,7 +119,7 @@ class NodeData:
 
     resources: tuple[Resource, ...] = ()
     ship: str = "auto"
-    numerics: str | None = None  # the driver's impl numerics line (harness.provenance.numerics); None: not said
+    numerics: str | None = None  # the driver's impl numerics line (harness.record.provenance.numerics); None: not said
 
 
 def oracle_digest(folder: Path) -> str | None:
@@ -136,7 +136,7 @@ def driver_resources(cfg: RunConfig) -> list[Resource]:
     except Exception:  # NOTE: no weights (a project that needs none, or not installed): nothing to provide
         pass
     try:
-        folder = resolve_oracle_dir(cfg.oracle_dir)  # as the witnesses resolve it (harness.binding.oracle_files)
+        folder = resolve_oracle_dir(cfg.oracle_dir)  # as the witnesses resolve it (harness.plan.binding.oracle_files)
         digest = oracle_digest(folder)
         if digest is not None:
             out.append(Resource(ORACLE, digest, str(folder), ""))
@@ -330,8 +330,8 @@ _SCRATCH: list[Path] = []
 
 def _scratch() -> Path:
     if not _SCRATCH:
-        procs.sweep_owned("kvproof-node-run-")
-        _SCRATCH.append(procs.owned_tempdir("kvproof-node-run-"))
+        orphans.sweep_owned("kvproof-node-run-")
+        _SCRATCH.append(orphans.owned_tempdir("kvproof-node-run-"))
     return _SCRATCH[0]
 
 

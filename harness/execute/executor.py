@@ -5,10 +5,10 @@ executor decides *where* and runs it. Two executors, one interface:
 
 - ``local`` (:class:`harness.execute.local.LocalExecutor`, the default): this machine, ``-j N``
   processes at a time, each started from the run's fork server or as a plain
-  subprocess (:func:`harness.execute.process.execute`);
+  subprocess (:func:`harness.execute.watch.execute`);
 - ``ray`` (:class:`harness.execute.cluster.RayExecutor`): one Ray task per job on a
   local or existing Ray cluster, each running the same
-  :func:`harness.execute.process.execute` on its node (``pip install -e '.[cluster]'``;
+  :func:`harness.execute.watch.execute` on its node (``pip install -e '.[cluster]'``;
   docs/cluster.md).
 
 Both hand back the same :class:`harness.execute.jobs.JobResult` per job, so the

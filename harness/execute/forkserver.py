@@ -25,10 +25,10 @@ fork, so a liar or mutant is patched into fresh modules exactly as in a
 plain subprocess, and ``impl``'s C kernel (OpenMP: libgomp cannot be used
 in a fork once a parallel region ran) is first loaded in the child. The
 zygote's only project modules are the runner's machinery it runs
-(``harness``, ``harness.execute.zygote``, ``harness.execute.procs``, ``harness.execute.pytest_main``)
+(``harness``, ``harness.execute.zygote``, ``harness.execute.orphans``, ``harness.execute.pytest_main``)
 and the witness side.
 
-The zygote is started with the run's environment (``harness.execute.process.witness_env``:
+The zygote is started with the run's environment (``harness.execute.watch.witness_env``:
 PYTHONPATH, PYTHONHASHSEED=0, BLAS thread variables, KVPROOF_*), so what the
 interpreter and OpenBLAS read once at start-up (hash seed, sys.path, thread
 count) is what a fresh witness process would have read. Bytecode settings
@@ -51,7 +51,7 @@ The runner sends a request (argv, env, cwd, log file) over a unix socket.
 The zygote forks a child that becomes a session leader, chdirs, replaces
 ``os.environ``, sends stdout/stderr to the log file, enables faulthandler
 (as PYTHONFAULTHANDLER does), starts the runner watchdog
-(:func:`harness.execute.procs.watch_runner`; the watchdog pipe's read end is
+(:func:`harness.execute.orphans.watch_runner`; the watchdog pipe's read end is
 inherited), runs :func:`harness.execute.pytest_main.main` with the argv, and
 ``os._exit``\\ s with pytest's code. The zygote reports the child's pid at
 start and its exit status at its end; the runner sees a :class:`ForkChild`
@@ -107,7 +107,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.execute import procs
+from harness.execute import orphans
 from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, SOCKET_PATH_ENV, TITLE_ROOM
 
 FORKSERVER = "forkserver"
@@ -160,7 +160,7 @@ class ForkChild:
 
     ``lost`` is True when the zygote died while the child ran: the runner
     killed the child, its ``returncode`` is :data:`LOST_CODE` and its result
-    means nothing (:func:`harness.execute.process.execute` runs the job again).
+    means nothing (:func:`harness.execute.watch.execute` runs the job again).
     """
 
     def __init__(self, server: ForkServer, job_id: int, args: Sequence[str]) -> None:
@@ -211,7 +211,7 @@ def _kill_orphan(pid: int) -> None:
             return
     except OSError:
         return
-    procs.kill_tree(pid)
+    orphans.kill_tree(pid)
 
 
 class ForkServer:
@@ -273,7 +273,7 @@ class ForkServer:
             listener.bind(str(path))
             listener.listen(1)
             listener.settimeout(30.0)
-            env = {**self.env, SOCKET_PATH_ENV: str(path), procs.WATCHDOG_ENV: "inherited"}  # the zygote's read end
+            env = {**self.env, SOCKET_PATH_ENV: str(path), orphans.WATCHDOG_ENV: "inherited"}  # the zygote's read end
             # NOTE: the zygote child keeps the watchdog pipe for the server's own loop (no watchdog thread: a
             # warm server must be single-threaded when it forks)
             self.proc = zygote.spawn([str(log), "-", *argv], env, cwd, log, entry=module)  # as _popen's argv
@@ -290,8 +290,8 @@ class ForkServer:
 
     def _popen(self, python: str, module: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        watchdog = procs.watchdog_fd()
-        zenv = {**self.env, procs.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
+        watchdog = orphans.watchdog_fd()
+        zenv = {**self.env, orphans.WATCHDOG_ENV: str(watchdog), SOCKET_ENV: str(theirs.fileno())}
         # the run's bytecode settings are applied after the zygote imported the installed libraries (preload)
         zenv[BYTECODE_ENV] = json.dumps(
             {
@@ -457,7 +457,7 @@ class ForkServer:
             self._kill_proc()
             code = self.proc.wait()
         if not why:
-            why = f"the fork server (pid {self.pid}) ended ({procs.exit_text(code)})"
+            why = f"the fork server (pid {self.pid}) ended ({orphans.exit_text(code)})"
             tail = _tail(self.log)
             if tail and not self.closing:
                 why += f": {tail}"

@@ -4,20 +4,20 @@ Everything a witness process writes is untrusted text: a node id with a
 file name that is not UTF-8, an assertion message carrying ``\\x1b[2J``, a
 50 MB failure, evidence holding a list of two million floats, a line that is
 not an event at all. It is read here and nowhere else, and made safe here
-once (:mod:`harness.safetext`), before anything is judged, recorded or
+once (:mod:`harness.wire.safetext`), before anything is judged, recorded or
 shown:
 
 - an event line is decoded leniently (bytes that are not UTF-8 become
   escapes), checked (every field of the type the wire says) and made safe:
   names (node ids, evidence keys, locations) one line and at most
-  :data:`~harness.safetext.NAME_LIMIT` characters, a message one line, a
-  failure or collection error at most :data:`~harness.safetext.TEXT_LIMIT`,
-  each evidence value at most :data:`~harness.safetext.VALUE_LIMIT` bytes of
-  JSON (:func:`harness.safetext.safe_evidence`). A line that is not a
+  :data:`~harness.wire.safetext.NAME_LIMIT` characters, a message one line, a
+  failure or collection error at most :data:`~harness.wire.safetext.TEXT_LIMIT`,
+  each evidence value at most :data:`~harness.wire.safetext.VALUE_LIMIT` bytes of
+  JSON (:func:`harness.wire.safetext.safe_evidence`). A line that is not a
   well-formed event is kept aside (:attr:`EventTail.unreadable`): the
   process's "passed" results are then not believed
-  (:func:`harness.execute.process.execute`).
-- pytest's account (:class:`harness.protocol.Account`): its node ids made
+  (:func:`harness.execute.watch.execute`).
+- pytest's account (:class:`harness.wire.messages.Account`): its node ids made
   safe exactly as the events' are, so the two accounts still meet.
 - the tail of a process's log or of the stacks ``faulthandler`` wrote.
 
@@ -33,9 +33,10 @@ from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import protocol
-from harness.protocol import NodeResult
-from harness.safetext import (
+from harness.statuses import Outcome
+from harness.wire import messages
+from harness.wire.messages import NodeResult
+from harness.wire.safetext import (
     KEYS_LIMIT,
     NAME_LIMIT,
     TEXT_LIMIT,
@@ -45,7 +46,6 @@ from harness.safetext import (
     safe_text,
     safe_value,
 )
-from harness.statuses import Outcome
 
 NODE_OUTCOMES = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED})
 # NodeResult's text fields and how each is made safe; any other str field is multi-line text
@@ -87,13 +87,13 @@ def _count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def _property_runs(runs: Any) -> tuple[protocol.PropertyRun, ...]:
+def _property_runs(runs: Any) -> tuple[messages.PropertyRun, ...]:
     """The examples each Hypothesis property ran, checked field by field (the judge compares them with the
     profile's budget); never clipped: a run left out could be the one that ran short of it."""
     _need(isinstance(runs, tuple) and len(runs) <= PROPERTY_RUNS_LIMIT, "result: examples is not a short list")
     out = []
     for r in runs:
-        _need(isinstance(r, protocol.PropertyRun), "result: examples holds something else than property runs")
+        _need(isinstance(r, messages.PropertyRun), "result: examples holds something else than property runs")
         _need(_count(r.ran) and _count(r.explicit), "result: examples: ran or explicit is not a count")
         _need(r.max_examples is None or _count(r.max_examples), "result: examples: max_examples is not a count")
         _need(r.generate is None or isinstance(r.generate, bool), "result: examples: generate is not true or false")
@@ -124,38 +124,38 @@ def _result(r: NodeResult) -> NodeResult:
     return replace(r, **changes)
 
 
-def clean(event: protocol.Event) -> protocol.Event:
+def clean(event: messages.Event) -> messages.Event:
     """``event`` with every field checked and every text made safe; ValueError when it is not well formed."""
-    if isinstance(event, protocol.NodeFinished):
-        return protocol.NodeFinished(_result(event.result))
-    if isinstance(event, protocol.NodeStarted):
+    if isinstance(event, messages.NodeFinished):
+        return messages.NodeFinished(_result(event.result))
+    if isinstance(event, messages.NodeStarted):
         _need(isinstance(event.nodeid, str), "start: nodeid is not a text")
         _need(_number(event.timeout), "start: timeout is not a number")
-        return protocol.NodeStarted(safe_name(event.nodeid), float(event.timeout))
-    if isinstance(event, protocol.CollectError):
-        return protocol.CollectError(safe_name(event.nodeid), safe_text(event.text))
-    if isinstance(event, protocol.LiarApplied):
+        return messages.NodeStarted(safe_name(event.nodeid), float(event.timeout))
+    if isinstance(event, messages.CollectError):
+        return messages.CollectError(safe_name(event.nodeid), safe_text(event.text))
+    if isinstance(event, messages.LiarApplied):
         _need(isinstance(event.ok, bool), "liar: ok is not true or false")
-        return protocol.LiarApplied(
+        return messages.LiarApplied(
             safe_line(event.name, NAME_LIMIT), event.ok, safe_name(event.target), safe_line(event.error)
         )
-    if isinstance(event, protocol.LinesRun):
+    if isinstance(event, messages.LinesRun):
         lines = event.lines
         _need(isinstance(lines, Mapping), "lines: not an object")
         _need(
             all(isinstance(v, list) and all(isinstance(n, int) for n in v) for v in lines.values()),
             "lines: not lists of line numbers",
         )
-        return protocol.LinesRun(safe_name(event.nodeid), {safe_name(k): v for k, v in lines.items()})
+        return messages.LinesRun(safe_name(event.nodeid), {safe_name(k): v for k, v in lines.items()})
     if is_dataclass(event):  # an event added to the wire later: its texts made safe, field by field
         return replace(event, **{f.name: _field(getattr(event, f.name)) for f in fields(event)})
     raise ValueError(f"not a kvproof event: {type(event).__name__}")
 
 
-def read_event(line: bytes) -> protocol.Event:
+def read_event(line: bytes) -> messages.Event:
     """One line of the event stream -> a safe event (:func:`clean`); ValueError when it is not one."""
     try:
-        return clean(protocol.decode(line.decode("utf-8", "surrogateescape")))
+        return clean(messages.decode(line.decode("utf-8", "surrogateescape")))
     except (TypeError, RecursionError, AttributeError) as exc:  # a field of the wrong shape
         raise ValueError(f"not a well-formed event: {type(exc).__name__}") from None
 
@@ -180,8 +180,8 @@ class EventTail:
         self.dropping = 0  # bytes of an over-long line dropped so far (0: not in one)
         self.unreadable: list[str] = []
 
-    def read(self) -> list[protocol.Event]:
-        out: list[protocol.Event] = []
+    def read(self) -> list[messages.Event]:
+        out: list[messages.Event] = []
         with open(self.path, "rb") as fh:
             fh.seek(self.pos)
             while chunk := fh.read(READ_CHUNK):
@@ -189,9 +189,9 @@ class EventTail:
                 out += self._lines(chunk)
         return out
 
-    def _lines(self, chunk: bytes) -> list[protocol.Event]:
+    def _lines(self, chunk: bytes) -> list[messages.Event]:
         *lines, rest = (self.partial + chunk).split(b"\n")
-        out: list[protocol.Event] = []
+        out: list[messages.Event] = []
         for line in lines:
             if self.dropping:  # the end of an over-long line
                 self._too_long(self.dropping + len(line))
@@ -213,9 +213,9 @@ class EventTail:
         self.dropping = 0
 
 
-def read_account(path: Path) -> protocol.Account | None:
+def read_account(path: Path) -> messages.Account | None:
     """pytest's own account at ``path`` with its node ids made safe as the events' are; None when missing."""
-    account = protocol.Account.read(path)
+    account = messages.Account.read(path)
     if account is None:
         return None
     return replace(

@@ -5,7 +5,7 @@ A :class:`Job` is one pytest process: a card's witnesses and controls
 :class:`RunConfig` says how every process of a run is started (profile,
 seed, timeouts, launcher, BLAS threads); a :class:`JobResult` is what
 one produced. :func:`honest_job`, :func:`liar_job` and :func:`count_jobs`
-build a card's jobs; :mod:`harness.execute.process` runs one,
+build a card's jobs; :mod:`harness.execute.watch` runs one,
 :mod:`harness.execute.outcomes` reads its result back into outcomes.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import protocol
-from harness.cards import Card, Witness
 from harness.errors import UsageError
 from harness.execute import forkserver
-from harness.protocol import NodeResult
+from harness.select.cards import Card, Witness
+from harness.wire import messages
+from harness.wire.messages import NodeResult
 
 CAUGHT_EARLIER = "the liar was already caught: a liar run stops at the first witness that fails or errors under it"
 MAX_TIMEOUT_S = 1e6  # faulthandler.dump_traceback_later overflows somewhere below 1e12 s
@@ -121,7 +121,7 @@ class JobResult:
     """What one process produced: node results plus anything that went wrong around them."""
 
     results: dict[str, NodeResult] = field(default_factory=dict)
-    collect_errors: list[protocol.CollectError] = field(default_factory=list)
+    collect_errors: list[messages.CollectError] = field(default_factory=list)
     liar_error: str = ""
     stopped: str = ""  # why nodes that never started did not run
     exit_code: int | None = None
@@ -131,9 +131,9 @@ class JobResult:
     retried: str = ""  # why it ran more than once (a cluster worker died under an earlier attempt)
     lost: str = ""  # no attempt came back (cluster workers died under each): the job is ERROR, this says where
     unavailable: str = ""  # the node could not provide the run's data as the driver has it: its witnesses skip
-    lines_run: list[protocol.LinesRun] = field(default_factory=list)  # Job.coverage: traced lines, as streamed
+    lines_run: list[messages.LinesRun] = field(default_factory=list)  # Job.coverage: traced lines, as streamed
     started_as: str = ""  # how the process started: "" (fork server or subprocess), "warm", or "fresh: why"
-    reads: tuple[str, ...] | None = None  # project files the process read (protocol.Account.reads); None: unknown
+    reads: tuple[str, ...] | None = None  # project files the process read (messages.Account.reads); None: unknown
 
 
 # ---------------------------------------------------------------- a card's jobs

@@ -16,13 +16,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from harness.execute import procs
+from harness.execute import orphans
 from harness.execute.forkserver import FORKSERVER, ForkChild, ForkServer, Unavailable, WarmFacts
 from harness.execute.zygote import SOCKET_ENV
-from harness.protocol import ACCOUNT_ENV
+from harness.wire.messages import ACCOUNT_ENV
 
 _VOLATILE = (
-    procs.WATCHDOG_ENV,
+    orphans.WATCHDOG_ENV,
     SOCKET_ENV,
     ACCOUNT_ENV,
     "PYTEST_CURRENT_TEST",

@@ -1,6 +1,6 @@
 """The local executor: ``-j N`` witness processes at a time on this machine.
 
-Each job is one thread blocked in :func:`harness.execute.process.execute`
+Each job is one thread blocked in :func:`harness.execute.watch.execute`
 (which only polls its process); results come back on a queue. The executor
 owns the run's scratch folder and fork server for its lifetime.
 """
@@ -13,15 +13,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness.execute import bytecode, procs
+from harness.execute import bytecode, orphans
 from harness.execute.executor import LOCAL, Finished, Running, Started
 from harness.execute.jobs import Job, JobResult, RunConfig
-from harness.execute.process import execute, launcher_name, open_launcher, pycache_dir
+from harness.execute.watch import execute, launcher_name, open_launcher, pycache_dir
 
 
 class LocalExecutor:
     """``jobs`` witness processes at a time on this machine: one thread per job, blocked in
-    :func:`harness.execute.process.execute` (which only polls its process); results come back on a queue.
+    :func:`harness.execute.watch.execute` (which only polls its process); results come back on a queue.
 
     Owns the run's scratch folder (``<TMPDIR>/kvproof-run-<pid>-*``) and fork server for its lifetime.
     """
@@ -40,9 +40,9 @@ class LocalExecutor:
 
     def __enter__(self) -> LocalExecutor:
         launcher_name(self.cfg)  # a bad KVPROOF_LAUNCHER is a UsageError before anything starts
-        procs.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
+        orphans.sweep_owned()  # folders of runs that were killed (SIGKILL) before they could remove theirs
         bytecode.drop_ambiguous(pycache_dir(self.cfg.root), self.cfg.root)  # no witness runs stale bytecode
-        self.base = procs.owned_tempdir()
+        self.base = orphans.owned_tempdir()
         self.launcher = open_launcher(self.cfg, self.base)
         return self
 

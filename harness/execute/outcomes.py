@@ -1,6 +1,6 @@
 """A card's job results -> its outcomes: which witness each node result belongs to, when liars run, the card's run.
 
-:func:`harness.execute.jobs.honest_job` -> :func:`harness.execute.process.execute` -> :func:`after_honest`
+:func:`harness.execute.jobs.honest_job` -> :func:`harness.execute.watch.execute` -> :func:`after_honest`
 (which liars to run) -> ``execute`` per :func:`harness.execute.jobs.liar_job` -> :func:`liar_run`
 -> :func:`assemble`; :mod:`harness.execute.schedule` interleaves these steps across
 cards. Nothing here starts a process or builds a job.
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness import protocol
-from harness.cards import Card, Witness
 from harness.execute.jobs import JobResult, RunConfig
-from harness.execute.procs import exit_text
-from harness.protocol import NodeResult
+from harness.execute.orphans import exit_text
+from harness.select.cards import Card, Witness
 from harness.statuses import Outcome
 from harness.verdict import CardOutcomes, LiarRun, WitnessOutcome, judge_witness
+from harness.wire import messages
+from harness.wire.messages import NodeResult
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,9 @@ class CardRun:
     duration: float  # seconds, all processes of this card
     honest_s: float = 0.0  # seconds, the honest process alone
     honest_node: str = ""  # where the honest process ran (a cluster node), "" on this machine
-    lines_run: tuple[protocol.LinesRun, ...] = ()  # the honest run's traced lines (a mutate run), as streamed
+    lines_run: tuple[messages.LinesRun, ...] = ()  # the honest run's traced lines (a mutate run), as streamed
     # project files its honest and liar processes read (harness.execute.reads), relative to the root, sorted;
-    # None when one of them did not say (the verdict is then never replayed: harness.binding.read_files)
+    # None when one of them did not say (the verdict is then never replayed: harness.plan.binding.read_files)
     reads: tuple[str, ...] | None = None
 
 
@@ -54,7 +54,7 @@ def witness_outcomes(witnesses: tuple[Witness, ...], res: JobResult) -> tuple[Wi
         return tuple(WitnessOutcome(w.id, (), f"not run: {res.lost}") for w in witnesses)
     out = []
     for w in witnesses:
-        nodes = tuple(r for nid, r in res.results.items() if protocol.node_matches(w.test, nid))
+        nodes = tuple(r for nid, r in res.results.items() if messages.node_matches(w.test, nid))
         if nodes:
             out.append(WitnessOutcome(w.id, nodes))
             continue
@@ -89,7 +89,7 @@ class HonestPart:
     liars: tuple[str, ...]  # to run now, in card order
     liars_skipped: str = ""  # why the listed liars are not run
     node: str = ""  # where the honest process ran
-    lines_run: tuple[protocol.LinesRun, ...] = ()  # its traced lines (harness.execute.jobs.Job.coverage)
+    lines_run: tuple[messages.LinesRun, ...] = ()  # its traced lines (harness.execute.jobs.Job.coverage)
     reads: tuple[str, ...] | None = None  # project files it read (harness.execute.jobs.JobResult.reads)
 
 

@@ -1,6 +1,6 @@
 """Entry point of a witness subprocess: ``python -m harness.execute.pytest_main [pytest args]``.
 
-First thing, the watchdog (:func:`harness.execute.procs.watch_runner`): when the
+First thing, the watchdog (:func:`harness.execute.orphans.watch_runner`): when the
 runner that started this process dies, however it died, this process and
 everything it started are killed, so no witness outlives its runner; and
 when pytest is done, whatever the witnesses started and left running is
@@ -14,7 +14,7 @@ sees each test body from the outermost ``pytest_runtest_call`` wrapper and
 refuses hooks that project code implements on the run-test protocol (a
 conftest hookwrapper on ``pytest_runtest_makereport`` can rewrite a failure
 as a pass). After ``pytest.main`` returns it writes a
-:class:`harness.protocol.Account` where :data:`harness.protocol.ACCOUNT_ENV`
+:class:`harness.wire.messages.Account` where :data:`harness.wire.messages.ACCOUNT_ENV`
 said (the variable is removed before pytest starts); the runner
 cross-checks it against the plugin's events. docs/trust.md says what this
 does and does not stop.
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.execute.procs import kill_descendants, watch_runner
+from harness.execute.orphans import kill_descendants, watch_runner
 from harness.execute.reads import ReadLog
-from harness.protocol import ACCOUNT_ENV, CALL_FAILED, CALL_PASSED, CALL_SKIPPED, Account
+from harness.wire.messages import ACCOUNT_ENV, CALL_FAILED, CALL_PASSED, CALL_SKIPPED, Account
 
 HARNESS_DIR = Path(__file__).resolve().parents[1]  # the harness package: its own hooks are not project code
 
@@ -161,7 +161,7 @@ def run(args: Sequence[str], keeper: AccountKeeper, plugins: Sequence[object] = 
 def main(args: Sequence[str]) -> int:
     """Run pytest with ``args``, then kill whatever the witnesses started and left running; pytest's exit code.
 
-    Writes pytest's own :class:`~harness.protocol.Account` where
+    Writes pytest's own :class:`~harness.wire.messages.Account` where
     ``KVPROOF_ACCOUNT`` says (removed from the environment first), with every file of the project (the
     working folder) this process read from here on (:mod:`harness.execute.reads`).
     """

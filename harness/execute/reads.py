@@ -19,7 +19,7 @@ library's (those are listed by absolute path), read and not written by this proc
 removed or renamed: its own outputs), outside ``.git``, ``__pycache__``,
 the bytecode prefix and the installed libraries (a virtualenv inside the
 project). The runner drops what is bound another way
-(:func:`harness.binding.read_files`). A file that was opened but did not
+(:func:`harness.plan.binding.read_files`). A file that was opened but did not
 exist is listed too: creating it later changes what the witness does. What
 the harness itself opens is not (the liar index reads the source of every
 liar module to find one; the harness is not bound, docs/trust.md), except
@@ -27,7 +27,7 @@ through its generic witness modules, which a witness calls.
 
 Installed by :func:`harness.execute.pytest_main.main` after the fork (the
 fork server's own reads are not a job's); it travels back in pytest's own
-account (:attr:`harness.protocol.Account.reads`). Imports nothing of the
+account (:attr:`harness.wire.messages.Account.reads`). Imports nothing of the
 harness.
 """
 
@@ -40,7 +40,7 @@ import sysconfig
 import tempfile
 
 _HARNESS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
-# the harness's generic witness modules (harness.binding.GENERIC_WITNESSES): what they open, they open for a witness
+# the generic witness modules (harness.plan.binding.GENERIC_WITNESSES): what they open, they open for a witness
 _FOR_WITNESSES = tuple(os.path.join(_HARNESS, "targets", f) for f in ("claims.py", "judge.py"))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # system folders whose files are no input of a verdict (the kernel's views, devices, run-time state)

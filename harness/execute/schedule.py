@@ -12,8 +12,8 @@ chain (its own expected seconds, plus for an honest run its slowest liar,
 :func:`chain_s`), from the durations of the card's last recorded run in the
 ledger (:func:`expected_from_entry`), else ``obligations/timings.json``, the
 committed hints ``run_obligations.py timings --write`` takes from a ledger
-(:mod:`harness.timings`; what a fresh clone or CI has), else unknown (1 s a
-process; :func:`harness.planning.plan` picks the source per card and the run's
+(:mod:`harness.plan.timings`; what a fresh clone or CI has), else unknown (1 s a
+process; :func:`harness.plan.planning.plan` picks the source per card and the run's
 ``schedule:`` line counts them). Ties, and unknown cards, go in card order.
 Starting the long chains first keeps the two slowest cards (RING-T3,
 ORACLE-PARITY: honest ~10 s, then one ~10 s liar each) from ending up alone
@@ -26,7 +26,7 @@ the ``caught_by`` of timings.json) go first, the rest keep card order
 (:func:`liar_order`).
 
 Witness processes start from the run's fork server
-(:func:`harness.execute.process.open_launcher`, :mod:`harness.execute.forkserver`), opened when
+(:func:`harness.execute.watch.open_launcher`, :mod:`harness.execute.forkserver`), opened when
 the run starts and closed when it ends, or as plain subprocesses.
 
 Where each job runs is the executor's business (:mod:`harness.execute.executor`):
@@ -37,8 +37,8 @@ on the calling thread, which is also where Ctrl-C arrives. On Ctrl-C
 cancels every running job (process groups killed, cluster tasks cancelled),
 and the interrupt is re-raised: nothing is returned, so nothing is recorded.
 A run killed outright (SIGKILL) cannot clean up: its witness processes kill
-themselves (:func:`harness.execute.procs.watch_runner`) and the next run removes its
-scratch folder (:func:`harness.execute.procs.sweep_owned`).
+themselves (:func:`harness.execute.orphans.watch_runner`) and the next run removes its
+scratch folder (:func:`harness.execute.orphans.sweep_owned`).
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from harness.cards import Card
 from harness.execute.executor import Executor, ExecutorSpec, Running, Started, blas_config
 from harness.execute.factory import make as make_executor
 from harness.execute.jobs import Job, JobResult, RunConfig, honest_job, liar_job
 from harness.execute.outcomes import CardRun, HonestPart, after_honest, assemble, liar_run, not_run
-from harness.timings import Expected, chain_s
+from harness.plan.timings import Expected, chain_s
+from harness.select.cards import Card
 from harness.verdict import LiarRun
 
 

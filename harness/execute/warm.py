@@ -71,8 +71,8 @@ from typing import Any
 
 import pytest
 
-from harness import protocol
-from harness.execute import procs, pytest_main, zygote
+from harness.execute import orphans, pytest_main, zygote
+from harness.wire import messages
 
 RECORDER = "kvproof-recorder"  # the name harness.plugin registers its recorder under
 
@@ -207,14 +207,14 @@ class WarmServer:
         plan = next(a.split("=", 1)[1] for a in argv if a.startswith("--kvproof-plan="))
         tests = [a for a in argv if not a.startswith("-") and ("::" in a or a.endswith(".py"))]
         try:
-            recorder.adopt(protocol.JobPlan.read(plan))
+            recorder.adopt(messages.JobPlan.read(plan))
         except pytest.UsageError:  # the mutant could not be applied: said on the stream; as a fresh process ends
             self.keeper.write(int(pytest.ExitCode.USAGE_ERROR))
             zygote.finish_child(int(pytest.ExitCode.USAGE_ERROR))
         chosen, seen = [], set()
         for test in tests:
             for item in session.items:
-                if item.nodeid not in seen and protocol.node_matches(test, item.nodeid):
+                if item.nodeid not in seen and messages.node_matches(test, item.nodeid):
                     seen.add(item.nodeid)
                     chosen.append(item)
         session.items = chosen
@@ -255,9 +255,9 @@ def serve_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    watchdog_raw = os.environ.pop(procs.WATCHDOG_ENV, None)
+    watchdog_raw = os.environ.pop(orphans.WATCHDOG_ENV, None)
     watchdog = int(watchdog_raw) if watchdog_raw and watchdog_raw.isdigit() else None
-    procs.become_subreaper()
+    orphans.become_subreaper()
     zygote.set_title([sys.executable, "-m", "harness.execute.warm", *argv[:1]])
     for problem in zygote.preload():
         print(f"harness.execute.warm: not preloaded: {problem}", file=sys.stderr)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.execute import procs
+from harness.execute import orphans
 from harness.execute import pytest_main as _pytest_main
 
 SOCKET_ENV = "KVPROOF_FORKSERVER_FD"
@@ -62,7 +62,7 @@ def preload() -> list[str]:
 
     problems = []
     # NOTE: bytecode of the installed libraries. Witness processes keep bytecode under the run's
-    # PYTHONPYCACHEPREFIX (harness.execute.process.witness_env), and with a prefix set Python reads .pyc files
+    # PYTHONPYCACHEPREFIX (harness.execute.watch.witness_env), and with a prefix set Python reads .pyc files
     # only there: on a fresh checkout (CI) the zygote compiled numpy, Hypothesis, pytest and much of the standard
     # library from source into an empty prefix, 3-10 s before the first witness ran. Installed packages and the
     # standard library come with their own __pycache__ (pip and the Python install compiled them), so the
@@ -199,7 +199,7 @@ class Zygote:
                     self.handle(json.loads(line))
             self.reap()
         for pid in list(self.children):
-            procs.kill_tree(pid)  # NOTE: unreaped, so each pid is still our child's
+            orphans.kill_tree(pid)  # NOTE: unreaped, so each pid is still our child's
 
     def handle(self, msg: Mapping[str, Any]) -> None:
         if msg.get("op") == "spawn":
@@ -209,7 +209,7 @@ class Zygote:
         elif msg.get("op") == "kill":
             pid = next((p for p, i in self.children.items() if i == msg.get("id")), None)
             if pid is not None:  # NOTE: not reaped yet (only reap() reaps), so the pid is still the child's
-                procs.kill_tree(pid)
+                orphans.kill_tree(pid)
 
     def spawn(self, msg: Mapping[str, Any]) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -256,7 +256,7 @@ class Zygote:
         """Kill our children that we did not fork: processes a dead child left in other sessions, re-parented to us
         (a subreaper). A live child is a subreaper itself, so what it leaves goes to it, not to us."""
         me = os.getpid()
-        for pid in procs.descendants(me):
+        for pid in orphans.descendants(me):
             try:
                 with open(f"/proc/{pid}/stat", "rb") as fh:
                     stat = fh.read().decode("ascii", "replace")
@@ -264,7 +264,7 @@ class Zygote:
             except (OSError, ValueError, IndexError):
                 continue
             if ppid == me and pid not in self.children:
-                procs.kill_tree(pid)
+                orphans.kill_tree(pid)
 
 
 def set_title(argv: Sequence[str]) -> bool:
@@ -313,8 +313,8 @@ def enter_child(msg: Mapping[str, Any], zygote: Zygote, watch: bool = True) -> N
     os.chdir(msg["cwd"])
     os.environ.clear()
     os.environ.update(msg["env"])
-    if zygote.watchdog is not None and procs.WATCHDOG_ENV in os.environ:
-        os.environ[procs.WATCHDOG_ENV] = str(zygote.watchdog)  # the inherited read end, same pipe
+    if zygote.watchdog is not None and orphans.WATCHDOG_ENV in os.environ:
+        os.environ[orphans.WATCHDOG_ENV] = str(zygote.watchdog)  # the inherited read end, same pipe
     fd = os.open(msg["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -329,7 +329,7 @@ def enter_child(msg: Mapping[str, Any], zygote: Zygote, watch: bool = True) -> N
 
         faulthandler.enable()
     if watch:
-        procs.watch_runner()
+        orphans.watch_runner()
     if "numpy.random" in sys.modules:
         # NOTE: a fresh process seeds numpy's global generator from the OS; forked ones would share the
         # zygote's state (the random module reseeds itself after fork)
@@ -381,13 +381,13 @@ def serve_main(argv: Sequence[str]) -> int:
     except (KeyError, ValueError):
         print(
             f"harness.execute.zygote: {SOCKET_ENV} names no socket: this module is started by the runner "
-            "(harness.execute.process), not by hand",
+            "(harness.execute.watch), not by hand",
             file=sys.stderr,
         )
         return 2
-    watchdog_raw = os.environ.pop(procs.WATCHDOG_ENV, None)
+    watchdog_raw = os.environ.pop(orphans.WATCHDOG_ENV, None)
     watchdog = int(watchdog_raw) if watchdog_raw and watchdog_raw.isdigit() else None
-    procs.become_subreaper()
+    orphans.become_subreaper()
     set_title([sys.executable, "-m", "harness.execute.zygote", *argv[:1]])
     sock = socket.socket(fileno=sock_fd)
     for problem in preload():

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import yaml
 
-from harness.cardcheck import Problem, line_for, line_index, parse_yaml, schema_problems, short
-from harness.cards import EQUIVALENT_FILE
 from harness.errors import InputRefused, LiarError, YamlAliasRefused
 from harness.inputs import HINTS_LIMIT, read_text
 from harness.mutation import cgen
 from harness.mutation import generate as gen
 from harness.mutation.keys import KEY_PATTERN, parse_key
+from harness.select.cards import EQUIVALENT_FILE
+from harness.select.problems import Problem, line_for, line_index, parse_yaml, schema_problems, short
 
 EQUIVALENT_SCHEMA = {
     "type": "object",

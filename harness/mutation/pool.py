@@ -18,8 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cards import Card
-from harness.document import MutantResult
 from harness.execute.executor import ExecutorSpec
 from harness.execute.jobs import Job, JobResult, RunConfig
 from harness.execute.outcomes import witness_outcomes
@@ -28,6 +26,8 @@ from harness.mutation import score as mutation
 from harness.mutation.generate import Mutant
 from harness.mutation.marks import Mark
 from harness.mutation.reach import Killers, ordered
+from harness.record.document import MutantResult
+from harness.select.cards import Card
 from harness.statuses import MutantStatus
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Which witnesses can tell a mutant from the original: reachability, from the honest run's line coverage.
 
 A ``mutate`` run's honest runs trace the files each card claims
-(:class:`harness.linecov.LineTracer`): per node, the lines its test body ran;
+(:class:`harness.wire.linecov.LineTracer`): per node, the lines its test body ran;
 and the lines that ran outside any test body (collection, fixture set-up and
 tear-down), which any node may have depended on. :func:`reach_of` turns that
 into a card's :class:`Reach`.
@@ -39,11 +39,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness import protocol
-from harness.cards import Card
-from harness.document import MutantResult
 from harness.mutation.generate import Mutant
+from harness.record.document import MutantResult
+from harness.select.cards import Card
 from harness.statuses import MutantStatus
+from harness.wire import messages
 
 Lines = Mapping[str, frozenset[int]]  # path relative to the root -> line numbers
 
@@ -102,9 +102,9 @@ class Reach:
 
 
 def reach_of(
-    card: Card, lines_run: Sequence[protocol.LinesRun], nodes: Mapping[str, Sequence[str]] | None = None
+    card: Card, lines_run: Sequence[messages.LinesRun], nodes: Mapping[str, Sequence[str]] | None = None
 ) -> Reach | None:
-    """The card's :class:`Reach` from the honest run's :class:`harness.protocol.LinesRun` events; None when
+    """The card's :class:`Reach` from the honest run's :class:`harness.wire.messages.LinesRun` events; None when
     there are none (nothing was traced: every mutant runs against every witness). ``nodes``: witness id -> the
     node ids the honest run ran for it (a node that ran no traced line streams no event; without the list,
     every witness runs whole)."""
@@ -119,7 +119,7 @@ def reach_of(
             continue
         _merge(by_node.setdefault(ev.nodeid, {}), ev.lines)
         for w in card.witnesses:
-            if protocol.node_matches(w.test, ev.nodeid):
+            if messages.node_matches(w.test, ev.nodeid):
                 _merge(by_witness[w.id], ev.lines)
 
     def frozen(lines: dict[str, set[int]]) -> Lines:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from harness.cards import Card
-from harness.document import MutationResult
 from harness.errors import LedgerError
-from harness.ledger import FILENAME, Ledger
+from harness.ledger.history import FILENAME, Ledger
 from harness.mutation import sample as smp
 from harness.mutation import score as mutation
+from harness.record.document import MutationResult
 from harness.request import RunRequest
+from harness.select.cards import Card
 
 
 def open_ledger(req: RunRequest) -> Ledger | None:

@@ -47,9 +47,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.binding import BoundFile, digest
-from harness.cards import EQUIVALENT_FILE, Card
-from harness.document import Claim, MutantResult, MutationResult
 from harness.errors import LiarError
 from harness.execute.jobs import Job, JobResult
 from harness.execute.outcomes import witness_outcomes
@@ -58,6 +55,9 @@ from harness.mutation import generate as gen
 from harness.mutation import marks as eqmarks
 from harness.mutation import sample as smp
 from harness.mutation.marks import Mark
+from harness.plan.binding import BoundFile, digest
+from harness.record.document import Claim, MutantResult, MutationResult
+from harness.select.cards import EQUIVALENT_FILE, Card
 from harness.statuses import MutantStatus, Outcome
 from harness.verdict import judge_witness
 

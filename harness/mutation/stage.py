@@ -23,9 +23,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from harness import protocol, provenance
-from harness.cards import Card
-from harness.document import Claim, MutantResult, MutationResult
 from harness.execute.executor import RAY
 from harness.execute.forkserver import WarmFacts
 from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
@@ -40,12 +37,16 @@ from harness.mutation.marks import Mark
 from harness.mutation.pool import MutantPool
 from harness.mutation.reach import Killers, Reach, reach_of
 from harness.mutation.recall import open_ledger
+from harness.plan.subjects import DEFAULT
+from harness.record import provenance
+from harness.record.document import Claim, MutantResult, MutationResult
 from harness.request import MutateOptions, Reporter, RunRequest
+from harness.select.cards import Card
 from harness.statuses import MutantStatus, Outcome
-from harness.subjects import DEFAULT
+from harness.wire import messages
 
 if TYPE_CHECKING:
-    from harness.planning import RunPlan
+    from harness.plan.planning import RunPlan
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
 
 def _traced(
     req: RunRequest, cfg: RunConfig, plans: Mapping[str, mutation.CardMutants], need: Sequence[str]
-) -> tuple[dict[str, list[protocol.LinesRun]], dict[str, dict[str, float]], dict[str, dict[str, tuple[str, ...]]]]:
+) -> tuple[dict[str, list[messages.LinesRun]], dict[str, dict[str, float]], dict[str, dict[str, tuple[str, ...]]]]:
     """Line coverage for cards whose honest run did not trace this time (replayed, or run under another profile
     than the mutants'): their witnesses once more, under ``cfg``. Also each witness's seconds (its timeout base)
     and nodes."""
@@ -291,7 +292,7 @@ def measure(
 
     todo = {cid: [m for m in cm.sample if m.key not in reused.get(cid, {})] for cid, cm in plans.items()}
     reach: dict[str, Reach | None] = {}
-    traced: dict[str, list[protocol.LinesRun]] = {}
+    traced: dict[str, list[messages.LinesRun]] = {}
     traced_nodes: dict[str, dict[str, tuple[str, ...]]] = {}
     if opts.fast:
         other = cfg.profile != req.profile  # the cards ran under another profile than the mutants will

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import OracleCorrupt, OracleMissing, OracleStale
-from harness.execute.procs import pid_alive
+from harness.execute.orphans import pid_alive
 from harness.files import sha256_file
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
 from harness.project import KVPROOF_HOME, program

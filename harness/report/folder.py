@@ -35,14 +35,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.cards import card_bytes
-from harness.document import RunDocument
+from harness.compare import render as compare_report
 from harness.errors import LedgerError, RunNotRecorded
-from harness.execute.procs import pid_alive
-from harness.ledger import FILENAME, Ledger, PastVerdict
-from harness.report import changes as compare_report
+from harness.execute.orphans import pid_alive
+from harness.ledger.history import FILENAME, Ledger, PastVerdict
+from harness.record.document import RunDocument
 from harness.report import html, jsonfile, junit, markdown
 from harness.report.view import HISTORY_LIMIT, build_view
+from harness.select.cards import card_bytes
 
 PARTIAL = ".partial-"
 UNRECORDED = ".unrecorded"  # suffix of a complete report folder whose run the ledger could not record
@@ -78,7 +78,7 @@ def sweep_partials(reports: Path) -> list[Path]:
 def write_cards(folder: Path, doc: RunDocument, root: Path | None = None) -> None:
     """``cards/``: each card file exactly as the run loaded it, and ``cards/index.json`` (id, path, sha256, file).
 
-    The bytes come from :func:`harness.cards.card_bytes` (kept at load time), else from the card file
+    The bytes come from :func:`harness.select.cards.card_bytes` (kept at load time), else from the card file
     when its sha256 still equals the card's fingerprint; a card whose bytes are neither is listed with
     ``file: null`` and why, never with other bytes than it was judged against.
     """
@@ -115,7 +115,7 @@ def write_files(
 ) -> None:
     """The four report files (the document's JSON form, three renderings of its view) and the cards as run;
     with a --baseline comparison also compare.json and compare.md. Texts were made safe in the document
-    (:func:`harness.report.data.made_safe`); a character that still cannot be encoded is written as its escape."""
+    (:func:`harness.record.build.made_safe`); a character that still cannot be encoded is written as its escape."""
     folder.mkdir(parents=True)
     write_cards(folder, doc, root)
     if comparison is not None:

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.document import RunDocument
 from harness.files import json_safe
+from harness.record.document import RunDocument
 
 
 def dumps(doc: dict[str, Any]) -> str:

@@ -21,9 +21,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from harness.plan.subjects import split
 from harness.report.view import NOT_RUNNABLE
 from harness.statuses import Verdict
-from harness.subjects import split
 
 _CONTROL = str.maketrans({chr(i): " " for i in range(32) if chr(i) not in "\t\n\r"})
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.data import fraction, liars_fraction
+from harness.record.build import fraction, liars_fraction
 from harness.report.view import NOT_RUNNABLE
 from harness.statuses import Verdict
 

@@ -13,17 +13,17 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
+from harness.compare.render import render_terminal
 from harness.project import program
-from harness.report.changes import render_terminal
-from harness.report.data import fraction, liars_fraction
+from harness.record.build import fraction, liars_fraction
 from harness.report.view import examples_text, mutation_view, replayed_text
-from harness.safetext import escape as visible
 from harness.statuses import VERDICTS, CardState, Gate, Verdict
+from harness.wire.safetext import escape as visible
 
 
 def escape(text: str) -> str:
     """Text for the terminal: control characters, escape sequences, bidi overrides and lone surrogates as
-    visible escapes (:mod:`harness.safetext`; a ledger row from before they were escaped at ingress too), then
+    visible escapes (:mod:`harness.wire.safetext`; a ledger row from before they were escaped at ingress too), then
     rich's own markup escaped."""
     return markup_escape(visible(text))
 

@@ -1,6 +1,6 @@
 """The report view: the verdicts document prepared once for the HTML, Markdown and JUnit renderers.
 
-:func:`build_view` takes the document of :mod:`harness.report.data`, each
+:func:`build_view` takes the document of :mod:`harness.record.build`, each
 card's past verdicts from the ledger and the project root, and returns plain
 data (dicts, lists, strings, numbers) in the order it is shown. Here and only
 here are decided: the history strip and its transitions (newly FAILED,
@@ -23,17 +23,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.checktext import check_text, fmt_value, unevaluated_text
-from harness.compare import summary_counts
-from harness.document import RunDocument
-from harness.ledger import PastVerdict
-from harness.refs import RefSite, resolve_ref
-from harness.report.changes import changed_measures, liars_text, verdict_text
-from harness.report.data import replay_command
+from harness.compare.diff import summary_counts
+from harness.compare.render import changed_measures, liars_text, verdict_text
+from harness.ledger.history import PastVerdict
+from harness.plan.subjects import split
+from harness.record.build import replay_command
+from harness.record.document import RunDocument
 from harness.report.svg import Bar, Point, measure_bars, trend
+from harness.select.refs import RefSite, resolve_ref
 from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
-from harness.subjects import split
 from harness.verdict import observed_summary
+from harness.wording import check_text, fmt_value, unevaluated_text
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
 SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted

@@ -20,9 +20,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from harness.cards import TARGETS_FILE
 from harness.errors import UsageError
 from harness.project import KVPROOF_HOME
+from harness.select.cards import TARGETS_FILE
 from harness.targets import registry
 
 KNOWN_PATH = Path("obligations") / TARGETS_FILE  # relative to the project root

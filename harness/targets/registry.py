@@ -3,7 +3,7 @@
 Names: ``reference`` and ``impl.*`` (:mod:`harness.targets.own`, the group
 ``own``), ``transformers.*`` (:mod:`harness.targets.transformers`), and the
 project's own targets, declared in its ``pyproject.toml`` (``[tool.kvproof]
-targets = ["module:NAME"]``, :mod:`harness.targets.project`; the group
+targets = ["module:NAME"]``, :mod:`harness.targets.pyproject`; the group
 ``project``). A selection is a comma-separated list of names, groups
 (``own``, ``transformers``, ``project``, ``all``) or globs
 (``transformers.*sliding``), in that order, each target once.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.errors import TargetUnknown, UsageError
 from harness.project import project_root as discover
-from harness.targets import own, project, transformers
+from harness.targets import own, pyproject, transformers
 from harness.targets.protocol import Target
 
 ENV_TARGETS = "KVPROOF_TARGETS"
@@ -63,7 +63,7 @@ def project_root() -> Path | None:
 def project_targets() -> dict[str, Target]:
     """name -> Target the project declares ([tool.kvproof] targets); ProjectTargetsInvalid when it cannot load."""
     root = project_root()
-    return project.load(root, TARGETS) if root is not None else {}
+    return pyproject.load(root, TARGETS) if root is not None else {}
 
 
 def targets() -> dict[str, Target]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from harness.cards import load_cards
 from harness.project import project_root
+from harness.select.cards import load_cards
 from harness.targets import known, registry
 
 PARAM = re.compile(r"^(?P<node>[^\[]+)\[(?P<target>[^\]]+)\]$")

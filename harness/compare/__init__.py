@@ -1,0 +1,1 @@
+"""COMPARE: two runs -> what changed, finding the runs, the comparison rendered."""

@@ -1,0 +1,1 @@
+"""PLAN: subjects and cells, binding, timings, the run plan; `status`."""

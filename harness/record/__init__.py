@@ -1,0 +1,1 @@
+"""RECORD: the typed run document, its builder, the run's provenance."""

@@ -1,0 +1,1 @@
+"""SELECT: cards loaded and validated, refs resolved, the runnable selection."""

@@ -1,0 +1,436 @@
+"""Load theorem cards from YAML and validate them, reporting every problem.
+
+A card is read with ``yaml.safe_load`` only, checked against
+``obligations/card.schema.json`` and then against the project it talks about:
+refs and test nodes are resolved statically with :mod:`ast` (nothing is
+imported), liars against the static liar index. Nothing here runs code.
+
+Two kinds of :class:`Problem`:
+
+- ``load``: the card cannot be used at all (YAML syntax, schema, duplicate
+  ids, a tolerance without a reason). ``run`` refuses to start (exit 2).
+- ``link``: the card is well formed but points at something that does not
+  exist (ref, test node, liar, covered file). ``run`` gives that card ERROR
+  without running it; ``validate`` reports it like any other problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import InputRefused, UsageError, YamlAliasRefused
+from harness.inputs import CARD_LIMIT, read_bytes
+from harness.liars import LiarSite
+from harness.project import SCHEMA_PATH, program  # noqa: F401  (SCHEMA_PATH re-exported for the scaffold, tests)
+from harness.select.problems import (
+    Problem,
+    line_index,
+    load_schema,  # noqa: F401  (re-exported: harness.select.schemadoc reads it here)
+    parse_yaml,
+    schema_problems,
+    semantic_problems,
+    short,
+)
+from harness.select.refs import resolve_ref, resolve_symbol, resolve_test
+from harness.select.suggest import did_you_mean
+from harness.statuses import Kind
+from harness.wire.safetext import escape, is_safe
+from harness.wording import bound_text
+
+TOLERANCE_OPS = ("le", "lt")
+BOUND_OPS = ("le", "lt", "ge", "gt", "eq", "ne")
+ALIAS_MESSAGE = "YAML aliases (*{name}) are not allowed in a card; write the value out"
+
+# ---------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``key op limit`` on a value a witness records, e.g. max_abs_delta le 0."""
+
+    key: str
+    op: str  # one of BOUND_OPS
+    limit: Any
+
+    def __str__(self) -> str:
+        return bound_text(self.key, self.op, self.limit)
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A pytest node that checks part of a card's claim (a control when kind='control')."""
+
+    id: str
+    test: str  # pytest node id relative to the project root
+    kind: Kind = Kind.WITNESS
+    bounds: tuple[Bound, ...] = ()
+    reason: str = ""
+    timeout: float | None = None  # seconds; None = harness default
+    notes: str = ""
+    regression: tuple[tuple[str, float], ...] = ()  # (key, fraction of the headroom) pairs (harness.compare.diff)
+
+    @property
+    def file(self) -> str:
+        return self.test.split("::", 1)[0]
+
+
+@dataclass(frozen=True)
+class Card:
+    """A validated theorem card. Paths are relative to the project root."""
+
+    id: str
+    title: str
+    module: str
+    regime: str
+    theorem: str
+    proof: str
+    refs: tuple[str, ...]
+    covers: tuple[str, ...]  # explicit covers, or the default (files of refs and witnesses)
+    requires: tuple[str, ...]
+    witnesses: tuple[Witness, ...]
+    controls: tuple[Witness, ...]
+    liars: tuple[str, ...]
+    notes: str
+    tags: tuple[str, ...]
+    version: int
+    source: Path  # absolute path of the card file
+    display_path: str  # card file as shown to users
+    fingerprint: str  # sha256 hex of the card file's bytes
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    min_score: float | None = None  # mutation.min_score: the least mutation score the card must meet
+    explicit_covers: bool = False  # covers: written in the card (not derived from refs and witnesses)
+    claims_covers: bool = True  # mutation.claims: "refs-and-covers" (the default) or "refs" (covers bind only)
+    subject: str = (
+        "default"  # the subject a cell of this card is about (harness.plan.subjects); id is then CARD@SUBJECT
+    )
+    card_id: str = ""  # the card's own id when this is a cell of another subject ("" : same as id)
+
+    @property
+    def base_id(self) -> str:
+        """The card's own id (a cell's ``id`` is ``CARD@SUBJECT`` for subjects other than the default)."""
+        return self.card_id or self.id
+
+    @property
+    def all_witnesses(self) -> tuple[Witness, ...]:
+        return self.witnesses + self.controls
+
+    def line_of(self, field_path: str) -> int:
+        return self.lines.get(field_path, 0)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Cards that loaded (in file order) and every problem found."""
+
+    cards: tuple[Card, ...]
+    problems: tuple[Problem, ...]
+    broken_ids: Mapping[str, str] = field(default_factory=dict)  # card file that did not load -> its id, if readable
+
+    @property
+    def load_problems(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.kind == "load")
+
+    def link_problems(self, card_id: str) -> tuple[Problem, ...]:
+        card = next((c for c in self.cards if c.id == card_id), None)
+        if card is None:
+            return ()
+        return tuple(p for p in self.problems if p.kind == "link" and p.path == card.display_path)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def display_path(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------- loading
+
+_LOADED: dict[str, bytes] = {}  # sha256 -> the bytes of every card file this process loaded
+
+
+def _keep_bytes(raw: bytes) -> str:
+    """Remember a card file's bytes under their sha256 (the card's fingerprint), which is returned."""
+    fp = hashlib.sha256(raw).hexdigest()
+    _LOADED[fp] = raw
+    return fp
+
+
+def card_bytes(fingerprint: str) -> bytes | None:
+    """The exact bytes a card with this fingerprint was loaded from in this process (None: not loaded here).
+
+    The report folder keeps them (``cards/``), so an old report still shows the theorem, bounds and liars
+    its verdicts were judged against, even after the card file changed.
+    """
+    return _LOADED.get(fingerprint)
+
+
+def _bounds(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Bound, ...]:
+    out = []
+    for key, ops in (raw or {}).items():
+        for op, limit in ops.items():
+            out.append(Bound(key, op, limit))
+    return tuple(out)
+
+
+def _witness(raw: Mapping[str, Any], kind: Kind) -> Witness:
+    return Witness(
+        id=raw["id"],
+        test=raw["test"],
+        kind=kind,
+        bounds=_bounds(raw.get("bounds")),
+        reason=raw.get("reason", ""),
+        timeout=raw.get("timeout"),
+        notes=raw.get("notes", ""),
+        regression=tuple((k, float(v)) for k, v in (raw.get("regression") or {}).items()),
+    )
+
+
+def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[str, ...]:
+    """Files of the refs and of the witnesses, first-seen order, no duplicates."""
+    files = [r.split("::", 1)[0] for r in refs] + [w.file for w in witnesses]
+    return tuple(dict.fromkeys(files))
+
+
+def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
+    """Load one card file. Returns (card or None, load problems, the id if readable)."""
+    shown = display_path(path, root)
+    if not is_safe(shown, lines=False):  # a file name that is not UTF-8, or holds a control character
+        shown = escape(shown, lines=False)
+        why = "its path is not plain text (bytes that are not UTF-8, or a control character); rename the file or folder"
+        return None, [Problem(shown, 0, "", "", f"the card file cannot be named in a report: {why}")], None
+    try:
+        raw_bytes = read_bytes(path, CARD_LIMIT)
+        text = raw_bytes.decode("utf-8")
+    except InputRefused as exc:
+        return None, [Problem(shown, 0, "", "", f"the card file {exc.why}; replace it with a card's YAML")], None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Problem(shown, 0, "", "", f"cannot read the card: {exc}")], None
+    try:
+        node, data = parse_yaml(text)
+    except YamlAliasRefused as exc:
+        return None, [Problem(shown, exc.line, "", f"*{exc.name}", ALIAS_MESSAGE.format(name=exc.name))], None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        what = exc.problem or "invalid YAML"
+        if exc.context:
+            ctx = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+            what += f" ({exc.context}{ctx})"
+        return None, [Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML here")], None
+    except yaml.YAMLError as exc:
+        return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
+    if node is None or not isinstance(data, dict):
+        return (
+            None,
+            [
+                Problem(
+                    shown,
+                    1,
+                    "",
+                    short(data) if data is not None else "",
+                    "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json",
+                )
+            ],
+            None,
+        )
+    values, keys, dups = line_index(node)
+    problems = [
+        Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one") for f, line in dups
+    ]
+    problems += schema_problems(data, shown, values, keys)
+    problems.sort(key=lambda p: p.line)
+    card_id = data.get("id") if isinstance(data.get("id"), str) else None
+    if problems:
+        return None, problems, card_id
+    problems = semantic_problems(data, shown, values, root)
+    if problems:
+        problems.sort(key=lambda p: p.line)
+        return None, problems, card_id
+    witnesses = tuple(_witness(w, Kind.WITNESS) for w in data["witnesses"])
+    controls = tuple(_witness(w, Kind.CONTROL) for w in data.get("controls") or [])
+    refs = tuple(data["refs"])
+    covers = tuple(data["covers"]) if "covers" in data else default_covers(refs, witnesses + controls)
+    card = Card(
+        id=data["id"],
+        title=data["title"],
+        module=data["module"],
+        regime=data["regime"],
+        theorem=data["theorem"].strip(),
+        proof=data["proof"].strip(),
+        refs=refs,
+        covers=covers,
+        requires=tuple(data.get("requires") or ()),
+        witnesses=witnesses,
+        controls=controls,
+        liars=tuple(data.get("liars") or ()),
+        notes=(data.get("notes") or "").strip(),
+        tags=tuple(data.get("tags") or ()),
+        version=data["version"],
+        source=path.resolve(),
+        display_path=shown,
+        fingerprint=_keep_bytes(raw_bytes),
+        lines=values,
+        min_score=(data.get("mutation") or {}).get("min_score"),
+        explicit_covers="covers" in data,
+        claims_covers=(data.get("mutation") or {}).get("claims", "refs-and-covers") != "refs",
+    )
+    return card, [], card_id
+
+
+def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list[Problem]:
+    """Refs, test nodes, covered files and liars that do not exist (kind='link')."""
+    out = []
+
+    def add(fp: str, value: str, msg: str) -> None:
+        out.append(Problem(card.display_path, card.line_of(fp), fp, short(value), msg, kind="link"))
+
+    for i, ref in enumerate(card.refs):
+        site = resolve_ref(root, ref)
+        if isinstance(site, str):
+            add(f"refs[{i}]", ref, f"ref does not resolve: {site}")
+    for group, items in (("witnesses", card.witnesses), ("controls", card.controls)):
+        for i, w in enumerate(items):
+            site = resolve_test(root, w.test)
+            if isinstance(site, str):
+                add(f"{group}[{i}].test", w.test, f"test node does not exist: {site}")
+    if "covers" in card.lines:
+        for i, f in enumerate(card.covers):
+            if not (root / f).is_file():
+                add(f"covers[{i}]", f, f"no such file under the project root {root}")
+    for i, name in enumerate(card.liars):
+        if name not in liars:
+            known = ", ".join(sorted(liars)) or "none registered in witnesses/liars/"
+            add(f"liars[{i}]", name, f"unknown liar{did_you_mean(name, liars)}; known: {known}")
+            continue
+        site = liars[name]
+        module, _, qual = site.target.partition(":")
+        file = module.replace(".", "/") + ".py"
+        if not (root / file).is_file() and (root / module.replace(".", "/") / "__init__.py").is_file():
+            file = module.replace(".", "/") + "/__init__.py"
+        found = resolve_symbol(root, file, qual)
+        if isinstance(found, str):
+            shown = display_path(site.path, root)
+            add(
+                f"liars[{i}]",
+                name,
+                f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}",
+            )
+    return out
+
+
+EQUIVALENT_FILE = (
+    "equivalent-mutants.yaml"  # equivalence marks of mutation analysis (harness.mutation.score), not a card
+)
+TARGETS_FILE = "targets.yaml"  # third-party targets' expected failures (harness.targets.known), not a card
+# the YAML files beside the cards that are not cards: equivalence marks, configurations (harness.plan.subjects),
+# third-party targets (harness.targets.known)
+SIDE_FILES = (EQUIVALENT_FILE, "configurations.yaml", TARGETS_FILE)
+
+
+def find_card_files(cards_dir: Path) -> list[Path]:
+    """Every ``*.yaml``/``*.yml`` under ``cards_dir`` but the side files (:data:`SIDE_FILES`), sorted by path.
+
+    Anything of those names that is not a folder is listed, a FIFO or a device too: :func:`load_card`
+    refuses it by name rather than the run ignoring a card silently.
+    """
+    if not cards_dir.is_dir():
+        return []
+    return sorted(
+        p
+        for p in cards_dir.rglob("*")
+        if p.suffix in (".yaml", ".yml")
+        and not p.is_dir()
+        and (p.exists() or p.is_symlink())
+        and not (p.name in SIDE_FILES and p.parent == cards_dir)
+    )
+
+
+def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:
+    """Load and validate every card under ``cards_dir``; never stops at the first problem.
+
+    ``liars`` is the static liar index (:func:`harness.liars.scan`); when
+    None, liar names are not checked.
+    """
+    cards: list[Card] = []
+    problems: list[Problem] = []
+    first_seen: dict[str, tuple[str, int]] = {}
+    broken_ids: dict[str, str] = {}
+    for path in find_card_files(cards_dir):
+        card, probs, card_id = load_card(path, root)
+        problems += probs
+        if card is None and card_id is not None:
+            broken_ids[display_path(path, root)] = card_id
+        if card_id is not None:
+            shown = display_path(path, root)
+            line = card.line_of("id") if card else 0
+            if card_id in first_seen:
+                where = "{}:{}".format(*first_seen[card_id])
+                problems.append(
+                    Problem(
+                        shown,
+                        line,
+                        "id",
+                        short(card_id),
+                        f"duplicate card id (first defined at {where}); give this card its own id",
+                    )
+                )
+                continue
+            first_seen[card_id] = (shown, line)
+        if card is not None:
+            cards.append(card)
+            problems += link_problems(card, root, liars) if liars is not None else []
+    return LoadResult(tuple(cards), tuple(problems), broken_ids)
+
+
+# ---------------------------------------------------------------- selection
+
+
+def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[str] = ()) -> list[Card]:
+    """Cards whose id matches any pattern (exact or fnmatch glob) and carries any tag.
+
+    Raises :class:`harness.errors.UsageError` for a pattern or tag that
+    matches no card, with a suggestion.
+    """
+    from fnmatch import fnmatchcase
+
+    cards = list(cards)
+    patterns, tags = list(patterns), list(tags)
+    ids = [c.id for c in cards]
+    for pat in patterns:
+        if not any(fnmatchcase(i, pat) for i in ids):
+            raise UsageError(
+                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `{program()} list` shows the ids"
+            )
+    all_tags = {t for c in cards for t in c.tags}
+    for tag in tags:
+        if tag not in all_tags:
+            raise UsageError(
+                f"--tag {tag!r} is on no card{did_you_mean(tag, all_tags)}; "
+                f"tags in use: {', '.join(sorted(all_tags)) or 'none'}"
+            )
+    out = []
+    for c in cards:
+        if patterns and not any(fnmatchcase(c.id, p) for p in patterns):
+            continue
+        if tags and not set(tags) & set(c.tags):
+            continue
+        out.append(c)
+    return out
+
+
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
+
+
+def valid_card_id(card_id: str) -> bool:
+    return bool(_ID_RE.match(card_id))

@@ -1,0 +1,408 @@
+"""What can be wrong with a card's text, found without running anything.
+
+:class:`Problem` is one finding (file, line, field, value, message). Here
+are the YAML line index (so each problem names its line), the JSON-Schema
+problems turned into messages that say what is allowed and the fix, and the
+checks the schema cannot express: finite bound limits and timeouts, paths
+that stay inside the project root, no control characters, a reason for
+every tolerance above zero, unique witness ids. :mod:`harness.select.cards` calls
+them; nothing here imports a project module.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import YamlAliasRefused
+from harness.project import SCHEMA_PATH
+from harness.select.suggest import did_you_mean
+
+TOLERANCE_OPS = ("le", "lt")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one card: where, which field, what value, what is allowed."""
+
+    path: str  # card file, as shown to the user (relative to the project root when possible)
+    line: int  # 1-based; 0 when unknown
+    field: str  # dotted field path, e.g. witnesses[0].test; "" for the whole file
+    value: str  # repr of the offending value, shortened; "" when there is none
+    message: str  # what is wrong, what is allowed, the fix
+    kind: str = "load"  # "load" (card unusable) or "link" (dangling ref/test/liar/file)
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        what = f"{self.field}={self.value}" if self.field and self.value else (self.field or "")
+        return f"{where}: {what}: {self.message}" if what else f"{where}: {self.message}"
+
+
+def short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def field_path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_schema() -> dict:
+    """The card JSON Schema (obligations/card.schema.json)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it: ~10x faster
+
+
+def parse_yaml(text: str) -> tuple[Any, Any]:
+    """(node, data) of one YAML document, parsed once: the node keeps every line number, the data is what
+    ``yaml.safe_load`` gives. Raises yaml.YAMLError (MarkedYAMLError with the line) on bad YAML, and
+    YamlAliasRefused for the first alias (``*name``), found in the event stream before anything is composed."""
+    # NOTE: an alias makes the node tree a graph: a dozen lines of nested aliases ("billion laughs") stand for
+    # 9**9 values, and every walk below (line index, schema, strings) would visit each. Cards never need one.
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            raise YamlAliasRefused(str(event.anchor), event.start_mark.line + 1)
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+# ---------------------------------------------------------------- YAML with lines
+
+
+def line_index(node: yaml.Node, prefix: tuple = ()) -> tuple[dict[str, int], dict[str, int], list]:
+    """Map dotted field paths to the 1-based line of their value and of their key.
+
+    Also returns duplicate mapping keys as ``(field, line)``; ``safe_load``
+    would silently keep only the last one.
+    """
+    values: dict[str, int] = {}
+    keys: dict[str, int] = {}
+    dups: list[tuple[str, int]] = []
+
+    def walk(n: yaml.Node, parts: tuple) -> None:
+        values[field_path(parts)] = n.start_mark.line + 1
+        if isinstance(n, yaml.MappingNode):
+            seen: set = set()
+            for k, v in n.value:
+                name = k.value
+                sub = parts + (name,)
+                if name in seen:
+                    dups.append((field_path(sub), k.start_mark.line + 1))
+                seen.add(name)
+                keys[field_path(sub)] = k.start_mark.line + 1
+                walk(v, sub)
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, parts + (i,))
+
+    walk(node, prefix)
+    return values, keys, dups
+
+
+def line_for(values: Mapping[str, int], parts: tuple) -> int:
+    parts = tuple(parts)
+    while True:
+        key = field_path(parts)
+        if key in values:
+            return values[key]
+        if not parts:
+            return 0
+        parts = parts[:-1]
+
+
+# ---------------------------------------------------------------- schema problems
+
+
+def _numeric_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _yaml_float(text: str) -> str:
+    """``1e-3`` -> ``1.0e-3``: the spelling YAML 1.1 (PyYAML) reads as a float."""
+    mant, _, exp = text.strip().lower().partition("e")
+    if "." not in mant:
+        mant += ".0"
+    return f"{mant}e{exp}" if exp else mant
+
+
+def _schema_message(err: Any) -> str:
+    """One jsonschema error as a sentence: what is wrong, what is allowed, the fix."""
+    kind, sch = err.validator, (err.schema if isinstance(err.schema, dict) else {})
+    simple = {
+        "propertyNames": "bound key must be an identifier such as max_abs_delta",
+        "minItems": f"needs at least {err.validator_value} item(s)",
+        "minLength": "must not be empty",
+        "uniqueItems": "has duplicate items; list each once",
+        "minProperties": "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}",
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind == "type":
+        expected = err.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
+        if isinstance(err.instance, str) and "number" in str(expected) and _numeric_text(err.instance):
+            msg += (
+                f" (YAML reads {err.instance} as text because a float needs a dot: write {_yaml_float(err.instance)})"
+            )
+        return msg
+    if kind == "enum":
+        msg = (
+            f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; "
+            f"allowed: {', '.join(map(str, err.validator_value))}"
+        )
+        return msg + (f" ({sch['description']})" if sch.get("description") else "")
+    if kind == "pattern":
+        return f"does not match; expected {sch.get('x-allowed', 'pattern ' + str(err.validator_value))}"
+    if kind in ("maximum", "exclusiveMaximum"):
+        return f"too large; must be {'<=' if kind == 'maximum' else '<'} {err.validator_value:g}"
+    if kind in ("minimum", "exclusiveMinimum"):
+        return f"too small; must be {'>=' if kind == 'minimum' else '>'} {err.validator_value}"
+    return err.message
+
+
+def schema_problems(data: Any, shown: str, values: dict, keys: dict, *, schema: dict | None = None) -> list[Problem]:
+    """Every way ``data`` breaks ``schema`` (default obligations/card.schema.json), one :class:`Problem` each,
+    with its line."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    problems = []
+    for err in validator.iter_errors(data):
+        parts = tuple(err.absolute_path)
+        line = line_for(values, parts)
+        sch = err.schema if isinstance(err.schema, dict) else {}
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = sorted(sch.get("properties", {}))
+            for extra in sorted(set(err.instance) - set(allowed)):
+                sub = field_path(parts + (extra,))
+                problems.append(
+                    Problem(
+                        shown,
+                        keys.get(sub, line),
+                        sub,
+                        "",
+                        f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}",
+                    )
+                )
+        elif err.validator == "required" and isinstance(err.instance, dict):
+            for missing in [k for k in err.validator_value if k not in err.instance]:
+                hint = sch.get("properties", {}).get(missing, {}).get("description", "")
+                problems.append(
+                    Problem(
+                        shown,
+                        line,
+                        field_path(parts + (missing,)),
+                        "",
+                        f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else ""),
+                    )
+                )
+        else:
+            problems.append(Problem(shown, line, field_path(parts), short(err.instance), _schema_message(err)))
+    return problems
+
+
+# C0 and C1 control characters, DEL, the Unicode line/paragraph separators and the bidi controls (text that
+# reads backwards); \n and \t are allowed in the prose fields only. What harness.wire.safetext escapes elsewhere.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_PROSE_FIELDS = {"theorem", "proof", "notes"}
+
+
+def _walk_strings(value: Any, parts: tuple = ()) -> Iterable[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield parts, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk_strings(v, parts + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk_strings(v, parts + (i,))
+
+
+def _control_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """Control characters (NUL, ESC, ...) in any text field; newlines and tabs only in prose."""
+    problems = []
+    for parts, text in _walk_strings(data):
+        prose = len(parts) == 1 and parts[0] in _PROSE_FIELDS or parts[-1:] == ("notes",) or parts[-1:] == ("reason",)
+        bad = _CONTROL_RE.search(text) or (None if prose else re.search(r"[\n\r\t]", text.rstrip("\n")))
+        if bad:
+            char = bad.group(0)
+            problems.append(
+                Problem(
+                    shown,
+                    line_for(values, parts),
+                    field_path(parts),
+                    short(text),
+                    f"contains the control character U+{ord(char):04X}; reports would show it raw. "
+                    "Remove it (write plain text" + ("" if prose else " on one line") + ")",
+                )
+            )
+    return problems
+
+
+def path_problem(value: str, root: Path) -> str:
+    """Why ``value`` (a project-relative path) may not be used, or ``""``.
+
+    Paths in cards are relative to the project root and must stay inside it:
+    no absolute path, no ``..`` part, and no symlink leading out.
+    """
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", value):
+        return "is an absolute path; paths in cards are relative to the project root, e.g. impl/kv.py"
+    if ".." in re.split(r"[\\/]", value):
+        return "leaves the project root with `..`; paths in cards must name files inside the project"
+    try:
+        (root / value).resolve().relative_to(root.resolve())
+    except ValueError:
+        return f"resolves outside the project root {root} (through a symlink); name a file inside the project"
+    return ""
+
+
+def _path_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
+    """Every file a card names (refs, witness tests, covers) resolves inside the project root."""
+    named: list[tuple[tuple, str]] = []
+    named += [(("refs", i), r.split("::", 1)[0]) for i, r in enumerate(data.get("refs") or [])]
+    named += [(("covers", i), c) for i, c in enumerate(data.get("covers") or [])]
+    for group in ("witnesses", "controls"):
+        named += [((group, i, "test"), w["test"].split("::", 1)[0]) for i, w in enumerate(data.get(group) or [])]
+    problems = []
+    for parts, file in named:
+        why = path_problem(file, root)
+        if why:
+            problems.append(Problem(shown, line_for(values, parts), field_path(parts), short(_get(data, parts)), why))
+    return problems
+
+
+def _get(data: Any, parts: tuple) -> Any:
+    for p in parts:
+        data = data[p]
+    return data
+
+
+def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """Bound limits must be finite (``.nan`` or ``.inf`` would make a bound that checks nothing); so must timeouts."""
+    problems = []
+    floor = (data.get("mutation") or {}).get("min_score") if isinstance(data.get("mutation"), dict) else None
+    if isinstance(floor, float) and math.isnan(floor):
+        problems.append(
+            Problem(
+                shown,
+                values.get("mutation.min_score", 0),
+                "mutation.min_score",
+                "nan",
+                "a minimum mutation score must be a number from 0 to 1; e.g. `min_score: 0.9`",
+            )
+        )
+    for group in ("witnesses", "controls"):
+        for i, w in enumerate(data.get(group) or []):
+            timeout = w.get("timeout")
+            if isinstance(timeout, float) and math.isnan(timeout):
+                fp = f"{group}[{i}].timeout"
+                problems.append(
+                    Problem(
+                        shown,
+                        values.get(fp, 0),
+                        fp,
+                        "nan",
+                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`",
+                    )
+                )
+            for key, ops in (w.get("bounds") or {}).items():
+                for op, limit in ops.items():
+                    if isinstance(limit, float) and not math.isfinite(limit):
+                        fp = f"{group}[{i}].bounds.{key}.{op}"
+                        what = (
+                            "NaN compares false with everything"
+                            if math.isnan(limit)
+                            else "an infinite limit holds (or fails) for every finite value"
+                        )
+                        problems.append(
+                            Problem(
+                                shown,
+                                values.get(fp, 0),
+                                fp,
+                                short(limit),
+                                f"a bound limit must be a finite number ({what}, so the bound would check "
+                                f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}",
+                            )
+                        )
+    return problems
+
+
+def semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
+    """Checks the schema cannot express: finite bounds, paths inside the root, control
+    characters, tolerance reasons, unique witness ids."""
+    problems = _bound_problems(data, shown, values) + _path_problems(data, shown, values, root)
+    problems += _control_problems(data, shown, values)
+    seen: dict[str, str] = {}
+    for group in ("witnesses", "controls"):
+        for i, w in enumerate(data.get(group) or []):
+            where = f"{group}[{i}]"
+            if w["id"] in seen:
+                problems.append(
+                    Problem(
+                        shown,
+                        values.get(f"{where}.id", 0),
+                        f"{where}.id",
+                        short(w["id"]),
+                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card",
+                    )
+                )
+            seen.setdefault(w["id"], where)
+            for key, ops in (w.get("bounds") or {}).items():
+                for op, limit in ops.items():
+                    if (
+                        op in TOLERANCE_OPS
+                        and isinstance(limit, (int, float))
+                        and math.isfinite(limit)
+                        and limit > 0
+                        and not w.get("reason")
+                    ):
+                        fp = f"{where}.bounds.{key}.{op}"
+                        problems.append(
+                            Problem(
+                                shown,
+                                values.get(fp, 0),
+                                fp,
+                                short(limit),
+                                f"a tolerance above zero needs a reason; add `reason:` to {where} "
+                                f"saying why {limit!r} is right",
+                            )
+                        )
+            bounded = sorted(w.get("bounds") or {})
+            for key in w.get("regression") or {}:
+                if key not in bounded:
+                    fp = f"{where}.regression.{key}"
+                    problems.append(
+                        Problem(
+                            shown,
+                            values.get(fp, 0),
+                            fp,
+                            short(key),
+                            f"a regression threshold applies to a bounded key, and {where} bounds "
+                            f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound",
+                        )
+                    )
+    return problems

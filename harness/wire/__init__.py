@@ -1,0 +1,1 @@
+"""The wire between the runner and each witness process, and the witness side of it."""
