@@ -8,14 +8,14 @@ inside a block, block sums added left to right), whether the call has one
 row (decode: each weight panel streamed once) or hundreds (prefill: the
 rows packed 6 at a time, register tiles of 6 rows x 16 columns, 2 panels
 on AVX-512, work items of 24 rows x 4 panels handed to whichever thread
-is free). Same order, same bits, by construction; ``tests/test_linear.py``
+is free). Same order, same bits, by construction; ``tests/impl/test_linear.py``
 and KV-T4 check it. ``kv_silu`` (:meth:`Kernel.silu`) is the SwiGLU gate
 with the kernel's own exp, element by element.
 Another entry, ``kv_linear_q`` (:meth:`Kernel.linear_q`), computes one row
 straight from GGUF Q4_1/Q8_0 blocks (decode, via impl.model.gguf_quant):
 each weight with gguf.quants' own float32 operations, then the same
 order, so the same bits as ``kv_linear`` on the dequantized weights
-(``tests/test_quant_decode.py``).
+(``tests/impl/test_quant_decode.py``).
 
 The kernel is compiled on first use with the machine's C compiler
 (``cc -O3 <ISA flags> -ffp-contract=off -fopenmp``) into

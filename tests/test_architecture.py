@@ -208,11 +208,15 @@ def test_zygote_preloads_nothing_of_the_harness_beyond_the_witness_side():
     assert harness_preloads <= WITNESS_SIDE
 
 
-def test_readme_layout_names_every_module_of_harness_and_impl():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Layout") :]
+def _layout_map() -> str:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page[page.index("## Layout") :]
     end = section.find("\n## ", 5)
-    section = section if end < 0 else section[:end]
+    return section if end < 0 else section[:end]
+
+
+def test_architecture_page_maps_every_module_of_harness_and_impl():
+    section = _layout_map()
     missing = []
     for path in modules().values():
         rel = path.relative_to(ROOT).as_posix()
@@ -223,6 +227,83 @@ def test_readme_layout_names_every_module_of_harness_and_impl():
         if not re.search(pattern, section):
             missing.append(rel)
     assert missing == []
+
+
+def test_readme_links_the_architecture_page():
+    assert "(docs/architecture.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+# The top of harness/: entry points, the shared types and leaves, the judge. Everything else is a stage's
+# package. A new module here is a decision: add it with its reason, or put it in its stage (issue 36).
+TOP_LEVEL = {
+    "argtypes": "entry point: option types of the command line",
+    "cli": "entry point: the command line",
+    "commands": "entry point: the subcommand bodies",
+    "pipeline": "entry point: prove(), the stages in order",
+    "plugin": "entry point: the pytest plugin in each witness process",
+    "liars": "entry point: the liar decorator witnesses import",
+    "request": "shared type: what was asked, what came out",
+    "errors": "leaf: the error hierarchy",
+    "statuses": "leaf: every status word",
+    "project": "leaf: the roots and the program name",
+    "files": "leaf: hashing, JSON-safe values",
+    "inputs": "leaf: every file read is a regular file of sane size",
+    "outputs": "leaf: no output replaces an input; atomic writes",
+    "schemas": "leaf: a JSON-Schema problem in a user's file -> one sentence",
+    "verdict": "the judge",
+    "wording": "the judge: how a bound and its check read",
+}
+
+
+def test_top_of_harness_holds_only_entry_points_shared_types_leaves_and_the_judge():
+    top = {p.stem for p in (ROOT / "harness").glob("*.py") if p.name != "__init__.py"}
+    assert len(TOP_LEVEL) <= 20
+    assert top - set(TOP_LEVEL) == set(), "a new module at the top of harness/: put it in its stage's package"
+    assert set(TOP_LEVEL) - top <= {"schemas"}, "TOP_LEVEL lists modules that are gone: remove them"
+
+
+def _crowded_stages(section: str) -> dict[str, list[str]]:
+    """Stages of the map (SELECT, PLAN, ...) with three or more modules at the top of harness/."""
+    harness_part = section[section.index("\nharness/") : section.index("\nimpl/")]
+    stage, by_stage = "", {}
+    for line in harness_part.splitlines():
+        if re.match(r"^ [A-Z][A-Z ]+", line):
+            stage = line.split("(")[0].strip()
+        elif re.match(r"^  [a-z_]+\.py", line):
+            by_stage.setdefault(stage, set()).update(re.findall(r"\b([a-z_]+)\.py", line.split("   ")[0]))
+    skip = ("ENTRY", "SHARED")  # not stages: the entry points and the leaves every stage shares
+    return {s: sorted(m) for s, m in by_stage.items() if len(m) >= 3 and not s.startswith(skip)}
+
+
+def test_every_stage_of_three_or_more_modules_is_a_package():
+    """The map groups the top of harness/ by stage; no stage may keep three modules there (issue 36)."""
+    assert _crowded_stages(_layout_map()) == {}
+
+
+def test_the_stage_rule_sees_a_crowded_stage():
+    planted = "\nharness/   x\n SELECT\n  cards.py   a\n  refs.py suggest.py   b\n select/   c\n\nimpl/   y\n"
+    assert _crowded_stages(planted) == {"SELECT": ["cards", "refs", "suggest"]}
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_harness_is_longer_than_80_lines():
+    """One step per function: a stage is a short pipeline of named steps (``pipeline.prove``), not one long body."""
+    long = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []
+
+
+def test_the_length_rule_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    node = ast.parse(f"def f():\n{body}\n").body[0]
+    assert node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
 
 
 def test_public_surface_is_declared_and_resolves():
@@ -236,7 +317,12 @@ def test_public_surface_is_declared_and_resolves():
 def test_test_modules_have_unique_basenames_across_tests_and_witnesses():
     """pytest imports test modules by basename (rootdir, no packages): two test_x.py in tests/ and witnesses/
     make `pytest` fail at collection ("import file mismatch") on a fresh checkout."""
-    names = [p.name for folder in ("tests", "witnesses") for p in (ROOT / folder).glob("test_*.py")]
+    names = [
+        p.name
+        for folder in ("tests", "witnesses")
+        for p in (ROOT / folder).rglob("test_*.py")
+        if "fixtures" not in p.relative_to(ROOT).parts
+    ]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
 
 

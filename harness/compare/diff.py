@@ -5,7 +5,7 @@ and ``after``) and returns a :class:`Comparison`: per card the verdict,
 version, liars caught, duration and every bounded measure before -> after,
 the bound files whose bytes changed (why a card moved), and the
 regressions. Loading runs (ledger ids, report folders, verdicts.json files)
-is :mod:`harness.compare.runs`'s job; rendering is in the report package.
+is :mod:`harness.compare.runs`'s job; rendering is :mod:`harness.compare.render`'s.
 
 Regression rules (docs/compare.md states them for users):
 

@@ -11,8 +11,9 @@ Read in this order:
 - ``executor``: the executor interface (where a job runs) and its events;
   knows no implementation.
 - ``local`` (``-j N`` processes on this machine), ``cluster`` (Ray tasks),
-  ``factory`` (a spec -> one of them).
-- ``process``: one witness process, runner side: start it, watch its
+  ``factory`` (a spec -> one of them); ``shipping``: the weights and the
+  oracle export shipped to the Ray nodes, checked by digest on arrival.
+- ``watch``: one witness process, runner side: start it, watch its
   events and timeouts, kill it, read its result.
 - ``ingress``: where what a witness process wrote enters the runner (its
   event stream, pytest's account, its log tail), checked and made safe
@@ -26,8 +27,8 @@ Read in this order:
   collected once, a fork per mutant).
 - ``pytest_main``: the entry point inside each witness process; ``reads``:
   what of the project that process read (the verdict is bound to it too).
-- ``procs``: process helpers (watchdog pipe, process trees, owned temp
-  folders); ``bytecode``: before a run, bytecode that may not match its
+- ``orphans``: no process outlives the run (watchdog pipe, process trees,
+  owned temp folders); ``bytecode``: before a run, bytecode that may not match its
   source is dropped (the local executor calls it).
 
 The witness process talks back only through :mod:`harness.wire.messages`.

@@ -43,7 +43,7 @@ OpenBLAS starts its thread pool on import when it may use more than one
 thread (``-j 1``: BLAS threads not pinned); OpenBLAS registers a
 ``pthread_atfork`` handler that shuts the pool down before ``fork()`` and the
 child starts its own on first use (checked: OpenBLAS 0.3.31, numpy 2.4,
-``tests/test_forkserver.py``).
+``tests/harness/execute/test_forkserver.py``).
 
 A job
 -----

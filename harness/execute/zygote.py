@@ -124,7 +124,7 @@ def preload() -> list[str]:
 WITNESS_SIDE_MODULES = ("harness.plugin",)
 # Libraries the code under test imports (impl reads the GGUF with gguf, its tokenizer is tokenizers'), and
 # modules pytest imports late, preloaded for their bytecode and import time; importing them runs no code of
-# the project and starts no thread (tests/test_forkserver.py: the zygote stays single-threaded).
+# the project and starts no thread (tests/harness/execute/test_forkserver.py: the zygote stays single-threaded).
 THIRD_PARTY = (
     "yaml",
     "gguf",

@@ -29,7 +29,7 @@ NOTE: what this assumes. A witness that runs none of the mutant's lines
 still shares the process with the witnesses before it: a value one of them
 computed under the mutant and cached (an ``lru_cache``, a module-level
 table) could reach it. Lines run while building such a cache in one
-witness's test body count for that witness only. tests/test_mutate_fast.py
+witness's test body count for that witness only. tests/harness/mutation/test_mutate_fast.py
 runs a fixed sample both ways and compares every status.
 """
 

@@ -27,7 +27,7 @@ judges a floor. Any other is shown, "measured on a partial sample (...)" or
 not even below the floor, since a score on other mutants says nothing of the
 floor's (it is shown, with the mutants it ran). How the mutants run (``-j``,
 ``--slow``, the executor) is not part of a sample: every path gives the same
-statuses (tests/test_mutate_fast.py).
+statuses (tests/harness/mutation/test_mutate_fast.py).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from harness.execute.schedule import run_jobs
 from harness.mutation import cbuild, cgen
 from harness.mutation import generate as gen
 from harness.mutation import sample as smp
-from harness.mutation import score as mutation
+from harness.mutation import score
 from harness.mutation.marks import Mark
 from harness.mutation.pool import MutantPool
 from harness.mutation.reach import Killers, Reach, reach_of
@@ -121,7 +121,7 @@ def traced_files(req: RunRequest, cards: Sequence[Card]) -> dict[str, tuple[str,
     opts = req.mutate
     if opts is None or not opts.fast or mutant_profile(req.profile) != req.profile:
         return {}
-    return {c.id: tuple(mutation.claimed(c, req.root)) for c in cards if c.subject == DEFAULT}
+    return {c.id: tuple(score.claimed(c, req.root)) for c in cards if c.subject == DEFAULT}
 
 
 def _why_fresh(m: gen.Mutant, facts: WarmFacts) -> str:
@@ -139,7 +139,7 @@ def _why_fresh(m: gen.Mutant, facts: WarmFacts) -> str:
 
 def _by_build(r: MutantResult) -> bool:
     """An equivalent its build decided (not in this build, or the same bytes): no mark needed."""
-    return r.how == mutation.BUILT_OUT or r.detail in (cbuild.EQUIVALENT_SAME_CODE, cbuild.NOT_IN_BUILD)
+    return r.how == score.BUILT_OUT or r.detail in (cbuild.EQUIVALENT_SAME_CODE, cbuild.NOT_IN_BUILD)
 
 
 def _built(
@@ -170,9 +170,9 @@ def _built(
         if b is None or b.status == "ok":
             left.append((cid, m, job))
         elif b.status == "same":
-            ran[(cid, m.key)] = mutation.built_out(m, MutantStatus.EQUIVALENT, b.detail, req.root)
+            ran[(cid, m.key)] = score.built_out(m, MutantStatus.EQUIVALENT, b.detail, req.root)
         else:
-            ran[(cid, m.key)] = mutation.built_out(m, MutantStatus.ERROR, b.detail, req.root)
+            ran[(cid, m.key)] = score.built_out(m, MutantStatus.ERROR, b.detail, req.root)
     return left
 
 
@@ -183,7 +183,7 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
     survivors = {
         m.key: m
         for (cid, key), r in ran.items()
-        if r.status == MutantStatus.SURVIVED and cgen.is_c(r.path) and r.how != mutation.BUILT_OUT
+        if r.status == MutantStatus.SURVIVED and cgen.is_c(r.path) and r.how != score.BUILT_OUT
         for m in [gen.find(req.root, key)[0]]
     }
     if not survivors:
@@ -198,13 +198,13 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
 
 
 def _traced(
-    req: RunRequest, cfg: RunConfig, plans: Mapping[str, mutation.CardMutants], need: Sequence[str]
+    req: RunRequest, cfg: RunConfig, plans: Mapping[str, score.CardMutants], need: Sequence[str]
 ) -> tuple[dict[str, list[messages.LinesRun]], dict[str, dict[str, float]], dict[str, dict[str, tuple[str, ...]]]]:
     """Line coverage for cards whose honest run did not trace this time (replayed, or run under another profile
     than the mutants'): their witnesses once more, under ``cfg``. Also each witness's seconds (its timeout base)
     and nodes."""
     jobs = [
-        Job(plans[c].card, plans[c].card.witnesses, coverage=tuple(mutation.claimed(plans[c].card, req.root)))
+        Job(plans[c].card, plans[c].card.witnesses, coverage=tuple(score.claimed(plans[c].card, req.root)))
         for c in need
     ]
     results = run_jobs(jobs, cfg, jobs=req.jobs, executor=req.executor)
@@ -238,122 +238,244 @@ def measure(
     """
     opts = req.mutate or MutateOptions()
     t0 = time.monotonic()
-    generated = mutation.Generated(req.root)
-    skipped: dict[str, str] = {}
-    plans: dict[str, mutation.CardMutants] = {}
-    samples: dict[str, tuple[smp.Sample, bool]] = {}  # card id -> (what it is measured on, is that the floor's)
+    generated = score.Generated(req.root)
     cfg = mutant_config(req)
-    timeouts: dict[str, dict[str, float]] = {}
-    took: dict[str, dict[str, float]] = {}
+    chosen = _choose(req, opts, cfg, the_plan, runs, generated, reporter)
+    recalled = _recall(req, the_plan, chosen)
+    todo = {
+        cid: [m for m in cm.sample if m.key not in recalled.reused.get(cid, {})] for cid, cm in chosen.plans.items()
+    }
+    reached = _reach(req, opts, cfg, runs, chosen, todo, reporter)
+    ran: dict[tuple[str, str], MutantResult] = {}
+    jobs = _jobs(req, opts, marks, chosen.plans, reached, todo, ran, reporter)
+    n_reused = sum(len(cm.sample) for cm in chosen.plans.values()) - len(jobs) - len(ran)
+    _announce(req, opts, chosen.plans, jobs, ran, n_reused, reporter)
+    _run(req, opts, cfg, marks, chosen.plans, jobs, recalled.last, ran, reporter)
+    out, per_card = _score_cards(req, opts, the_plan, marks, chosen, recalled, ran)
+    table = _claims(req, the_plan, all_cards, chosen.plans, per_card, generated)
+    run_rows = [ran[(cid, m.key)] for cid, m, _ in jobs]
+    started = _started(opts, jobs, run_rows, reporter)
+    wall = time.monotonic() - t0
+    if jobs:
+        _say(
+            reporter,
+            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
+            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
+        )
+    return Measured(
+        out,
+        chosen.skipped,
+        table,
+        len(jobs),
+        n_reused,
+        wall,
+        not_reached=sum(r.how == score.NOT_REACHED for r in ran.values()),
+        first_kill=sum(r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and r.tried == 1 for r in run_rows),
+        started=started,
+        traced=reached.traced,
+        witness_s=round(sum(r.witness_s for r in run_rows), 3),
+    )
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """What :func:`_choose` decided: the cards measured and their mutants, the cards skipped and why."""
+
+    plans: dict[str, score.CardMutants]  # card id -> its mutants (the cards measured, in plan order)
+    skipped: dict[str, str]  # card id -> why it is not measured
+    samples: dict[str, tuple[smp.Sample, bool]]  # card id -> (what it is measured on, is that the floor's)
+    took: dict[str, dict[str, float]]  # card id -> witness id -> its honest run's seconds
+    timeouts: dict[str, dict[str, float]]  # card id -> witness id -> a mutant's timeout
+
+
+def _choose(
+    req: RunRequest,
+    opts: MutateOptions,
+    cfg: RunConfig,
+    the_plan: RunPlan,
+    runs: Mapping[str, CardRun],
+    generated: score.Generated,
+    reporter: Reporter | None,
+) -> _Chosen:
+    """Step 1, sample: each card whose honest run held, its mutants drawn, their timeouts and its sample."""
+    chosen = _Chosen({}, {}, {}, {}, {})
     _say(reporter, "mutate: generating the mutants of the code each card claims ...")
     for card in the_plan.cards:
         if card.subject != DEFAULT:
             continue  # a score measures the witnesses: on the default configuration only (run --matrix cells)
         replay = the_plan.replays.get(card.id)
-        held, took[card.id] = _honest_times(card, runs.get(card.id), replay.entry if replay else None)
+        held, chosen.took[card.id] = _honest_times(card, runs.get(card.id), replay.entry if replay else None)
         if not held:
-            skipped[card.id] = "not measured: the card's honest run did not hold (mutants say nothing then)"
+            chosen.skipped[card.id] = "not measured: the card's honest run did not hold (mutants say nothing then)"
             continue
-        cm = mutation.card_mutants(card, generated, None if opts.only else opts.max_mutants, opts.seed)
+        cm = score.card_mutants(card, generated, None if opts.only else opts.max_mutants, opts.seed)
         if opts.only:
             cm = replace(cm, sample=tuple(m for m in cm.sample if m.key in opts.only))
             if not cm.sample:
-                skipped[card.id] = "not measured: none of the --mutant keys is a mutant of the code it claims"
+                chosen.skipped[card.id] = "not measured: none of the --mutant keys is a mutant of the code it claims"
                 continue
         if not cm.functions:
-            skipped[card.id] = "not measured: the card claims no Python function (no refs into code, no covers)"
+            chosen.skipped[card.id] = "not measured: the card claims no Python function (no refs into code, no covers)"
             continue
-        plans[card.id] = cm
-        timeouts[card.id] = mutation.mutant_timeouts(card, took[card.id], req.timeout)
-        samples[card.id] = _sample_of(card, cm, opts, cfg, req.timeout, generated)
+        chosen.plans[card.id] = cm
+        chosen.timeouts[card.id] = score.mutant_timeouts(card, chosen.took[card.id], req.timeout)
+        chosen.samples[card.id] = _sample_of(card, cm, opts, cfg, req.timeout, generated)
+    return chosen
 
-    reused: dict[str, dict[str, MutantResult]] = {}
-    previous: dict[str, float | None] = {}
-    last: dict[str, MutationResult] = {}
+
+@dataclass(frozen=True)
+class _Recalled:
+    """What the ledger holds for the cards measured (:func:`_recall`)."""
+
+    reused: dict[str, dict[str, MutantResult]]  # card id -> mutant key -> its result (--changed: same bytes)
+    previous: dict[str, float | None]  # card id -> its newest score on the same sample
+    last: dict[str, MutationResult]  # card id -> its newest score on any sample (killers first)
+
+
+def _recall(req: RunRequest, the_plan: RunPlan, chosen: _Chosen) -> _Recalled:
+    """Step 2, recall: each card's newest scores in the ledger, and with --changed the results it may reuse."""
+    recalled = _Recalled({}, {}, {})
     ledger = open_ledger(req)
-    if ledger is not None:
-        with ledger:
-            for cid in plans:
-                newest = ledger.last_mutation(cid)
-                if newest is not None:
-                    last[cid] = newest[2]  # killers first: whatever sample they were found on
-                sample, floor = samples[cid]
-                before = ledger.last_mutation(cid, sample=smp.stored_key(sample, floor))  # on the same sample
-                previous[cid] = before[2].score if before else None
-                if req.changed:  # a mutant's status depends on the conditions it was judged under, not the draw
-                    digest = mutation.score_digest(plans[cid].card, the_plan.bound[cid])
-                    same = ledger.last_mutation(cid, digest, conditions=sample.conditions)
-                    if same is not None:
-                        reused[cid] = {
-                            m.key: replace(m, reused_from=m.reused_from or same[0])
-                            for m in same[2].mutants
-                            if m.status != MutantStatus.ERROR
-                        }
+    if ledger is None:
+        return recalled
+    with ledger:
+        for cid in chosen.plans:
+            newest = ledger.last_mutation(cid)
+            if newest is not None:
+                recalled.last[cid] = newest[2]  # killers first: whatever sample they were found on
+            sample, floor = chosen.samples[cid]
+            before = ledger.last_mutation(cid, sample=smp.stored_key(sample, floor))  # on the same sample
+            recalled.previous[cid] = before[2].score if before else None
+            if req.changed:  # a mutant's status depends on the conditions it was judged under, not the draw
+                digest = score.score_digest(chosen.plans[cid].card, the_plan.bound[cid])
+                same = ledger.last_mutation(cid, digest, conditions=sample.conditions)
+                if same is not None:
+                    recalled.reused[cid] = {
+                        m.key: replace(m, reused_from=m.reused_from or same[0])
+                        for m in same[2].mutants
+                        if m.status != MutantStatus.ERROR
+                    }
+    return recalled
 
-    todo = {cid: [m for m in cm.sample if m.key not in reused.get(cid, {})] for cid, cm in plans.items()}
-    reach: dict[str, Reach | None] = {}
+
+@dataclass(frozen=True)
+class _Reached:
+    """What :func:`_reach` found: which witnesses run each card's lines, and the times its mutants run with."""
+
+    reach: dict[str, Reach | None]  # card id -> who runs which lines (none without --fast)
+    traced: int  # cards whose line coverage took a run of its own
+    took: dict[str, dict[str, float]]  # card id -> witness id -> seconds (under the mutants' profile)
+    timeouts: dict[str, dict[str, float]]  # card id -> witness id -> a mutant's timeout
+
+
+def _reach(
+    req: RunRequest,
+    opts: MutateOptions,
+    cfg: RunConfig,
+    runs: Mapping[str, CardRun],
+    chosen: _Chosen,
+    todo: Mapping[str, list[gen.Mutant]],
+    reporter: Reporter | None,
+) -> _Reached:
+    """Step 3, trace: each card's line coverage (its honest run's, else a run of its own) -> who reaches what."""
+    plans = chosen.plans
+    reached = _Reached({}, 0, dict(chosen.took), dict(chosen.timeouts))
+    if not opts.fast:
+        return reached
     traced: dict[str, list[messages.LinesRun]] = {}
     traced_nodes: dict[str, dict[str, tuple[str, ...]]] = {}
-    if opts.fast:
-        other = cfg.profile != req.profile  # the cards ran under another profile than the mutants will
-        need = [cid for cid in plans if todo[cid] and (other or not (runs.get(cid) and runs[cid].lines_run))]
-        if need:
-            why = (
-                f"under the {cfg.profile} profile and Hypothesis seed {cfg.seed}, which the mutants run under"
-                if other
-                else "replayed card(s)"
-            )
-            _say(reporter, f"mutate: tracing the witnesses of {len(need)} card(s) for line coverage ({why}) ...")
-            traced, times, traced_nodes = _traced(req, cfg, plans, need)
-            for cid, t in times.items():
-                if other and t:  # the timeouts of mutants under this profile: from its own times
-                    took[cid] = t
-                    timeouts[cid] = mutation.mutant_timeouts(plans[cid].card, t, req.timeout)
-        for cid in plans:
-            if cid in traced:
-                lines, nodes = traced[cid], traced_nodes.get(cid)
-            elif cid in runs:
-                lines, nodes = runs[cid].lines_run, _nodes(runs[cid].outcomes.witnesses)
-            else:
-                lines, nodes = (), None
-            reach[cid] = reach_of(plans[cid].card, lines or (), nodes)
+    other = cfg.profile != req.profile  # the cards ran under another profile than the mutants will
+    need = [cid for cid in plans if todo[cid] and (other or not (runs.get(cid) and runs[cid].lines_run))]
+    if need:
+        why = (
+            f"under the {cfg.profile} profile and Hypothesis seed {cfg.seed}, which the mutants run under"
+            if other
+            else "replayed card(s)"
+        )
+        _say(reporter, f"mutate: tracing the witnesses of {len(need)} card(s) for line coverage ({why}) ...")
+        traced, times, traced_nodes = _traced(req, cfg, plans, need)
+        for cid, t in times.items():
+            if other and t:  # the timeouts of mutants under this profile: from its own times
+                reached.took[cid] = t
+                reached.timeouts[cid] = score.mutant_timeouts(plans[cid].card, t, req.timeout)
+    for cid in plans:
+        if cid in traced:
+            lines, nodes = traced[cid], traced_nodes.get(cid)
+        elif cid in runs:
+            lines, nodes = runs[cid].lines_run, _nodes(runs[cid].outcomes.witnesses)
+        else:
+            lines, nodes = (), None
+        reached.reach[cid] = reach_of(plans[cid].card, lines or (), nodes)
+    return replace(reached, traced=len(traced))
 
-    ran: dict[tuple[str, str], MutantResult] = {}
+
+def _jobs(
+    req: RunRequest,
+    opts: MutateOptions,
+    marks: Mapping[str, Mark],
+    plans: Mapping[str, score.CardMutants],
+    reached: _Reached,
+    todo: Mapping[str, list[gen.Mutant]],
+    ran: dict[tuple[str, str], MutantResult],
+    reporter: Reporter | None,
+) -> list[tuple[str, gen.Mutant, Job]]:
+    """Step 4, build: each mutant to run as a job (one no witness reaches, or its C build decides, into ``ran``),
+    the slowest cards' first, each able to fork from its card's warm server where it may."""
     jobs: list[tuple[str, gen.Mutant, Job]] = []
-    warm_ok = opts.fast and req.executor.kind != RAY
     for cid, ms in todo.items():
         card = plans[cid].card
         for m in ms:
             mark = marks.get(m.key)
             mark = mark if mark and mark.applies(cid) else None
             ids, nodes = None, None
-            if reach.get(cid) is not None:
-                ids = reach[cid].running(m)
+            if reached.reach.get(cid) is not None:
+                ids = reached.reach[cid].running(m)
                 if not ids:
-                    ran[(cid, m.key)] = mutation.not_reached(m, mark, req.root)
+                    ran[(cid, m.key)] = score.not_reached(m, mark, req.root)
                     continue
-                nodes = reach[cid].only_nodes(m, ids)
-            jobs.append((cid, m, mutation.mutant_job(card, m, timeouts[cid], ids, nodes)))
+                nodes = reached.reach[cid].only_nodes(m, ids)
+            jobs.append((cid, m, score.mutant_job(card, m, reached.timeouts[cid], ids, nodes)))
     jobs = _built(req, jobs, marks, ran, reporter)
-    # the slowest cards' mutants first, so the pool does not end on one long card; a card's mutants together
-    # (they share its warm server)
+    return _ordered(req, opts, plans, reached.took, jobs)
+
+
+def _ordered(
+    req: RunRequest,
+    opts: MutateOptions,
+    plans: Mapping[str, score.CardMutants],
+    took: Mapping[str, Mapping[str, float]],
+    jobs: list[tuple[str, gen.Mutant, Job]],
+) -> list[tuple[str, gen.Mutant, Job]]:
+    """The jobs in start order: the slowest cards' mutants first, so the pool does not end on one long card; a
+    card's mutants together (they share its warm server), each told its card's warm server where it may fork."""
     order = {cid: i for i, cid in enumerate(plans)}
     load: dict[str, float] = {}
     for cid, _, job in jobs:
         load[cid] = load.get(cid, 0.0) + sum(took[cid].get(w.id, 1.0) for w in job.witnesses)
-    jobs.sort(key=lambda t: (-load[t[0]], order[t[0]]))
-    if warm_ok:  # each mutant may fork from its card's warm server; the next card's starts while this one's run
-        servers = {
-            cid: WarmCard(cid, plans[cid].card, tuple(mutation.claimed(plans[cid].card, req.root))) for cid in load
-        }
-        in_order = list(dict.fromkeys(cid for cid, _, _ in jobs))
-        after = {c: in_order[i + 1] if i + 1 < len(in_order) else None for i, c in enumerate(in_order)}
-        jobs = [
-            (cid, m, replace(job, warm=WarmSpec(servers[cid], partial(_why_fresh, m), servers.get(after[cid]))))
-            for cid, m, job in jobs
-        ]
-    n_reused = sum(len(cm.sample) for cm in plans.values()) - len(jobs) - len(ran)
-    unreached = sum(r.how == mutation.NOT_REACHED for r in ran.values())
+    jobs = sorted(jobs, key=lambda t: (-load[t[0]], order[t[0]]))
+    if not (opts.fast and req.executor.kind != RAY):
+        return jobs
+    # each mutant may fork from its card's warm server; the next card's starts while this one's run
+    servers = {cid: WarmCard(cid, plans[cid].card, tuple(score.claimed(plans[cid].card, req.root))) for cid in load}
+    in_order = list(dict.fromkeys(cid for cid, _, _ in jobs))
+    after = {c: in_order[i + 1] if i + 1 < len(in_order) else None for i, c in enumerate(in_order)}
+    return [
+        (cid, m, replace(job, warm=WarmSpec(servers[cid], partial(_why_fresh, m), servers.get(after[cid]))))
+        for cid, m, job in jobs
+    ]
+
+
+def _announce(
+    req: RunRequest,
+    opts: MutateOptions,
+    plans: Mapping[str, score.CardMutants],
+    jobs: Sequence[tuple[str, gen.Mutant, Job]],
+    ran: Mapping[tuple[str, str], MutantResult],
+    n_reused: int,
+    reporter: Reporter | None,
+) -> None:
+    """Step 5, say: how many cards and mutants, how they were picked, and what of them runs."""
+    unreached = sum(r.how == score.NOT_REACHED for r in ran.values())
     picked = (
         f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
         if opts.only
@@ -371,6 +493,19 @@ def measure(
         + ("" if opts.fast else " (--slow: fresh processes, every witness, card order)"),
     )
 
+
+def _run(
+    req: RunRequest,
+    opts: MutateOptions,
+    cfg: RunConfig,
+    marks: Mapping[str, Mark],
+    plans: Mapping[str, score.CardMutants],
+    jobs: Sequence[tuple[str, gen.Mutant, Job]],
+    last: Mapping[str, MutationResult],
+    ran: dict[tuple[str, str], MutantResult],
+    reporter: Reporter | None,
+) -> None:
+    """Step 6, run: every job in the worker pool (killers first), then the C survivors built alone; into ``ran``."""
     pool = MutantPool(
         {cid: plans[cid].card for cid in plans},
         jobs,
@@ -382,46 +517,76 @@ def measure(
     ran.update(pool.run(cfg, req.jobs, req.executor, reporter))
     _same_bytes(req, ran, reporter)
 
+
+def _score_cards(
+    req: RunRequest,
+    opts: MutateOptions,
+    the_plan: RunPlan,
+    marks: Mapping[str, Mark],
+    chosen: _Chosen,
+    recalled: _Recalled,
+    ran: Mapping[tuple[str, str], MutantResult],
+) -> tuple[dict[str, MutationResult], dict[str, list[MutantResult]]]:
+    """Step 7, score: each card's mutants (run or reused, judged with the marks as they are now) -> its score;
+    (card id -> its score, card id -> its mutants' results)."""
     measured_at = provenance.utc_now()
     out: dict[str, MutationResult] = {}
     per_card: dict[str, list[MutantResult]] = {}
-
-    def marked(cid: str, mark: Mark | None) -> bool:
-        return bool(mark and mark.applies(cid))
-
-    for cid, cm in plans.items():
-        rows = []
-        for m in cm.sample:
-            r = ran.get((cid, m.key)) or reused[cid][m.key]
-            mark = marks.get(m.key)
-            if r.status == MutantStatus.SURVIVED and mark and mark.applies(cid):  # a mark made since it was reused
-                r = replace(r, status=MutantStatus.EQUIVALENT, detail=mark.reason)
-            elif r.status == MutantStatus.EQUIVALENT and not marked(cid, mark) and not _by_build(r):
-                # its mark was removed (an equivalent decided by its build needs none)
-                r = replace(r, status=MutantStatus.SURVIVED, detail=_unmarked_detail(m, r))
-            rows.append(r)
-        per_card[cid] = rows
-        out[cid] = mutation.summarize(
+    for cid, cm in chosen.plans.items():
+        per_card[cid] = [
+            _remarked(cid, m, ran.get((cid, m.key)) or recalled.reused[cid][m.key], marks) for m in cm.sample
+        ]
+        out[cid] = score.summarize(
             cm,
-            rows,
+            per_card[cid],
             seed=opts.seed,
             max_mutants=opts.max_mutants,
-            bound_digest=mutation.score_digest(cm.card, the_plan.bound[cid]),
+            bound_digest=score.score_digest(cm.card, the_plan.bound[cid]),
             measured_at=measured_at,
-            previous=previous.get(cid),
+            previous=recalled.previous.get(cid),
             partial=bool(opts.only),
-            sample=samples[cid][0],
-            on_floor=samples[cid][1],
-            marks_digest=mutation.score_marks(cm.card, req.root, req.cards_dir),  # the marks applied above
+            sample=chosen.samples[cid][0],
+            on_floor=chosen.samples[cid][1],
+            marks_digest=score.score_marks(cm.card, req.root, req.cards_dir),  # the marks applied above
         )
+    return out, per_card
+
+
+def _remarked(cid: str, m: gen.Mutant, r: MutantResult, marks: Mapping[str, Mark]) -> MutantResult:
+    """A mutant's result judged with the equivalence marks as they are now (it may have been reused)."""
+    mark = marks.get(m.key)
+    if r.status == MutantStatus.SURVIVED and mark and mark.applies(cid):  # a mark made since it was reused
+        return replace(r, status=MutantStatus.EQUIVALENT, detail=mark.reason)
+    if r.status == MutantStatus.EQUIVALENT and not (mark and mark.applies(cid)) and not _by_build(r):
+        # its mark was removed (an equivalent decided by its build needs none)
+        return replace(r, status=MutantStatus.SURVIVED, detail=_unmarked_detail(m, r))
+    return r
+
+
+def _claims(
+    req: RunRequest,
+    the_plan: RunPlan,
+    all_cards: Sequence[Card],
+    plans: Mapping[str, score.CardMutants],
+    per_card: Mapping[str, list[MutantResult]],
+    generated: score.Generated,
+) -> tuple[Claim, ...]:
+    """Step 8, record: the project view, every claimed function and what of it the cards' mutants measured."""
     everyone = list(all_cards) or list(the_plan.cards)
-    files = mutation.impl_files(req.root, everyone)
+    files = score.impl_files(req.root, everyone)
     claimed = {
-        c.id: plans.get(c.id) or mutation.CardMutants(c, mutation.claimed_functions(c, generated), 0, ())
-        for c in everyone
+        c.id: plans.get(c.id) or score.CardMutants(c, score.claimed_functions(c, generated), 0, ()) for c in everyone
     }
-    table = mutation.claims(req.root, files, claimed, per_card, generated)
-    run_rows = [ran[(cid, m.key)] for cid, m, _ in jobs]
+    return score.claims(req.root, files, claimed, per_card, generated)
+
+
+def _started(
+    opts: MutateOptions,
+    jobs: Sequence[tuple[str, gen.Mutant, Job]],
+    run_rows: Sequence[MutantResult],
+    reporter: Reporter | None,
+) -> dict[str, int]:
+    """Step 9, tally: how the run mutants started ("warm", "fresh: why") -> how many, said with --fast."""
     started: dict[str, int] = {}
     for r in run_rows:
         started[r.how] = started.get(r.how, 0) + 1
@@ -432,31 +597,12 @@ def measure(
             f"mutate: {started.get(WARM, 0)} mutant(s) forked from their card's warm server, {fresh} started fresh"
             + "".join(f"; {n}: {how.removeprefix('fresh: ')}" for how, n in sorted(started.items()) if how != WARM),
         )
-    wall = time.monotonic() - t0
-    if jobs:
-        _say(
-            reporter,
-            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
-            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
-        )
-    return Measured(
-        out,
-        skipped,
-        table,
-        len(jobs),
-        n_reused,
-        wall,
-        not_reached=sum(r.how == mutation.NOT_REACHED for r in ran.values()),
-        first_kill=sum(r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT) and r.tried == 1 for r in run_rows),
-        started=started,
-        traced=len(traced),
-        witness_s=round(sum(r.witness_s for r in run_rows), 3),
-    )
+    return started
 
 
 def _unmarked_detail(m: gen.Mutant, r: MutantResult) -> str:
     """A reused equivalent whose mark was removed since: a survivor, said as its run would say it."""
-    if r.how == mutation.NOT_REACHED:
+    if r.how == score.NOT_REACHED:
         lines = f"{m.path}:{m.line}" + (f"-{m.lines[-1]}" if len(m.lines) > 1 else "")
         return f"not reached: no witness runs {lines} (never run)"
     return "every witness passed"
@@ -464,11 +610,11 @@ def _unmarked_detail(m: gen.Mutant, r: MutantResult) -> str:
 
 def _sample_of(
     card: Card,
-    cm: mutation.CardMutants,
+    cm: score.CardMutants,
     opts: MutateOptions,
     cfg: RunConfig,
     timeout_s: float,
-    generated: mutation.Generated,
+    generated: score.Generated,
 ) -> tuple[smp.Sample, bool]:
     """What the card's score is measured on in this run, and whether that is its floor's sample: judged as the
     floor's mutants are and drawing exactly them (whatever --max-mutants and --seed drew them)."""
@@ -483,7 +629,7 @@ def _sample_of(
     if not sample.judges_like_floor:
         return sample, False
     drawn = (m.key for m in cm.sample)
-    return sample, smp.on_floor(sample, drawn, mutation.floor_draw(card, generated))
+    return sample, smp.on_floor(sample, drawn, score.floor_draw(card, generated))
 
 
 __all__ = ["Measured", "measure", "mutant_config", "traced_files"]

@@ -1,1 +1,17 @@
-"""SELECT: cards loaded and validated, refs resolved, the runnable selection."""
+"""SELECT: the cards a run may use, loaded, validated and resolved before anything is planned.
+
+- ``cards``: YAML cards -> frozen :class:`Card` (schema, refs and tests
+  resolved with :mod:`ast`); ``load_cards``, ``select``.
+- ``problems``: what can be wrong with a card's text (line index, schema
+  problems, semantic checks), each a :class:`Problem` naming file, line,
+  field and value.
+- ``refs``: ``file::Symbol`` refs and test node ids resolved statically;
+  ``suggest``: "did you mean".
+- ``selection``: the cards a run may use (``runnable`` refuses what
+  ``validate`` refuses), the equivalence marks a mutate run reads.
+- ``scaffold``: ``run_obligations.py new ID``; ``schemadoc``: docs/cards.md
+  from the card schema.
+
+The liar decorator and the liar index are :mod:`harness.liars` (witnesses
+import it).
+"""

@@ -1,6 +1,6 @@
 """Render the card schema as Markdown: ``python -m harness.select.schemadoc > docs/cards.md``.
 
-The schema's descriptions are the single source; tests/test_cards.py checks
+The schema's descriptions are the single source; tests/harness/select/test_cards.py checks
 that docs/cards.md is what this prints.
 """
 

@@ -14,7 +14,7 @@ for that target (a skip naming the capability), never a verdict.
     transformers.py  thin adapters over the installed transformers' cache layer classes (Dynamic,
                      Static, both sliding-window layers, the quantized layers whose backend imports
                      here; the others are visible "not runnable here" targets with the reason)
-    project.py       a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
+    pyproject.py     a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
                      pyproject.toml, imported from the project root and checked (one message per bad entry)
     registry.py      name -> Target (built-in and the project's); selections (own, transformers, project,
                      all, a comma list; default: project when it declares targets, else own); available()
@@ -31,10 +31,12 @@ for that target (a skip naming the capability), never a verdict.
                      the problem is present (0 once fixed)
     known.py         obligations/targets.yaml (+ targets.schema.json): per target the expected
                      failures (card, witness, link, reproduction), validated
+    guard.py         project code imported into the runner (a project target adapter, the configuration
+                     probe's module) cannot end it: exits and exit handlers become errors naming it
     survey.py        survey mode: the TGT witnesses over third-party targets, printed as a card x
                      target matrix; exit 1 only for a cell the known list does not expect
 
-Arrows run one way: protocol, repro <- own, transformers, project <- registry <- fixture, known <- survey;
+Arrows run one way: protocol, repro <- own, transformers, pyproject (guard) <- registry <- fixture, known <- survey;
 own, repro <- judge <- claims; own <- model <- claims. Nothing here imports the harness's verdict
 code (verdict.py), the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).

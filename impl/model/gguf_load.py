@@ -120,7 +120,7 @@ def _plain_view_reader() -> type:
             # lookup) as a top-level field: SmolLM2's 49,152 tokens, their types and 48,900 merges made
             # 250,000 calls and 2.5 s of a 4 s uncached load. An array of strings or of scalars is walked
             # here in one loop that builds the very parts GGUFReader builds (the same views of the same
-            # bytes, the same data indices and types: tests/test_weights.py compares every field with
+            # bytes, the same data indices and types: tests/impl/test_weights.py compares every field with
             # GGUFReader's own on the real file); anything else (a swapped byte order, an array of arrays)
             # goes to GGUFReader.
             if raw_type != GGUFValueType.ARRAY or self.byte_order != "I" or not np.little_endian:

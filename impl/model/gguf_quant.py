@@ -17,7 +17,7 @@ read-only map of the file, in the float32 weight's row order:
   (tied), as in Llama.
 
 ``Kernel.linear_q`` then gives each one-row product the bits the float32
-panels give (kernels.c says why; tests/test_quant_decode.py checks every
+panels give (kernels.c says why; tests/impl/test_quant_decode.py checks every
 tensor of the real file). Prefill (many rows) keeps the float32 panels.
 
 NOTE: the map is of the file at load time; replacing the file (pip
