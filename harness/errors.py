@@ -3,6 +3,19 @@
 Messages name the culprit as ``field=value``, what is allowed, and the fix.
 """
 
+import errno
+
+# What ran out, in words, by the OSError's errno: a witness that fills the disk or the memory is not a witness
+# that failed (the witness side reads it from the exception, the runner from the dead process's output, where
+# each errno's os.strerror text stands).
+EXHAUSTED = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file grew past the size limit (ulimit -f)",
+    errno.ENOMEM: "out of memory",
+    errno.EMFILE: "too many open files",
+}
+
 
 class HarnessError(Exception):
     """Root of every error the harness raises on purpose."""

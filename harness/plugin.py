@@ -45,7 +45,6 @@ while handling an exception that left a call of the liar (``except Exception as 
 
 from __future__ import annotations
 
-import errno
 import faulthandler
 import os
 import re
@@ -57,7 +56,7 @@ from typing import Any
 
 import pytest
 
-from harness.errors import LiarError
+from harness.errors import EXHAUSTED, LiarError
 from harness.statuses import Outcome
 from harness.wire import messages
 from harness.wire.evidence import Evidence
@@ -179,15 +178,6 @@ def _liar_crash(exc: BaseException) -> BaseException | None:
     return None
 
 
-_EXHAUSTED = {
-    errno.ENOSPC: "the disk is full",
-    errno.EDQUOT: "the disk quota is used up",
-    errno.EFBIG: "a file grew past the size limit (ulimit -f)",
-    errno.ENOMEM: "out of memory",
-    errno.EMFILE: "too many open files",
-}
-
-
 def _exhausted(exc: BaseException) -> str:
     """What resource ran out, when ``exc`` (or one it was raised from) says so; "" otherwise."""
     seen: set[int] = set()
@@ -195,8 +185,8 @@ def _exhausted(exc: BaseException) -> str:
         seen.add(id(exc))
         if isinstance(exc, MemoryError):
             return "out of memory"
-        if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
-            return _EXHAUSTED[exc.errno]
+        if isinstance(exc, OSError) and exc.errno in EXHAUSTED:
+            return EXHAUSTED[exc.errno]
         exc = exc.__cause__ or exc.__context__
     return ""
 

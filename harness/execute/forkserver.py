@@ -108,6 +108,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.execute import orphans
+from harness.execute.ingress import tail_text
 from harness.execute.zygote import BYTECODE_ENV, SOCKET_ENV, SOCKET_PATH_ENV, TITLE_ROOM
 
 FORKSERVER = "forkserver"
@@ -494,16 +495,9 @@ class ForkServer:
         self.sock.close()
 
 
-def _tail(path: Path, lines: int = 5, size: int = 64 << 10) -> str:
-    """The last ``lines`` lines of ``path`` (its last ``size`` bytes only: a log may be gigabytes), joined."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - size))
-            text = fh.read(size).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-    return " | ".join(text.splitlines()[-lines:])
+def _tail(path: Path, lines: int = 5) -> str:
+    """The last ``lines`` lines of ``path`` joined (read from its end only: a log may be gigabytes)."""
+    return " | ".join(tail_text(path).strip().splitlines()[-lines:])
 
 
 @dataclass(frozen=True)

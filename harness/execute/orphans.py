@@ -33,6 +33,7 @@ longer alive, i.e. left by a runner that was killed before it could clean up.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -42,6 +43,8 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from harness.errors import EXHAUSTED
 
 WATCHDOG_ENV = "KVPROOF_WATCHDOG_FD"
 RUN_PREFIX = "kvproof-run-"
@@ -76,13 +79,10 @@ def exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+# a dead process's output names what ran out by the errno's own text (os.strerror), or by Python's MemoryError
 _EXHAUSTED_TEXT = (
-    ("No space left on device", "the disk is full"),
-    ("Disk quota exceeded", "the disk quota is used up"),
-    ("File too large", "a file grew past the size limit (ulimit -f)"),
-    ("Cannot allocate memory", "out of memory"),
-    ("MemoryError", "out of memory"),
-    ("Too many open files", "too many open files"),
+    *((os.strerror(code), why) for code, why in EXHAUSTED.items()),
+    ("MemoryError", EXHAUSTED[errno.ENOMEM]),
 )
 FULL_BELOW = 1 << 20  # bytes: a file system with less than this free is full for a witness process
 
@@ -96,7 +96,7 @@ def exhausted(output: str, folders: Sequence[Path], code: int | None = None) -> 
     """
     found = [why for text, why in _EXHAUSTED_TEXT if text in output]
     if code is not None and code == -signal.SIGXFSZ:
-        found.append("a file grew past the size limit (ulimit -f)")
+        found.append(EXHAUSTED[errno.EFBIG])
     devices: set[int] = set()
     for folder in folders:
         try:

@@ -252,6 +252,7 @@ def test_the_zygote_holds_libraries_but_nothing_of_the_project(fs):
         "harness.execute.pytest_main",
         "harness.execute.reads",  # the entry point's read log (installed after the fork, per job)
         "harness.plugin",
+        "harness.wire",
         "harness.wire.evidence",
         "harness.wire.messages",
         "harness.wire.safetext",  # the plugin clips a node's evidence before it writes it
