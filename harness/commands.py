@@ -13,9 +13,12 @@ import argparse
 import os
 import random
 import sys
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
 
 from harness import outputs
 from harness.compare.diff import compare, thresholds_from_cards
@@ -38,7 +41,7 @@ from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
 from harness.request import MutateOptions, RunRequest
-from harness.select.cards import Problem, did_you_mean, display_path, load_cards, select
+from harness.select.cards import Card, Problem, did_you_mean, display_path, load_cards, select
 from harness.select.scaffold import scaffold
 from harness.select.selection import load
 from harness.targets import known, pyproject, registry
@@ -472,6 +475,16 @@ def _timings_problems(folder: Path, root: Path) -> list:
     return []
 
 
+@dataclass(frozen=True)
+class _LedgerTimings:
+    """What the ledger says of the cards' timings (:func:`_timings_measured`)."""
+
+    found: bool  # there is a ledger
+    measured: dict[str, timings.Recorded]  # card or cell id -> its latest entry's timings
+    source: str  # the runs they come from, said
+    cells: dict[str, list[str]]  # card id -> the ids of its other cells the ledger holds (run --matrix/--target)
+
+
 def cmd_timings(args: argparse.Namespace) -> int:
     """``timings``: per card (then each of its cells ``CARD@NAME``) and liar, the expected seconds the scheduler
     would use and where each comes from; ``--write``: save the ledger's latest entry of each card and cell as
@@ -482,8 +495,19 @@ def cmd_timings(args: argparse.Namespace) -> int:
     cards = _load(root, folder)[0].cards
     reports = _shown_dir(reports_dir(args, root), root)
     shown_file = _shown(timings.path_in(folder), root)
+    got = _timings_measured(args, root, cards, reports)
+    console = make_console()
+    if args.write:
+        _timings_write(console, folder, root, cards, reports, shown_file, got)
+    else:
+        _timings_show(console, folder, root, cards, reports, shown_file, got)
+    return 0
+
+
+def _timings_measured(args: argparse.Namespace, root: Path, cards: Sequence[Card], reports: str) -> _LedgerTimings:
+    """The latest ledger entry of each card and of each of its cells the ledger holds."""
     measured, source = {}, ""
-    cells: dict[str, list[str]] = {}  # card id -> the ids of its other cells the ledger holds (run --matrix/--target)
+    cells: dict[str, list[str]] = {}
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
@@ -494,58 +518,75 @@ def cmd_timings(args: argparse.Namespace) -> int:
                         measured[cid] = rec
             if measured:
                 source = timings.ledger_source(ledger, [r.run_id for r in measured.values()], reports)
-    console = make_console()
-    if args.write:
-        if not measured:
-            where = (
-                f"there is no ledger in {reports}"
-                if ledger is None
-                else f"the ledger {reports}ledger.sqlite has no verdict of any card in {_shown_dir(folder, root)}"
-            )
-            raise UsageError(
-                f"timings --write: nothing to write, {where}; run the obligations once on this machine "
-                f"(`{program()} run`), then `{program()} timings --write`"
-            )
-        try:
-            timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
-        except OSError as exc:
-            raise UsageError(
-                f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
-                "permissions or give another --cards DIR"
-            ) from None
-        n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
-        also = f" and {n_cells} cell(s) of --matrix / --target runs" if n_cells else ""
+    return _LedgerTimings(ledger is not None, measured, source, cells)
+
+
+def _timings_write(
+    console: Console,
+    folder: Path,
+    root: Path,
+    cards: Sequence[Card],
+    reports: str,
+    shown_file: str,
+    got: _LedgerTimings,
+) -> None:
+    """``timings --write``: the ledger's latest entry of each card and cell into ``<cards>/timings.json``."""
+    measured, source = got.measured, got.source
+    if not measured:
+        where = (
+            f"there is no ledger in {reports}"
+            if not got.found
+            else f"the ledger {reports}ledger.sqlite has no verdict of any card in {_shown_dir(folder, root)}"
+        )
+        raise UsageError(
+            f"timings --write: nothing to write, {where}; run the obligations once on this machine "
+            f"(`{program()} run`), then `{program()} timings --write`"
+        )
+    try:
+        timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
+    except OSError as exc:
+        raise UsageError(
+            f"timings --write: cannot write {shown_file} ({exc.strerror or exc}); fix the folder's "
+            "permissions or give another --cards DIR"
+        ) from None
+    n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
+    also = f" and {n_cells} cell(s) of --matrix / --target runs" if n_cells else ""
+    console.print(
+        f"wrote {shown_file}: the expected seconds of {len(measured) - n_cells} card(s){also} from {source}; "
+        "commit it so that runs with no ledger (a fresh clone, CI) schedule by it",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    missing = [c.id for c in cards if c.id not in measured]
+    if missing:
         console.print(
-            f"wrote {shown_file}: the expected seconds of {len(measured) - n_cells} card(s){also} from {source}; "
-            "commit it so that runs with no ledger (a fresh clone, CI) schedule by it",
+            f"left out (no ledger entry, so unknown: 1 s a process): {', '.join(missing)}",
             soft_wrap=True,
             markup=False,
             highlight=False,
         )
-        missing = [c.id for c in cards if c.id not in measured]
-        if missing:
-            console.print(
-                f"left out (no ledger entry, so unknown: 1 s a process): {', '.join(missing)}",
-                soft_wrap=True,
-                markup=False,
-                highlight=False,
-            )
-        return 0
+
+
+def _timings_show(
+    console: Console,
+    folder: Path,
+    root: Path,
+    cards: Sequence[Card],
+    reports: str,
+    shown_file: str,
+    got: _LedgerTimings,
+) -> None:
+    """``timings``: the table of expected seconds, then where they come from (the ledger, timings.json)."""
     hints = timings.read(folder, root)  # TimingsInvalid (exit 2) for a malformed file, as `run` would
     hinted = hints.cards if hints is not None else {}
-    rows = []  # each card, then its cells with an entry of their own (in the ledger or the file)
-    for card in cards:
-        rows.append(card)
-        own = sorted(set(cells.get(card.id, ())) | {cid for cid in hinted if split(cid)[0] == card.id != cid})
-        for cid in own:
-            exp = measured[cid].expected if cid in measured else hinted.get(cid)
-            liars = tuple(n for n in card.liars if exp is not None and n in exp.liars_s)  # the liars that ran there
-            rows.append(replace(card, id=cid, subject=split(cid)[1], card_id=card.id, liars=liars))
+    rows = _timings_rows(cards, got, hinted)
+    measured = got.measured
     expected, sources = timings.combine([r.id for r in rows], {cid: r.expected for cid, r in measured.items()}, hinted)
-    timings.render(console, rows, expected, sources, shown_file)
+    terminal.render_timings(console, rows, expected, sources, shown_file)
     n_cells = sum(1 for cid in measured if split(cid)[0] != cid)
     lines = [
-        f"ledger: {len(measured) - n_cells} card(s){f' and {n_cells} cell(s)' if n_cells else ''} from {source} "
+        f"ledger: {len(measured) - n_cells} card(s){f' and {n_cells} cell(s)' if n_cells else ''} from {got.source} "
         f"in {reports}ledger.sqlite"
         if measured
         else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
@@ -563,7 +604,19 @@ def cmd_timings(args: argparse.Namespace) -> int:
             lines.append(f"{shown_file}: ignored, no such card or liar now: {', '.join(stale)}")
     for line in lines:
         console.print(line, soft_wrap=True, markup=False, highlight=False)
-    return 0
+
+
+def _timings_rows(cards: Sequence[Card], got: _LedgerTimings, hinted: Mapping[str, timings.Expected]) -> list[Card]:
+    """Each card, then its cells with an entry of their own (in the ledger or the file)."""
+    rows = []
+    for card in cards:
+        rows.append(card)
+        own = sorted(set(got.cells.get(card.id, ())) | {cid for cid in hinted if split(cid)[0] == card.id != cid})
+        for cid in own:
+            exp = got.measured[cid].expected if cid in got.measured else hinted.get(cid)
+            liars = tuple(n for n in card.liars if exp is not None and n in exp.liars_s)  # the liars that ran there
+            rows.append(replace(card, id=cid, subject=split(cid)[1], card_id=card.id, liars=liars))
+    return rows
 
 
 # ---------------------------------------------------------------- new

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from impl.model.config import ModelConfig
 from impl.model.llama import Llama
+
+# Test modules whose helpers other test modules import by name (tests/ has no packages: pytest puts only a
+# test's own folder on sys.path, so a test run alone could not find a helper in another folder).
+_HERE = Path(__file__).resolve().parent
+for _folder in ("e2e", "harness/ledger", "harness/report"):
+    if str(_HERE / _folder) not in sys.path:
+        sys.path.insert(0, str(_HERE / _folder))
 
 TINY = ModelConfig(
     n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=48, vocab=97, rope_theta=10000.0, max_pos=512

@@ -47,7 +47,7 @@ class ExecutorSpec:
 
     kind: str = LOCAL
     address: str | None = None  # ray: join this cluster; None starts a local one
-    ship: str = "auto"  # ray: how nodes get the weights and the oracle (harness.execute.cluster.SHIP_MODES)
+    ship: str = "auto"  # ray: how nodes get the weights and the oracle (harness.execute.shipping.SHIP_MODES)
     jobs_given: bool = False  # ray: -j N caps the jobs in flight; else the cluster's CPUs
 
     def __post_init__(self) -> None:

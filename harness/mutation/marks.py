@@ -17,9 +17,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from harness import schemas
 from harness.errors import InputRefused, LiarError, YamlAliasRefused
 from harness.inputs import HINTS_LIMIT, read_text
 from harness.mutation import cgen
@@ -103,38 +105,10 @@ def load_marks(
     if not path.exists() and not path.is_symlink():
         return {}, []
     shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-    try:
-        text = read_text(path, HINTS_LIMIT)
-        node, data = parse_yaml(text)
-    except InputRefused as exc:
-        return {}, [
-            Problem(
-                shown, 0, "", "", f"the equivalence marks file {exc.why}; replace it with the YAML file or remove it"
-            )
-        ]
-    except (OSError, UnicodeDecodeError) as exc:
-        return {}, [Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")]
-    except YamlAliasRefused as exc:
-        return {}, [
-            Problem(
-                shown,
-                exc.line,
-                "",
-                f"*{exc.name}",
-                f"YAML aliases (*{exc.name}) are not allowed in the equivalence marks; write the value out",
-            )
-        ]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        return {}, [
-            Problem(
-                shown,
-                mark.line + 1 if mark else 0,
-                "",
-                "",
-                f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here",
-            )
-        ]
+    parsed = _parse(path, shown)
+    if isinstance(parsed, Problem):
+        return {}, [parsed]
+    node, data = parsed
     if node is None:
         data, values, keys = {}, {}, {}
     else:
@@ -142,9 +116,52 @@ def load_marks(
     problems = schema_problems(data, shown, values, keys, schema=EQUIVALENT_SCHEMA)
     if problems:
         return {}, problems
+    marks, problems = _marks(data["equivalent"], shown, values, root, card_ids)
+    return ({} if any(p.kind != "stale" for p in problems) else marks), problems
+
+
+def _parse(path: Path, shown: str) -> tuple[Any, Any] | Problem:
+    """(node, data) of the marks file (:func:`harness.select.problems.parse_yaml`), or why it cannot be read."""
+    try:
+        return parse_yaml(read_text(path, HINTS_LIMIT))
+    except InputRefused as exc:
+        return Problem(
+            shown, 0, "", "", f"the equivalence marks file {exc.why}; replace it with the YAML file or remove it"
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        return Problem(shown, 0, "", "", f"cannot read the equivalence marks: {exc}")
+    except YamlAliasRefused as exc:
+        return Problem(
+            shown,
+            exc.line,
+            "",
+            f"*{exc.name}",
+            f"YAML aliases (*{exc.name}) are not allowed in the equivalence marks; write the value out",
+        )
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return Problem(
+            shown,
+            mark.line + 1 if mark else 0,
+            "",
+            "",
+            f"YAML syntax error: {getattr(exc, 'problem', exc)}; fix the YAML here",
+        )
+
+
+def _marks(
+    entries: Sequence[Mapping[str, Any]],
+    shown: str,
+    values: Mapping[str, int],
+    root: Path,
+    card_ids: Iterable[str] | None,
+) -> tuple[dict[str, Mark], list[Problem]]:
+    """The marks of a file that fits the schema, and its problems: a key marked twice, a stale mark (left out), a
+    card id that is not a card (when ``card_ids`` is given)."""
     known = set(card_ids) if card_ids is not None else None
     marks: dict[str, Mark] = {}
-    for i, entry in enumerate(data["equivalent"]):
+    problems: list[Problem] = []
+    for i, entry in enumerate(entries):
         line = line_for(values, ("equivalent", i))
         key = entry["mutant"]
         if key in marks:
@@ -158,47 +175,44 @@ def load_marks(
                 )
             )
             continue
-        pinned = entry.get("change")
-        try:
-            mutant = gen.find(root, key)[0]  # a C file is parsed and indexed once (cgen._site_index)
-        except LiarError as exc:
-            problems.append(
-                Problem(
-                    shown,
-                    line,
-                    f"equivalent[{i}].mutant",
-                    short(key),
-                    f"{exc}; {_renew(root, key, pinned)}",
-                    kind="stale",
-                )
-            )
+        stale = _stale(root, entry, f"equivalent[{i}]", shown, line)
+        if stale is not None:
+            problems.append(stale)
             continue
-        if pinned is not None and mutant.change != pinned:
-            problems.append(
-                Problem(
-                    shown,
-                    line,
-                    f"equivalent[{i}].change",
-                    short(pinned),
-                    f"the key {key} now names the change {mutant.change!r} in {mutant.qualname}, not the one the mark "
-                    f"was made for (the code moved); {_renew(root, key, pinned)}",
-                    kind="stale",
-                )
+        problems += [
+            Problem(
+                shown,
+                line_for(values, ("equivalent", i, "cards", j)),
+                f"equivalent[{i}].cards[{j}]",
+                short(cid),
+                "no card has this id",
             )
-            continue
-        for j, cid in enumerate(entry.get("cards") or []):
-            if known is not None and cid not in known:
-                problems.append(
-                    Problem(
-                        shown,
-                        line_for(values, ("equivalent", i, "cards", j)),
-                        f"equivalent[{i}].cards[{j}]",
-                        short(cid),
-                        "no card has this id",
-                    )
-                )
+            for j, cid in enumerate(entry.get("cards") or [])
+            if known is not None and cid not in known
+        ]
         marks[key] = Mark(key, entry["reason"].strip(), tuple(entry.get("cards") or ()), line)
-    return ({} if any(p.kind != "stale" for p in problems) else marks), problems
+    return marks, problems
+
+
+def _stale(root: Path, entry: Mapping[str, Any], where: str, shown: str, line: int) -> Problem | None:
+    """A problem of kind ``stale`` when the mark's key names no mutant now, or a mutant that makes another change
+    than the pinned one (the code moved); None when it still names its mutant."""
+    key, pinned = entry["mutant"], entry.get("change")
+    try:
+        mutant = gen.find(root, key)[0]  # a C file is parsed and indexed once (cgen._site_index)
+    except LiarError as exc:
+        return Problem(shown, line, f"{where}.mutant", short(key), f"{exc}; {_renew(root, key, pinned)}", kind="stale")
+    if pinned is not None and mutant.change != pinned:
+        return Problem(
+            shown,
+            line,
+            f"{where}.change",
+            short(pinned),
+            f"the key {key} now names the change {mutant.change!r} in {mutant.qualname}, not the one the mark "
+            f"was made for (the code moved); {_renew(root, key, pinned)}",
+            kind="stale",
+        )
+    return None
 
 
 def _renew(root: Path, key: str, pinned: str | None) -> str:
@@ -258,14 +272,12 @@ def marks_digest(cards_dir: Path, card_id: str, spans: Spans) -> str:
 def _entries(text: str) -> tuple[tuple[str, str | None, tuple[str, ...], str, int], ...] | str:
     """(key, pinned change, cards, path, line) of each mark of a marks file's text, parsed once per text; a
     string (the digest that stands for the whole file) when it is not a marks file :func:`load_marks` accepts."""
-    import jsonschema  # as cardcheck.schema_problems: only when there is a file to check
-
     invalid = "invalid marks file " + hashlib.sha256(text.encode()).hexdigest()
     try:
         data = parse_yaml(text)[1]
     except (YamlAliasRefused, yaml.YAMLError):
         return invalid
-    if not jsonschema.Draft202012Validator(EQUIVALENT_SCHEMA).is_valid(data):
+    if schemas.problems(data, EQUIVALENT_SCHEMA):
         return invalid
     keys = [e["mutant"] for e in data["equivalent"]]
     if len(set(keys)) != len(keys):  # load_marks refuses the file: no mark applies

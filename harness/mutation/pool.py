@@ -22,7 +22,7 @@ from harness.execute.executor import ExecutorSpec
 from harness.execute.jobs import Job, JobResult, RunConfig
 from harness.execute.outcomes import witness_outcomes
 from harness.execute.schedule import run_jobs
-from harness.mutation import score as mutation
+from harness.mutation import score
 from harness.mutation.generate import Mutant
 from harness.mutation.marks import Mark
 from harness.mutation.reach import Killers, ordered
@@ -75,10 +75,10 @@ class MutantPool:
         """Classify the mutant ``job`` ran (with its first run's result, for a follow-up); True for a follow-up."""
         cid = job.card.id
         m = self.which[(cid, job.mutant)]
-        r = mutation.classify(self.cards[cid], m, res, self._mark(cid, m.key), self.root, job)
+        r = score.classify(self.cards[cid], m, res, self._mark(cid, m.key), self.root, job)
         first = self.timed_out.pop((cid, m.key), None)
         if first is not None:  # a witness before the timed-out one failed, or the timeout stands
-            r = mutation.after_timeout(first, r)
+            r = score.after_timeout(first, r)
         self.ran[(cid, m.key)] = r
         if r.status in (MutantStatus.KILLED, MutantStatus.TIMEOUT):
             self.killers[cid].record(m, r.killer)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from harness.errors import LedgerError
 from harness.ledger.history import FILENAME, Ledger
 from harness.mutation import sample as smp
-from harness.mutation import score as mutation
+from harness.mutation import score
 from harness.record.document import MutationResult
 from harness.request import RunRequest
 from harness.select.cards import Card
@@ -42,8 +42,8 @@ def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]
     out = {}
     with ledger:
         for card in cards:
-            now = mutation.score_digest(card, bound[card.id])
-            marks_now = mutation.score_marks(card, req.root, req.cards_dir)
+            now = score.score_digest(card, bound[card.id])
+            marks_now = score.score_marks(card, req.root, req.cards_dir)
             try:
                 last = (
                     ledger.last_mutation(card.id, now, sample=smp.FLOOR.key, marks=marks_now)
@@ -55,7 +55,7 @@ def recall(req: RunRequest, cards: Sequence[Card], bound: Mapping[str, Sequence]
             if last is not None:
                 run_id, started, past = last
                 out[card.id] = replace(
-                    mutation.recalled(card, past, run_id, now, marks_now), measured_at=past.measured_at or started
+                    score.recalled(card, past, run_id, now, marks_now), measured_at=past.measured_at or started
                 )
     return out
 

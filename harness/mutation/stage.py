@@ -29,10 +29,9 @@ from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
 from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun, witness_outcomes
 from harness.execute.schedule import run_jobs
-from harness.mutation import cbuild, cgen
+from harness.mutation import cbuild, cgen, score
 from harness.mutation import generate as gen
 from harness.mutation import sample as smp
-from harness.mutation import score
 from harness.mutation.marks import Mark
 from harness.mutation.pool import MutantPool
 from harness.mutation.reach import Killers, Reach, reach_of
@@ -233,6 +232,9 @@ def measure(
 ) -> Measured:
     """Generate, run, classify and score the mutants of every selected card whose honest run held.
 
+    One step a function, in order: choose (the cards measured, their mutants drawn), recall (the ledger's
+    scores, --changed's reusable results), reach (line coverage: who runs what), jobs (built and ordered),
+    announce, run, score (each card's, with the marks as they are now), claims (the project view), tally.
     ``all_cards`` (every loaded card, selected or not) decides which
     functions the project view counts as claimed.
     """
@@ -254,14 +256,7 @@ def measure(
     out, per_card = _score_cards(req, opts, the_plan, marks, chosen, recalled, ran)
     table = _claims(req, the_plan, all_cards, chosen.plans, per_card, generated)
     run_rows = [ran[(cid, m.key)] for cid, m, _ in jobs]
-    started = _started(opts, jobs, run_rows, reporter)
-    wall = time.monotonic() - t0
-    if jobs:
-        _say(
-            reporter,
-            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
-            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
-        )
+    started, wall = _tally(opts, jobs, run_rows, t0, reporter)
     return Measured(
         out,
         chosen.skipped,
@@ -297,7 +292,7 @@ def _choose(
     generated: score.Generated,
     reporter: Reporter | None,
 ) -> _Chosen:
-    """Step 1, sample: each card whose honest run held, its mutants drawn, their timeouts and its sample."""
+    """Step 1, choose: each card whose honest run held, its mutants drawn, their timeouts and its sample."""
     chosen = _Chosen({}, {}, {}, {}, {})
     _say(reporter, "mutate: generating the mutants of the code each card claims ...")
     for card in the_plan.cards:
@@ -377,7 +372,7 @@ def _reach(
     todo: Mapping[str, list[gen.Mutant]],
     reporter: Reporter | None,
 ) -> _Reached:
-    """Step 3, trace: each card's line coverage (its honest run's, else a run of its own) -> who reaches what."""
+    """Step 3, reach: each card's line coverage (its honest run's, else a run of its own) -> who reaches what."""
     plans = chosen.plans
     reached = _Reached({}, 0, dict(chosen.took), dict(chosen.timeouts))
     if not opts.fast:
@@ -419,7 +414,7 @@ def _jobs(
     ran: dict[tuple[str, str], MutantResult],
     reporter: Reporter | None,
 ) -> list[tuple[str, gen.Mutant, Job]]:
-    """Step 4, build: each mutant to run as a job (one no witness reaches, or its C build decides, into ``ran``),
+    """Step 4, jobs: each mutant to run as a job (one no witness reaches, or its C build decides, into ``ran``),
     the slowest cards' first, each able to fork from its card's warm server where it may."""
     jobs: list[tuple[str, gen.Mutant, Job]] = []
     for cid, ms in todo.items():
@@ -474,7 +469,7 @@ def _announce(
     n_reused: int,
     reporter: Reporter | None,
 ) -> None:
-    """Step 5, say: how many cards and mutants, how they were picked, and what of them runs."""
+    """Step 5, announce: how many cards and mutants, how they were picked, and what of them runs."""
     unreached = sum(r.how == score.NOT_REACHED for r in ran.values())
     picked = (
         f"the --mutant key(s) among {sum(cm.candidates for cm in plans.values())}"
@@ -571,7 +566,7 @@ def _claims(
     per_card: Mapping[str, list[MutantResult]],
     generated: score.Generated,
 ) -> tuple[Claim, ...]:
-    """Step 8, record: the project view, every claimed function and what of it the cards' mutants measured."""
+    """Step 8, claims: the project view, every claimed function and what of it the cards' mutants measured."""
     everyone = list(all_cards) or list(the_plan.cards)
     files = score.impl_files(req.root, everyone)
     claimed = {
@@ -580,13 +575,15 @@ def _claims(
     return score.claims(req.root, files, claimed, per_card, generated)
 
 
-def _started(
+def _tally(
     opts: MutateOptions,
     jobs: Sequence[tuple[str, gen.Mutant, Job]],
     run_rows: Sequence[MutantResult],
+    t0: float,
     reporter: Reporter | None,
-) -> dict[str, int]:
-    """Step 9, tally: how the run mutants started ("warm", "fresh: why") -> how many, said with --fast."""
+) -> tuple[dict[str, int], float]:
+    """Step 9, tally: how the run mutants started ("warm", "fresh: why") -> how many, and the stage's seconds
+    since ``t0``; both said."""
     started: dict[str, int] = {}
     for r in run_rows:
         started[r.how] = started.get(r.how, 0) + 1
@@ -597,7 +594,14 @@ def _started(
             f"mutate: {started.get(WARM, 0)} mutant(s) forked from their card's warm server, {fresh} started fresh"
             + "".join(f"; {n}: {how.removeprefix('fresh: ')}" for how, n in sorted(started.items()) if how != WARM),
         )
-    return started
+    wall = time.monotonic() - t0
+    if jobs:
+        _say(
+            reporter,
+            f"mutate: {len(jobs)} mutant(s) run in {wall:.1f} s ({len(jobs) / wall:.2f}/s); "
+            f"witness time they needed {sum(r.witness_s for r in run_rows):.1f} s",
+        )
+    return started, wall
 
 
 def _unmarked_detail(m: gen.Mutant, r: MutantResult) -> str:

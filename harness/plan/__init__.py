@@ -6,8 +6,8 @@
   under each subject as a cell.
 - ``binding``: what each verdict is bound to: files (sha256), settings,
   environment, every file its processes read.
-- ``timings``: expected process times (the ledger, else
-  ``obligations/timings.json``) for the scheduler.
+- ``timings``: expected process times (the ledger, else the hints file
+  ``obligations/timings.json``, read and written here) for the scheduler.
 - ``planning``: every output proven writable first; each cell bound, with
   the ledger's replays and times: :class:`RunPlan`.
 - ``status``: ``run_obligations.py status``: each cell's last verdict, or

@@ -133,65 +133,109 @@ def plan(
     ``--matrix`` or ``--target`` run); a cell the file has no entry for takes
     its card's.
     """
+    hints = _hints(req, cards)
+    links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.base_id)) for c in cards}
+    bound = _bind(req, loaded, cards, subs)
+    marks = dict(marks or {})
+    ledger = _ledger(req, reporter)
+    asked = _ask_ledger(req, ledger, cards, links, bound) if ledger is not None else _Asked({}, {}, {})
+    replays = asked.replays
+    expected, sources = timings.combine([c.id for c in cards if c.id not in replays], asked.measured, hints)
+    mutations = recall(req, cards, bound) if ledger is not None else {}
+    scope = ReadScope.of(req.root, req.reports_dir, req.oracle_dir)
+    why_not = {k: v for k, v in asked.why_not.items() if v and k not in replays}
+    return RunPlan(
+        tuple(cards), links, bound, replays, expected, mutations, marks, sources, tuple(subs), scope, why_not
+    )
+
+
+def _hints(req: RunRequest, cards: Sequence[Card]) -> dict[str, Expected]:
+    """The expected times ``<cards dir>/timings.json`` holds, each cell it has no entry for taking its card's."""
     hints = dict(timings.load(req.cards_dir, req.root))
     hints.update(
         {c.id: hints[c.base_id] for c in cards if c.id != c.base_id and c.id not in hints and c.base_id in hints}
     )
-    links = {c.id: tuple(str(p) for p in loaded.result.link_problems(c.base_id)) for c in cards}
+    return hints
+
+
+def _bind(
+    req: RunRequest, loaded: Loaded, cards: Sequence[Card], subs: Sequence[Subject]
+) -> dict[str, tuple[BoundFile, ...]]:
+    """Each card bound to its files, under its configuration's own settings and numerics line."""
     contexts = {subjects.DEFAULT: run_context(req.root, provenance.numerics(req.root))}
     for s in subs:  # each configuration's own settings and numerics line
         if s.runnable and s.name != subjects.DEFAULT:
             contexts[s.name] = run_context(req.root, s.numerics, os.environ, s.settings)
-    bound = {
+    return {
         c.id: bound_files(c, req.root, loaded.sites, oracle_files(c, req.oracle_dir), contexts[c.subject])
         for c in cards
     }
-    replays: dict[str, build.Replayed] = {}
-    why_not: dict[str, str] = {}
-    memo: dict[Path, str | None] = {}  # files hashed again for --changed, each once
-    measured: dict[str, Expected] = {}  # from the ledger
-    marks = dict(marks or {})
+
+
+def _ledger(req: RunRequest, reporter: Reporter | None) -> Ledger | None:
+    """The run's ledger for reading; None when there is none, or it cannot be read (said: every card runs)."""
     path = req.reports_dir / FILENAME
     try:
-        ledger = Ledger(path, create=False) if path.is_file() else None
+        return Ledger(path, create=False) if path.is_file() else None
     except LedgerError as exc:
         if reporter is not None:
             reporter.error(f"warning: ledger not read ({exc}); every card runs")
-        ledger = None
-    if ledger is not None:
-        with ledger:
-            for card in cards:
-                if req.rerun_failed and not links[card.id]:
-                    # NOTE: the card's latest verdict decides: not PROVEN -> it runs; PROVEN -> its PROVEN verdict
-                    # on exactly these bound files is replayed (none: the files changed since, so it runs too)
-                    latest = ledger.last(card.id)
-                    past = None
-                    if latest is not None and latest.verdict == Verdict.PROVEN:
-                        past, why_not[card.id] = replayable(
-                            ledger, card.id, bound[card.id], req.root, req.profile, memo
-                        )
-                    if past is not None:
-                        replays[card.id] = build.Replayed(
-                            ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
-                        )
-                        continue
-                if req.changed and not links[card.id]:
-                    past, why_not[card.id] = replayable(ledger, card.id, bound[card.id], req.root, req.profile, memo)
-                    if past is not None:
-                        replays[card.id] = build.Replayed(
-                            ledger.entry(past.run_id, card.id), past.run_id, past.started, past.report_dir
-                        )
-                        continue
-                last = timings.from_ledger(ledger, card.id)
-                if last is not None:
-                    measured[card.id] = last.expected
-    expected, sources = timings.combine([c.id for c in cards if c.id not in replays], measured, hints)
-    mutations = recall(req, cards, bound) if ledger is not None else {}
-    scope = ReadScope.of(req.root, req.reports_dir, req.oracle_dir)
-    why_not = {k: v for k, v in why_not.items() if v and k not in replays}
-    return RunPlan(
-        tuple(cards), links, bound, replays, expected, mutations, marks, sources, tuple(subs), scope, why_not
-    )
+        return None
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the ledger said for a plan (:func:`_ask_ledger`)."""
+
+    replays: dict[str, build.Replayed]  # card id -> the verdict replayed for it
+    why_not: dict[str, str]  # card id -> why it is not replayed ("" when it was)
+    measured: dict[str, Expected]  # card id -> its latest entry's process times (the cards not replayed)
+
+
+def _ask_ledger(
+    req: RunRequest,
+    ledger: Ledger,
+    cards: Sequence[Card],
+    links: Mapping[str, tuple[str, ...]],
+    bound: Mapping[str, tuple[BoundFile, ...]],
+) -> _Asked:
+    """Each card's replay (``--changed``, ``--rerun-failed``) or, when it runs, its latest process times."""
+    asked = _Asked({}, {}, {})
+    memo: dict[Path, str | None] = {}  # files hashed again for --changed, each once
+    with ledger:
+        for card in cards:
+            if not links[card.id]:
+                replayed, why = _replay(req, ledger, card.id, bound[card.id], memo)
+                if why is not None:
+                    asked.why_not[card.id] = why
+                if replayed is not None:
+                    asked.replays[card.id] = replayed
+                    continue
+            last = timings.from_ledger(ledger, card.id)
+            if last is not None:
+                asked.measured[card.id] = last.expected
+    return asked
+
+
+def _replay(
+    req: RunRequest, ledger: Ledger, card_id: str, now: tuple[BoundFile, ...], memo: dict[Path, str | None]
+) -> tuple[build.Replayed | None, str | None]:
+    """(the verdict replayed for a card, or None; why it is not, "" when it is, None when no one asked)."""
+    why = None
+    if req.rerun_failed:
+        # NOTE: the card's latest verdict decides: not PROVEN -> it runs; PROVEN -> its PROVEN verdict
+        # on exactly these bound files is replayed (none: the files changed since, so it runs too)
+        latest = ledger.last(card_id)
+        past = None
+        if latest is not None and latest.verdict == Verdict.PROVEN:
+            past, why = replayable(ledger, card_id, now, req.root, req.profile, memo)
+        if past is not None:
+            return build.Replayed(ledger.entry(past.run_id, card_id), past.run_id, past.started, past.report_dir), why
+    if req.changed:
+        past, why = replayable(ledger, card_id, now, req.root, req.profile, memo)
+        if past is not None:
+            return build.Replayed(ledger.entry(past.run_id, card_id), past.run_id, past.started, past.report_dir), why
+    return None, why
 
 
 MAX_CANDIDATES = 50  # newest original PROVEN verdicts a --changed replay looks through (one per bound digest)

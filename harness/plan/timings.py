@@ -13,7 +13,7 @@ carries those numbers in the repository: ``run_obligations.py timings
 and :func:`harness.plan.planning.plan` uses it for each card the ledger has no
 entry for (a ledger entry is newer and was measured on this machine, so it
 wins). ``run_obligations.py timings`` shows what the next run would use and
-where each number came from.
+where each number came from (the table: :func:`harness.report.terminal.render_timings`).
 
 Cells: a ``run --matrix`` or ``run --target`` records each cell in the ledger
 under its own id, ``CARD@NAME`` (:func:`harness.plan.subjects.cell_id`), and that
@@ -33,7 +33,7 @@ that no longer exist are ignored, a card or liar missing from the file is
 unknown (1 s), and a witness id in ``caught_by`` that the card no longer has
 moves nothing. A malformed file is refused before anything runs
 (:class:`TimingsInvalid`, exit 2, one paragraph naming the file, the field as
-a JSON path, the value, what is allowed and the fix), never silently
+a JSON path, the value, what is allowed (:mod:`harness.schemas`) and the fix), never silently
 ignored: bad JSON, another format or version, a duplicate key, seconds that
 are negative, not numbers or not finite (NaN, Infinity), any field missing,
 unknown or of the wrong type.
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from harness import schemas
 from harness.errors import HarnessError, InputRefused
 from harness.inputs import HINTS_LIMIT, read_text
 from harness.plan.subjects import split
@@ -60,6 +61,7 @@ from harness.project import KVPROOF_HOME, program
 from harness.record.document import CardResult
 from harness.select.cards import display_path
 from harness.select.problems import Problem
+from harness.select.suggest import did_you_mean
 from harness.statuses import LiarStatus
 
 FILENAME = "timings.json"
@@ -242,60 +244,10 @@ def _value_problems(data: Any, shown: str) -> list[Problem]:
 
 
 def _schema_problems(data: Any, shown: str) -> list[Problem]:
-    import jsonschema
-
-    errors = sorted(
-        jsonschema.Draft202012Validator(load_schema()).iter_errors(data),
-        key=lambda e: [str(p) for p in e.absolute_path],
-    )
-    return [p for err in errors for p in _problems(err, shown)]
-
-
-def _problems(err: Any, shown: str) -> Iterable[Problem]:
-    parts, sch = tuple(err.absolute_path), (err.schema if isinstance(err.schema, dict) else {})
-    if err.validator == "required" and isinstance(err.instance, dict):
-        for key in (k for k in err.validator_value if k not in err.instance):
-            what = sch.get("properties", {}).get(key, {}).get("description", "")
-            yield Problem(
-                shown, 0, json_path(parts + (key,)), "", "missing required field" + (f" ({what})" if what else "")
-            )
-    elif err.validator == "additionalProperties" and isinstance(err.instance, dict):
-        allowed = sorted(sch.get("properties", {}))
-        for key in sorted(set(err.instance) - set(allowed)):
-            yield Problem(
-                shown,
-                0,
-                json_path(parts + (key,)),
-                _value(err.instance[key]),
-                f"unknown field; allowed: {', '.join(allowed)}",
-            )
-    else:
-        yield Problem(shown, 0, json_path(parts), _value(err.instance), _message(err, sch))
-
-
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", type(None): "null"}
-
-
-def _message(err: Any, sch: Mapping[str, Any]) -> str:
-    kind, allowed = err.validator, err.validator_value
-    if "propertyNames" in err.schema_path:
-        return "an empty key; every card id and liar name must be given"
-    if kind == "type":
-        got = "object" if isinstance(err.instance, dict) else _JSON_TYPES.get(type(err.instance), "value")
-        msg = f"wrong type {got}; expected {allowed}"
-    elif kind == "enum":
-        msg = f"not allowed; allowed: {', '.join(json.dumps(v) for v in allowed)}"
-    elif kind == "minimum":
-        msg = f"too small; must be >= {allowed}"
-    elif kind == "pattern":
-        return f"does not match; expected {sch.get('x-allowed', 'pattern ' + allowed)}"
-    elif kind == "minLength":
-        msg = "must not be empty"
-    elif kind == "uniqueItems":
-        msg = "has duplicate items; list each once"
-    else:
-        msg = err.message
-    return msg + (f" ({sch['description']})" if sch.get("description") else "")
+    """The schema's problems (:mod:`harness.schemas` words them), topmost path first, each field as a JSON path
+    and its value as JSON (an unknown field's too: no line points at it)."""
+    found = sorted(schemas.problems(data, load_schema(), near=did_you_mean), key=lambda p: [str(x) for x in p.parts])
+    return [Problem(shown, 0, json_path(p.parts), "" if p.missing else _value(p.value), p.message) for p in found]
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -427,50 +379,6 @@ def schedule_line(sources: Mapping[str, str], shown_file: str) -> str:
     return f"schedule: ledger {n[LEDGER]}, {shown_file} {n[FILE]}, unknown {n[UNKNOWN]} card(s)"
 
 
-def render(
-    console: Any, cards: Sequence[Any], expected: Mapping[str, Expected], sources: Mapping[str, str], shown_file: str
-) -> None:
-    """``timings``: per card (and cell ``CARD@NAME``) and liar, the seconds the scheduler would expect, where they
-    came from, and the witnesses that run first under each liar; then the order in which a plain run's honest runs
-    start with ``-j 2`` or more."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(header_style="bold", pad_edge=False)
-    for name, kw in (
-        ("card / liar", {"no_wrap": True}),
-        ("expected s", {"justify": "right"}),
-        ("chain s", {"justify": "right"}),
-        ("from", {"no_wrap": True}),
-        ("runs first under the liar (caught it)", {"overflow": "fold"}),
-    ):
-        table.add_column(name, **kw)
-    for card in cards:
-        exp, src = expected.get(card.id, Expected()), sources.get(card.id, UNKNOWN)
-        shown_src = shown_file if src == FILE else src
-        table.add_row(escape(card.id), f"{exp.honest_s:.1f}", f"{chain_s(exp, card.liars):.1f}", escape(shown_src), "")
-        for name in card.liars:
-            known = name in exp.liars_s
-            table.add_row(
-                f"  {escape(name)}",
-                f"{exp.liar(name):.1f}",
-                "",
-                escape(shown_src if known else UNKNOWN),
-                escape(", ".join(exp.caught_by.get(name, ())) or "–"),
-            )
-    console.print(table)
-    plain = [c for c in cards if split(c.id)[0] == c.id]  # the order of a plain run: its cards, not the cells
-    order = sorted(
-        range(len(plain)), key=lambda i: (-chain_s(expected.get(plain[i].id, Expected()), plain[i].liars), i)
-    )
-    console.print(
-        "with -j 2 or more, honest runs start in this order: " + ", ".join(plain[i].id for i in order),
-        soft_wrap=True,
-        markup=False,
-        highlight=False,
-    )
-
-
 def stale_entries(hints: Hints, cards: Sequence[Any]) -> list[str]:
     """Entries of the file that name no card (nor a cell ``CARD@NAME`` of one), or a liar its card does not list
     (ignored by the scheduler)."""
@@ -500,7 +408,6 @@ __all__ = [
     "ledger_source",
     "load",
     "read",
-    "render",
     "schedule_line",
     "stale_entries",
     "to_json",

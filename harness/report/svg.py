@@ -38,6 +38,25 @@ def _finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """Where a trend's values go: ``lo``..``hi`` on the y axis, ``n`` points across, inside the padding."""
+
+    lo: float
+    hi: float
+    n: int
+    w: float  # the plot's width and height (the picture's less the padding)
+    h: float
+    pad_l: int = 4
+    pad_t: int = 6
+
+    def x(self, i: int) -> float:
+        return self.pad_l + (self.w * i / (self.n - 1) if self.n > 1 else self.w / 2)
+
+    def y(self, v: float) -> float:
+        return self.pad_t + self.h - (v - self.lo) / (self.hi - self.lo) * self.h
+
+
 def trend(
     points: Sequence[Point],
     *,
@@ -51,31 +70,50 @@ def trend(
     vals = _finite([p.value for p in points])
     if not vals:
         return ""
-    lo, hi = min(vals), max(vals)
     limit = None
     if bound is not None and isinstance(bound[1], (int, float)) and math.isfinite(bound[1]):
         limit = float(bound[1])
+    frame = _frame(vals, limit, len(points), width, height)
+    op = bound[0] if bound is not None else ""
+    parts: list[str] = [_bound_line(frame, op, limit)] if limit is not None else []
+    parts += _polylines(frame, points)
+    parts += _dots(frame, points, unit)
+    newest = next((p.value for p in reversed(points) if p.value is not None), None)
+    text = f"{_fmt(float(newest))}{unit}" if newest is not None else "–"
+    parts += _side_text(frame, text, op, limit, height)
+    label = (
+        f"{title}: {len(vals)} of {frame.n} runs measured, newest {text}, range {_fmt(min(vals))} to "
+        f"{_fmt(max(vals))}{unit}" + (f", bound {op} {_fmt(limit)}" if limit is not None else "")
+    )
+    return (
+        f'<svg class="trend" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+        f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>'
+    )
+
+
+def _frame(vals: Sequence[float], limit: float | None, n: int, width: int, height: int) -> _Frame:
+    """The y axis spans the values and the bound (so the gap between line and dashes is the room left)."""
+    lo, hi = min(vals), max(vals)
+    if limit is not None:
         lo, hi = min(lo, limit), max(hi, limit)
     if hi == lo:
         hi, lo = hi + (abs(hi) or 1.0) * 0.5, lo - (abs(lo) or 1.0) * 0.5
     pad_l, pad_r, pad_t, pad_b = 4, 60, 6, 6
-    w, h = width - pad_l - pad_r, height - pad_t - pad_b
-    n = len(points)
+    return _Frame(lo, hi, n, width - pad_l - pad_r, height - pad_t - pad_b, pad_l, pad_t)
 
-    def x(i: int) -> float:
-        return pad_l + (w * i / (n - 1) if n > 1 else w / 2)
 
-    def y(v: float) -> float:
-        return pad_t + h - (v - lo) / (hi - lo) * h
+def _bound_line(f: _Frame, op: str, limit: float) -> str:
+    """The bound, dashed across the plot."""
+    return (
+        f'<line class="bound" x1="{f.pad_l}" x2="{f.pad_l + f.w}" y1="{f.y(limit):.1f}" y2="{f.y(limit):.1f}" '
+        f'stroke="#b42318" stroke-width="1" stroke-dasharray="4 3"><title>bound: {escape(op)} {_fmt(limit)}'
+        f"</title></line>"
+    )
 
-    parts: list[str] = []
-    if limit is not None:
-        op = escape(bound[0])  # type: ignore[index]
-        parts.append(
-            f'<line class="bound" x1="{pad_l}" x2="{pad_l + w}" y1="{y(limit):.1f}" y2="{y(limit):.1f}" '
-            f'stroke="#b42318" stroke-width="1" stroke-dasharray="4 3"><title>bound: {op} {_fmt(limit)}'
-            f"</title></line>"
-        )
+
+def _polylines(f: _Frame, points: Sequence[Point]) -> list[str]:
+    """The line through the measured points, broken where a run measured nothing."""
     segment: list[str] = []
     segments: list[list[str]] = []
     for i, p in enumerate(points):
@@ -84,41 +122,43 @@ def trend(
                 segments.append(segment)
             segment = []
             continue
-        segment.append(f"{x(i):.1f},{y(float(p.value)):.1f}")
+        segment.append(f"{f.x(i):.1f},{f.y(float(p.value)):.1f}")
     if segment:
         segments.append(segment)
-    for seg in segments:
-        if len(seg) > 1:
-            parts.append(f'<polyline fill="none" stroke="#1f6feb" stroke-width="1.5" points="{" ".join(seg)}"/>')
-    for i, p in enumerate(points):  # a dot per run, with its value on hover
+    return [
+        f'<polyline fill="none" stroke="#1f6feb" stroke-width="1.5" points="{" ".join(seg)}"/>'
+        for seg in segments
+        if len(seg) > 1
+    ]
+
+
+def _dots(f: _Frame, points: Sequence[Point], unit: str) -> list[str]:
+    """A dot per measured run, with its value on hover; the newest run's larger."""
+    out = []
+    for i, p in enumerate(points):
         if p.value is None or not math.isfinite(float(p.value)):
             continue
-        last = i == n - 1
-        parts.append(
-            f'<circle cx="{x(i):.1f}" cy="{y(float(p.value)):.1f}" r="{2.6 if last else 1.6}" '
+        last = i == f.n - 1
+        out.append(
+            f'<circle cx="{f.x(i):.1f}" cy="{f.y(float(p.value)):.1f}" r="{2.6 if last else 1.6}" '
             f'fill="{"#1f6feb" if last else "#6e9fe6"}"><title>{escape(p.label)}: {_fmt(float(p.value))}'
             f"{escape(unit)}</title></circle>"
         )
-    newest = next((p.value for p in reversed(points) if p.value is not None), None)
-    text = f"{_fmt(float(newest))}{unit}" if newest is not None else "–"
-    parts.append(
-        f'<text x="{pad_l + w + 6}" y="{pad_t + h / 2 + 4:.1f}" font-size="11" fill="currentColor">'
+    return out
+
+
+def _side_text(f: _Frame, text: str, op: str, limit: float | None, height: int) -> list[str]:
+    """Right of the plot: the newest value, and under it the bound."""
+    out = [
+        f'<text x="{f.pad_l + f.w + 6}" y="{f.pad_t + f.h / 2 + 4:.1f}" font-size="11" fill="currentColor">'
         f"{escape(text)}</text>"
-    )
+    ]
     if limit is not None:
-        parts.append(
-            f'<text x="{pad_l + w + 6}" y="{height - 2}" font-size="9" fill="#b42318">'
-            f"{escape(bound[0])} {_fmt(limit)}</text>"
-        )  # type: ignore[index]
-    label = (
-        f"{title}: {len(vals)} of {n} runs measured, newest {text}, range {_fmt(min(vals))} to "
-        f"{_fmt(max(vals))}{unit}" + (f", bound {bound[0]} {_fmt(limit)}" if limit is not None else "")
-    )  # type: ignore[index]
-    return (
-        f'<svg class="trend" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
-        f'style="max-width:100%;height:auto"><title>{escape(label)}</title>{"".join(parts)}</svg>'
-    )
+        out.append(
+            f'<text x="{f.pad_l + f.w + 6}" y="{height - 2}" font-size="9" fill="#b42318">'
+            f"{escape(op)} {_fmt(limit)}</text>"
+        )
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""Render the verdicts document, cards and problems to a rich console. Computes nothing."""
+"""Render the verdicts document, cards, problems and the expected timings to a rich console. Computes nothing."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,9 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from harness.compare.render import render_terminal
+from harness.plan import timings
+from harness.plan.subjects import split
+from harness.plan.timings import Expected, chain_s
 from harness.project import program
 from harness.record.build import fraction, liars_fraction
 from harness.report.view import examples_text, mutation_view, replayed_text
@@ -317,6 +320,51 @@ def render_status(console: Console, rows: Iterable[Any]) -> None:
         when = _when(r.last.started) + (f" ({replayed_text(r.last.replayed_started)})" if r.last.replay_of else "")
         table.add_row(escape(r.card_id), state, when, escape(r.last.headline or "–"), escape(why), *extra)
     console.print(table)
+
+
+def render_timings(
+    console: Console,
+    cards: Sequence[Any],
+    expected: Mapping[str, Expected],
+    sources: Mapping[str, str],
+    shown_file: str,
+) -> None:
+    """``timings``: per card (and cell ``CARD@NAME``) and liar, the seconds the scheduler would expect, where they
+    came from, and the witnesses that run first under each liar; then the order in which a plain run's honest runs
+    start with ``-j 2`` or more (:mod:`harness.plan.timings` holds the numbers)."""
+    table = Table(header_style="bold", pad_edge=False)
+    for name, kw in (
+        ("card / liar", {"no_wrap": True}),
+        ("expected s", {"justify": "right"}),
+        ("chain s", {"justify": "right"}),
+        ("from", {"no_wrap": True}),
+        ("runs first under the liar (caught it)", {"overflow": "fold"}),
+    ):
+        table.add_column(name, **kw)
+    for card in cards:
+        exp, src = expected.get(card.id, Expected()), sources.get(card.id, timings.UNKNOWN)
+        shown_src = shown_file if src == timings.FILE else src
+        table.add_row(escape(card.id), f"{exp.honest_s:.1f}", f"{chain_s(exp, card.liars):.1f}", escape(shown_src), "")
+        for name in card.liars:
+            known = name in exp.liars_s
+            table.add_row(
+                f"  {escape(name)}",
+                f"{exp.liar(name):.1f}",
+                "",
+                escape(shown_src if known else timings.UNKNOWN),
+                escape(", ".join(exp.caught_by.get(name, ())) or "–"),
+            )
+    console.print(table)
+    plain = [c for c in cards if split(c.id)[0] == c.id]  # the order of a plain run: its cards, not the cells
+    order = sorted(
+        range(len(plain)), key=lambda i: (-chain_s(expected.get(plain[i].id, Expected()), plain[i].liars), i)
+    )
+    console.print(
+        "with -j 2 or more, honest runs start in this order: " + ", ".join(plain[i].id for i in order),
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
 
 
 def render_runs(console: Console, runs: Iterable[dict[str, Any]]) -> None:

@@ -3,8 +3,8 @@
 - ``cards``: YAML cards -> frozen :class:`Card` (schema, refs and tests
   resolved with :mod:`ast`); ``load_cards``, ``select``.
 - ``problems``: what can be wrong with a card's text (line index, schema
-  problems, semantic checks), each a :class:`Problem` naming file, line,
-  field and value.
+  problems worded by :mod:`harness.schemas`, semantic checks), each a
+  :class:`Problem` naming file, line, field and value.
 - ``refs``: ``file::Symbol`` refs and test node ids resolved statically;
   ``suggest``: "did you mean".
 - ``selection``: the cards a run may use (``runnable`` refuses what

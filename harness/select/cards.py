@@ -203,47 +203,24 @@ def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[s
 
 
 def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
-    """Load one card file. Returns (card or None, load problems, the id if readable)."""
+    """Load one card file. Returns (card or None, load problems, the id if readable).
+
+    In steps: its name (:func:`_unnamable`), its bytes (:func:`_read_card`), its YAML (:func:`_parse_card`), its
+    form (duplicate keys, the schema), its meaning (:func:`harness.select.problems.semantic_problems`), then the
+    :class:`Card` (:func:`_build_card`).
+    """
     shown = display_path(path, root)
-    if not is_safe(shown, lines=False):  # a file name that is not UTF-8, or holds a control character
-        shown = escape(shown, lines=False)
-        why = "its path is not plain text (bytes that are not UTF-8, or a control character); rename the file or folder"
-        return None, [Problem(shown, 0, "", "", f"the card file cannot be named in a report: {why}")], None
-    try:
-        raw_bytes = read_bytes(path, CARD_LIMIT)
-        text = raw_bytes.decode("utf-8")
-    except InputRefused as exc:
-        return None, [Problem(shown, 0, "", "", f"the card file {exc.why}; replace it with a card's YAML")], None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Problem(shown, 0, "", "", f"cannot read the card: {exc}")], None
-    try:
-        node, data = parse_yaml(text)
-    except YamlAliasRefused as exc:
-        return None, [Problem(shown, exc.line, "", f"*{exc.name}", ALIAS_MESSAGE.format(name=exc.name))], None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 0
-        what = exc.problem or "invalid YAML"
-        if exc.context:
-            ctx = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
-            what += f" ({exc.context}{ctx})"
-        return None, [Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML here")], None
-    except yaml.YAMLError as exc:
-        return None, [Problem(shown, 0, "", "", f"YAML error: {exc}")], None
-    if node is None or not isinstance(data, dict):
-        return (
-            None,
-            [
-                Problem(
-                    shown,
-                    1,
-                    "",
-                    short(data) if data is not None else "",
-                    "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json",
-                )
-            ],
-            None,
-        )
+    refused = _unnamable(shown)
+    if refused is not None:
+        return None, [refused], None
+    read = _read_card(path, shown)
+    if isinstance(read, Problem):
+        return None, [read], None
+    raw_bytes, text = read
+    parsed = _parse_card(text, shown)
+    if isinstance(parsed, Problem):
+        return None, [parsed], None
+    node, data = parsed
     values, keys, dups = line_index(node)
     problems = [
         Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one") for f, line in dups
@@ -257,11 +234,63 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
     if problems:
         problems.sort(key=lambda p: p.line)
         return None, problems, card_id
+    return _build_card(data, path, shown, raw_bytes, values), [], card_id
+
+
+def _unnamable(shown: str) -> Problem | None:
+    """The problem of a card file whose path cannot be shown as plain text (None: it can)."""
+    if is_safe(shown, lines=False):
+        return None
+    shown = escape(shown, lines=False)
+    why = "its path is not plain text (bytes that are not UTF-8, or a control character); rename the file or folder"
+    return Problem(shown, 0, "", "", f"the card file cannot be named in a report: {why}")
+
+
+def _read_card(path: Path, shown: str) -> tuple[bytes, str] | Problem:
+    """The card file's bytes and UTF-8 text, or the problem that it cannot be read (too large, not a file, ...)."""
+    try:
+        raw_bytes = read_bytes(path, CARD_LIMIT)
+        return raw_bytes, raw_bytes.decode("utf-8")
+    except InputRefused as exc:
+        return Problem(shown, 0, "", "", f"the card file {exc.why}; replace it with a card's YAML")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Problem(shown, 0, "", "", f"cannot read the card: {exc}")
+
+
+def _parse_card(text: str, shown: str) -> tuple[Any, dict] | Problem:
+    """The card's YAML node and its mapping of fields, or the problem that it is no YAML mapping."""
+    try:
+        node, data = parse_yaml(text)
+    except YamlAliasRefused as exc:
+        return Problem(shown, exc.line, "", f"*{exc.name}", ALIAS_MESSAGE.format(name=exc.name))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        what = exc.problem or "invalid YAML"
+        if exc.context:
+            ctx = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+            what += f" ({exc.context}{ctx})"
+        return Problem(shown, line, "", "", f"YAML syntax error: {what}; fix the YAML here")
+    except yaml.YAMLError as exc:
+        return Problem(shown, 0, "", "", f"YAML error: {exc}")
+    if node is None or not isinstance(data, dict):
+        return Problem(
+            shown,
+            1,
+            "",
+            short(data) if data is not None else "",
+            "a card must be a YAML mapping of fields (id:, title:, ...); see obligations/card.schema.json",
+        )
+    return node, data
+
+
+def _build_card(data: Mapping[str, Any], path: Path, shown: str, raw_bytes: bytes, values: Mapping[str, int]) -> Card:
+    """The :class:`Card` of a file whose fields passed the schema and the semantic checks."""
     witnesses = tuple(_witness(w, Kind.WITNESS) for w in data["witnesses"])
     controls = tuple(_witness(w, Kind.CONTROL) for w in data.get("controls") or [])
     refs = tuple(data["refs"])
     covers = tuple(data["covers"]) if "covers" in data else default_covers(refs, witnesses + controls)
-    card = Card(
+    return Card(
         id=data["id"],
         title=data["title"],
         module=data["module"],
@@ -285,7 +314,6 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
         explicit_covers="covers" in data,
         claims_covers=(data.get("mutation") or {}).get("claims", "refs-and-covers") != "refs",
     )
-    return card, [], card_id
 
 
 def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list[Problem]:

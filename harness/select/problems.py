@@ -2,11 +2,12 @@
 
 :class:`Problem` is one finding (file, line, field, value, message). Here
 are the YAML line index (so each problem names its line), the JSON-Schema
-problems turned into messages that say what is allowed and the fix, and the
+problems (worded by :mod:`harness.schemas`) with their lines, and the
 checks the schema cannot express: finite bound limits and timeouts, paths
 that stay inside the project root, no control characters, a reason for
 every tolerance above zero, unique witness ids. :mod:`harness.select.cards` calls
-them; nothing here imports a project module.
+them, and so do the other YAML files' loaders (the equivalence marks, the
+configurations); nothing here imports a project module.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from harness import schemas
 from harness.errors import YamlAliasRefused
 from harness.project import SCHEMA_PATH
 from harness.select.suggest import did_you_mean
@@ -148,80 +150,26 @@ def _yaml_float(text: str) -> str:
     return f"{mant}e{exp}" if exp else mant
 
 
-def _schema_message(err: Any) -> str:
-    """One jsonschema error as a sentence: what is wrong, what is allowed, the fix."""
-    kind, sch = err.validator, (err.schema if isinstance(err.schema, dict) else {})
-    simple = {
-        "propertyNames": "bound key must be an identifier such as max_abs_delta",
-        "minItems": f"needs at least {err.validator_value} item(s)",
-        "minLength": "must not be empty",
-        "uniqueItems": "has duplicate items; list each once",
-        "minProperties": "must not be empty; give at least one entry, e.g. {max_abs_delta: {le: 0}}",
-    }
-    if kind in simple:
-        return simple[kind]
-    if kind == "type":
-        expected = err.validator_value
-        expected = " or ".join(expected) if isinstance(expected, list) else expected
-        msg = f"wrong type {type(err.instance).__name__}; expected {expected}"
-        if isinstance(err.instance, str) and "number" in str(expected) and _numeric_text(err.instance):
-            msg += (
-                f" (YAML reads {err.instance} as text because a float needs a dot: write {_yaml_float(err.instance)})"
-            )
-        return msg
-    if kind == "enum":
-        msg = (
-            f"not allowed{did_you_mean(err.instance, map(str, err.validator_value))}; "
-            f"allowed: {', '.join(map(str, err.validator_value))}"
-        )
-        return msg + (f" ({sch['description']})" if sch.get("description") else "")
-    if kind == "pattern":
-        return f"does not match; expected {sch.get('x-allowed', 'pattern ' + str(err.validator_value))}"
-    if kind in ("maximum", "exclusiveMaximum"):
-        return f"too large; must be {'<=' if kind == 'maximum' else '<'} {err.validator_value:g}"
-    if kind in ("minimum", "exclusiveMinimum"):
-        return f"too small; must be {'>=' if kind == 'minimum' else '>'} {err.validator_value}"
-    return err.message
+def _yaml_number(problem: schemas.SchemaProblem) -> str:
+    """What YAML did to a number written without a dot (``1e-3`` is text to PyYAML), when a number was expected."""
+    expected = problem.allowed if isinstance(problem.allowed, list) else [problem.allowed]
+    if problem.validator != "type" or "number" not in expected:
+        return ""
+    if not isinstance(problem.value, str) or not _numeric_text(problem.value):
+        return ""
+    return f" (YAML reads {problem.value} as text because a float needs a dot: write {_yaml_float(problem.value)})"
 
 
 def schema_problems(data: Any, shown: str, values: dict, keys: dict, *, schema: dict | None = None) -> list[Problem]:
     """Every way ``data`` breaks ``schema`` (default obligations/card.schema.json), one :class:`Problem` each,
-    with its line."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    with its line: :mod:`harness.schemas` words them; here each gets the line of its value (of its key, for an
+    unknown field, shown without its value: the line points at it) and the YAML number hint."""
     problems = []
-    for err in validator.iter_errors(data):
-        parts = tuple(err.absolute_path)
-        line = line_for(values, parts)
-        sch = err.schema if isinstance(err.schema, dict) else {}
-        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            allowed = sorted(sch.get("properties", {}))
-            for extra in sorted(set(err.instance) - set(allowed)):
-                sub = field_path(parts + (extra,))
-                problems.append(
-                    Problem(
-                        shown,
-                        keys.get(sub, line),
-                        sub,
-                        "",
-                        f"unknown field{did_you_mean(extra, allowed)}; allowed: {', '.join(allowed)}",
-                    )
-                )
-        elif err.validator == "required" and isinstance(err.instance, dict):
-            for missing in [k for k in err.validator_value if k not in err.instance]:
-                hint = sch.get("properties", {}).get(missing, {}).get("description", "")
-                problems.append(
-                    Problem(
-                        shown,
-                        line,
-                        field_path(parts + (missing,)),
-                        "",
-                        f"missing required field; add `{missing}:`" + (f" ({hint})" if hint else ""),
-                    )
-                )
-        else:
-            problems.append(Problem(shown, line, field_path(parts), short(err.instance), _schema_message(err)))
+    for p in schemas.problems(data, schema or load_schema(), near=did_you_mean):
+        field = field_path(p.parts)
+        line = keys.get(field, line_for(values, p.parts[:-1])) if p.unknown else line_for(values, p.parts)
+        value = "" if p.missing or p.unknown else short(p.value)
+        problems.append(Problem(shown, line, field, value, p.message + _yaml_number(p)))
     return problems
 
 

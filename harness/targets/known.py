@@ -17,12 +17,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
 import yaml
 
+from harness import schemas
 from harness.errors import UsageError
 from harness.project import KVPROOF_HOME
 from harness.select.cards import TARGETS_FILE
+from harness.select.problems import short
+from harness.select.suggest import did_you_mean
 from harness.targets import registry
 
 KNOWN_PATH = Path("obligations") / TARGETS_FILE  # relative to the project root
@@ -93,12 +95,7 @@ def load(root: Path) -> Survey:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise problem(path, "YAML", f"{exc}; fix the YAML") from None
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
-    if errors:
-        e = errors[0]
-        where = "/".join(str(p) for p in e.path) or "(top)"
-        raise problem(path, where, f"{e.message}; the format is {SCHEMA_PATH.name} (docs/targets.md)")
+    check_schema(path, data)
     surveyed: dict[str, str] = {}
     known: dict[str, tuple[Known, ...]] = {}
     for name, entry in data["targets"].items():
@@ -133,6 +130,18 @@ def load(root: Path) -> Survey:
             )
         known[name] = tuple(items)
     return Survey(surveyed, known)
+
+
+def check_schema(path: Path, data: object) -> None:
+    """KnownInvalid for the topmost way ``data`` breaks the targets schema (:mod:`harness.schemas` words it): its
+    field path as ``targets/NAME/known/0``, then the value (none for a missing field or an unknown one)."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    found = sorted(schemas.problems(data, schema, near=did_you_mean), key=lambda p: [str(x) for x in p.parts])
+    if found:
+        p = found[0]
+        where = "/".join(str(x) for x in p.parts) or "(top)"
+        value = "" if p.missing or p.unknown else f"{short(p.value)} "
+        raise problem(path, where, f"{value}{p.message}; the format is {SCHEMA_PATH.name} (docs/targets.md)")
 
 
 def check_files(root: Path, path: Path, where: str, k: dict) -> None:

@@ -24,7 +24,7 @@ from harness.ledger.history import Ledger
 from harness.plan.binding import BoundFile, digest
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "project"
 ENTRY = REPO / "run_obligations.py"
 SCHEMA = json.loads((REPO / "obligations" / "verdicts.schema.json").read_text())
 ALL = ["FX-ACC", "FX-ADD", "FX-SHOUT"]

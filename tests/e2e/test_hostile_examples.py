@@ -26,7 +26,7 @@ from harness.verdict import CardOutcomes, WitnessOutcome, evaluate, weak_propert
 from harness.wire.messages import NodeResult, PropertyRun
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "project"
 ENTRY = REPO / "run_obligations.py"
 
 CARD = """\

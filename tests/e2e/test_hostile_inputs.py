@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "project"
 ENTRY = REPO / "run_obligations.py"
 LEDGER = "reports/ledger.sqlite"
 
@@ -155,7 +155,7 @@ LOCK_WITNESS = """\
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_lets_another_process_lock_the_ledger():

@@ -25,7 +25,7 @@ import pytest
 from harness.wire import safetext
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "project"
 ENTRY = REPO / "run_obligations.py"
 # what must never reach a terminal raw: C0 but \t \n, DEL, C1, bidi controls, separators, lone surrogates
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")

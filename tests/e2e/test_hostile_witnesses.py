@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "project"
 ENTRY = REPO / "run_obligations.py"
 
 

@@ -88,9 +88,9 @@ def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
     """read_gguf's reader (GGUFReader over a plain view of its memory map) gives the same fields and
     tensors as GGUFReader itself, on a small file written byte by byte."""
     from gguf import GGUFReader
+    from tests.test_gguf_reference import tiny_gguf
 
     from impl.model.gguf_load import _plain_view_reader
-    from tests.test_gguf_reference import tiny_gguf
 
     path = tmp_path / "tiny.gguf"
     path.write_bytes(tiny_gguf(64))

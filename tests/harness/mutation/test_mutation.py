@@ -1,5 +1,6 @@
 """Mutation analysis (harness/mutation/score.py): what a card claims, how a mutant's run is classified, the score,
-the equivalence marks and the verdict rule. The end-to-end run on the fixture project is tests/e2e/test_mutate_e2e.py."""
+the equivalence marks and the verdict rule. The end-to-end run on the fixture project is
+tests/e2e/test_mutate_e2e.py."""
 
 from __future__ import annotations
 
