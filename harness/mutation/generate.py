@@ -49,6 +49,7 @@ from pathlib import Path
 from harness.errors import LiarError
 from harness.mutation import cgen
 from harness.mutation.keys import OPERATORS, Mutant, parse_key
+from harness.select import csource
 
 _ARITH: dict[type, type] = {
     ast.Add: ast.Sub,
@@ -426,7 +427,7 @@ def _parsed(text: str) -> ast.Module:
 def preparse(root: Path, paths: Iterable[str]) -> None:
     """Parse ``paths`` now, so that :func:`find` on them later (in forks of this process) does not."""
     for path in paths:
-        if cgen.is_c(path):
+        if csource.is_c(path):
             cgen.preparse(root, path)
             continue
         try:
@@ -442,7 +443,7 @@ def find(root: Path, key: str) -> tuple[Mutant, str, ast.AST]:
     file's mutant: :func:`harness.mutation.cgen.find` (the def is None).
     """
     path, line, col, op, nth = parse_key(key)
-    if cgen.is_c(path):  # a C mutant: found in the C grammar
+    if csource.is_c(path):  # a C mutant: found in the C grammar
         return cgen.find(root, key)  # type: ignore[return-value]
     try:
         text = (root / path).read_text(encoding="utf-8")

@@ -27,6 +27,7 @@ from harness.inputs import HINTS_LIMIT, read_text
 from harness.mutation import cgen
 from harness.mutation import generate as gen
 from harness.mutation.keys import KEY_PATTERN, parse_key
+from harness.select import csource
 from harness.select.cards import EQUIVALENT_FILE
 from harness.select.problems import Problem, line_for, line_index, parse_yaml, schema_problems, short
 
@@ -221,7 +222,7 @@ def _renew(root: Path, key: str, pinned: str | None) -> str:
         return "remove the mark or mark the mutant's current key (mutate prints it; add `change:` to pin the mark)"
     path, _, col, op, _ = parse_key(key)
     try:
-        every = (cgen.generate if cgen.is_c(path) else gen.generate)(root, path)
+        every = (cgen.generate if csource.is_c(path) else gen.generate)(root, path)
         same = [m.key for m in every if m.operator == op and m.change == pinned]
     except (OSError, UnicodeDecodeError, SyntaxError, LiarError):
         same = []

@@ -57,6 +57,7 @@ from harness.mutation import sample as smp
 from harness.mutation.marks import Mark
 from harness.plan.binding import BoundFile, digest
 from harness.record.document import Claim, MutantResult, MutationResult
+from harness.select import csource
 from harness.select.cards import EQUIVALENT_FILE, Card
 from harness.statuses import MutantStatus, Outcome
 from harness.verdict import judge_witness
@@ -124,14 +125,14 @@ def claimed(card: Card, root: Path, *, c_reach: bool = True) -> dict[str, frozen
                 out[f] = None
     for ref in card.refs:
         path, _, qual = ref.partition("::")
-        if not path.endswith((".py", *cgen.C_SUFFIXES)) or not is_code(path) or not (root / path).is_file():
+        if not path.endswith((".py", *csource.C_SUFFIXES)) or not is_code(path) or not (root / path).is_file():
             continue
         if path in out and out[path] is None:
             continue
         out.setdefault(path, set()).add(qual)
     for path, names in out.items():
-        if names is not None and cgen.is_c(path) and c_reach:  # a C entry point claims what it reaches
-            out[path] = set(cgen.reach(root, path, names))
+        if names is not None and csource.is_c(path) and c_reach:  # a C entry point claims what it reaches
+            out[path] = set(csource.reach(root, path, names))
     return {p: (None if q is None else frozenset(q)) for p, q in sorted(out.items())}
 
 
@@ -149,15 +150,15 @@ class Generated:
 
     def file(self, path: str) -> list[gen.Mutant]:
         if path not in self._by_file:
-            make = cgen.generate if cgen.is_c(path) else gen.generate
+            make = cgen.generate if csource.is_c(path) else gen.generate
             self._by_file[path] = make(self.root, path)
         return self._by_file[path]
 
     def functions(self, path: str) -> list[str]:
         """Qualnames of the file's functions and methods (a C file's functions and macros), in file order."""
         if path not in self._functions:
-            if cgen.is_c(path):
-                self._functions[path] = cgen.names(self.root, path)
+            if csource.is_c(path):
+                self._functions[path] = csource.names(self.root, path)
             else:
                 tree = ast.parse((self.root / path).read_text(encoding="utf-8"))
                 self._functions[path] = [q for q, _ in gen.functions(tree)]
@@ -211,7 +212,7 @@ def claimed_spans(card: Card, root: Path) -> dict[str, tuple[tuple[int, int], ..
     out = {}
     for path, names in claimed(card, root, c_reach=False).items():
         try:
-            if cgen.is_c(path):
+            if csource.is_c(path):
                 out[path] = EVERY_LINE
                 continue
             every = _function_spans((root / path).read_text(encoding="utf-8"))

@@ -29,7 +29,7 @@ from harness.execute.jobs import Job, RunConfig, WarmCard, WarmSpec
 from harness.execute.launcher import WARM
 from harness.execute.outcomes import CardRun, witness_outcomes
 from harness.execute.schedule import run_jobs
-from harness.mutation import cbuild, cgen, score
+from harness.mutation import cbuild, score
 from harness.mutation import generate as gen
 from harness.mutation import sample as smp
 from harness.mutation.marks import Mark
@@ -40,6 +40,7 @@ from harness.plan.subjects import DEFAULT
 from harness.record import provenance
 from harness.record.document import Claim, MutantResult, MutationResult
 from harness.request import MutateOptions, Reporter, RunRequest
+from harness.select import csource
 from harness.select.cards import Card
 from harness.statuses import MutantStatus, Outcome
 from harness.wire import messages
@@ -150,7 +151,7 @@ def _built(
 ) -> list[tuple[str, gen.Mutant, Job]]:
     """Build the C mutants among ``jobs`` (:mod:`harness.mutation.cbuild`): one that does not compile is error,
     one that compiles to the unchanged file's bytes equivalent (both into ``ran``, never run); the jobs left."""
-    cs = [m for _, m, _ in jobs if cgen.is_c(m.path)]
+    cs = [m for _, m, _ in jobs if csource.is_c(m.path)]
     if not cs:
         return jobs
     fast = req.mutate.fast if req.mutate is not None else True  # --slow: every C mutant built alone (the reference)
@@ -182,7 +183,7 @@ def _same_bytes(req: RunRequest, ran: dict[tuple[str, str], MutantResult], repor
     survivors = {
         m.key: m
         for (cid, key), r in ran.items()
-        if r.status == MutantStatus.SURVIVED and cgen.is_c(r.path) and r.how != score.BUILT_OUT
+        if r.status == MutantStatus.SURVIVED and csource.is_c(r.path) and r.how != score.BUILT_OUT
         for m in [gen.find(req.root, key)[0]]
     }
     if not survivors:

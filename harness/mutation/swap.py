@@ -17,6 +17,7 @@ from harness import liars
 from harness.errors import LiarError
 from harness.mutation import cbuild, cgen
 from harness.mutation.generate import Mutant, find, parse_key
+from harness.select import csource
 
 _PLAIN_DECORATORS = {"property", "staticmethod", "classmethod"}
 
@@ -77,7 +78,7 @@ def apply(key: str, root: Path, late: Sequence[str] = ()):
     import inspect
     import sys
 
-    if cgen.is_c(parse_key(key)[0]):
+    if csource.is_c(parse_key(key)[0]):
         return apply_c(key, root)
     found = find(root, key)
     mutant = found[0]

@@ -5,7 +5,8 @@
 - ``problems``: what can be wrong with a card's text (line index, schema
   problems worded by :mod:`harness.schemas`, semantic checks), each a
   :class:`Problem` naming file, line, field and value.
-- ``refs``: ``file::Symbol`` refs and test node ids resolved statically;
+- ``refs``: ``file::Symbol`` refs and test node ids resolved statically
+  (``csource``: a C file's functions and macros, in tree-sitter's C grammar);
   ``suggest``: "did you mean".
 - ``selection``: the cards a run may use (``runnable`` refuses what
   ``validate`` refuses), the equivalence marks a mutate run reads.

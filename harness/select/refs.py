@@ -14,8 +14,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.mutation import cgen
 from harness.project import KVPROOF_HOME
+from harness.select import csource
 from harness.select.suggest import did_you_mean
 
 
@@ -92,12 +92,12 @@ def resolve_symbol(root: Path, file: str, qualname: str) -> RefSite | str:
 
 def resolve_c(root: Path, file: str, name: str) -> RefSite | str:
     """Find the C function or function-like macro ``name`` in ``root/file`` (tree-sitter's C grammar,
-    :mod:`harness.mutation.cgen`): its first definition's lines, or a message saying what is missing."""
+    :mod:`harness.select.csource`): its first definition's lines, or a message saying what is missing."""
     path = root / file
     if not path.is_file():
         return f"no such file {file}"
     try:
-        units = cgen.units(root, file)
+        units = csource.units(root, file)
     except (OSError, UnicodeDecodeError) as exc:
         return f"{file}: cannot read: {exc}"
     for u in units:
@@ -111,7 +111,7 @@ def resolve_ref(root: Path, ref: str) -> RefSite | str:
     """Resolve ``path.py::Name`` / ``path.py::Class.method`` (see :func:`resolve_symbol`), or ``path.c::name``
     (:func:`resolve_c`)."""
     file, _, qual = ref.partition("::")
-    if cgen.is_c(file):
+    if csource.is_c(file):
         return resolve_c(root, file, qual)
     return resolve_symbol(root, file, qual)
 

@@ -19,6 +19,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.mutation import cbuild, cgen, cschema
+from harness.select import csource
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the C mutants")
 
@@ -103,9 +104,9 @@ def test_every_operator_is_found_in_functions_and_macros_and_find_rebuilds_it(pr
 
 
 def test_a_c_ref_claims_what_it_reaches_by_name(project):
-    assert cgen.reach(project, "lib.c", ["poly"]) == {"poly", "SCALE", "TWICE"}  # twice() comes from TWICE(twice)
-    assert cgen.reach(project, "lib.c", ["kind"]) == {"kind"}
-    assert cgen.names(project, "lib.c") == ["SCALE", "TWICE", "poly", "clampf", "kind"]
+    assert csource.reach(project, "lib.c", ["poly"]) == {"poly", "SCALE", "TWICE"}  # twice() comes from TWICE(twice)
+    assert csource.reach(project, "lib.c", ["kind"]) == {"kind"}
+    assert csource.names(project, "lib.c") == ["SCALE", "TWICE", "poly", "clampf", "kind"]
 
 
 def test_a_mutant_in_a_constant_place_is_flagged(project):
