@@ -6,7 +6,7 @@ A target's cache is run by a real model, the way its own engine runs it:
                    runtime (``impl.model.session.Session``, a ``Llama.random``
                    of :data:`IMPL_CONFIG`) over the handle's very store
     impl-protocol  any other target that is not a library's (the reference, a
-                   project's own): impl's runtime over :class:`ProtocolStore`,
+                   project's own, whatever its ``own`` says): impl's runtime over :class:`ProtocolStore`,
                    one one-layer handle per model layer driven by ``append``
                    only (what attention reads is the ``Visible`` it returns)
     torch          transformers' targets: transformers' own ``LlamaForCausalLM``
@@ -89,11 +89,21 @@ class Tolerance:
         return self.rtol * max(1.0, float(np.abs(ref).max()))
 
 
+def impl_design(target: Target) -> bool:
+    """One of impl's own designs: a handle over impl stores that impl's runtime can run directly.
+
+    Not the reference, and not a project's target that says ``own=True``: ``own`` means "part of the default
+    selection, it gates" (docs/prove-your-own-cache.md), not "built on impl's stores" (sending such a target
+    down the impl-store path failed a correct cache: issue 37).
+    """
+    return target.name != REFERENCE.name and OWN_TARGETS.get(target.name) == target
+
+
 def path_of(target: Target) -> str:
     """Which model runs this target's cache: "impl-store", "impl-protocol" or "torch"."""
     if target.distribution == "transformers":
         return "torch"
-    if target.own and target.name != REFERENCE.name:
+    if impl_design(target):
         return "impl-store"
     return "impl-protocol"
 
@@ -111,7 +121,7 @@ def logit_tolerance(target: Target) -> Tolerance:
         return Tolerance(TORCH_RTOL, TORCH_REASON)
     if kind == "exact":
         return Tolerance(0.0, EXACT_REASON)
-    if target.own and kind == "lossy":
+    if impl_design(target) and kind == "lossy":
         return Tolerance(
             0.0,
             "impl's int8 quantizes each (position, KV head) on its own, so a recompute through a fresh cache of the "
@@ -122,7 +132,7 @@ def logit_tolerance(target: Target) -> Tolerance:
 
 def recompute_through(target: Target) -> Target:
     """The cache the impl recompute runs over: the reference, or (lossy impl target) the target itself, fresh."""
-    return target if target.numerics.kind == "lossy" else REFERENCE
+    return target if impl_design(target) and target.numerics.kind == "lossy" else REFERENCE
 
 
 # ---------------------------------------------------------------- impl's runtime

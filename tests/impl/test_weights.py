@@ -88,7 +88,7 @@ def test_the_plain_view_reader_parses_a_file_as_gguf_reader_does(tmp_path):
     """read_gguf's reader (GGUFReader over a plain view of its memory map) gives the same fields and
     tensors as GGUFReader itself, on a small file written byte by byte."""
     from gguf import GGUFReader
-    from tests.test_gguf_reference import tiny_gguf
+    from test_gguf_reference import tiny_gguf
 
     from impl.model.gguf_load import _plain_view_reader
 
@@ -163,7 +163,7 @@ def test_the_fast_array_walk_builds_the_parts_gguf_reader_builds(tmp_path):
     assert got.fields["t.strings"].contents() == ["a", "", "bc", "\u00e9t\u00e9 \u2603", "x" * 300]
     assert got.fields["t.bool"].contents() == [True, False, True]
     # empty arrays (gguf's writer refuses them; the format does not): written by hand
-    from tests.test_gguf_reference import _gguf_string
+    from test_gguf_reference import _gguf_string
 
     kv = [
         _gguf_string("t.no_strings") + struct.pack("<IIQ", 9, 8, 0),
