@@ -17,6 +17,7 @@ from harness.targets.claims import (  # noqa: F401 (pytest collects the test fun
     test_any_chunking_gives_the_same_cache,
     test_append_then_read_back_at_their_positions,
     test_decode_with_the_cache_equals_recomputing_the_prefix,
+    test_every_live_handle_agrees_after_every_step,
     test_fork_is_independent_of_its_source,
     test_random_programs_agree_with_the_list_of_rows_reference,
     test_read_back_within_the_numerics_bound_over_magnitudes,

@@ -88,6 +88,28 @@ def gather_sorted(self, layer, rows):
 
 
 @liar(
+    "paged.truncate_keeps_the_boundary_block",
+    target="impl.paged:PagedSequence.truncate",
+    factory=True,
+    why="a truncate to a block boundary keeps the block that starts at n (one page-table entry too many): while a "
+    "fork still shares it, the next append writes its rows into the fork's",
+)
+def make_truncate_keeps_boundary_block(original):
+    def truncate(self, n):
+        bs = self.pool.block_size
+        if not (isinstance(n, int) and 0 < n < len(self) and n % bs == 0):
+            return original(self, n)  # refusals and every other n as before
+        keep = n // bs + 1  # the slip: rows 0..n-1 fill n // bs blocks, the one starting at n stays too
+        for b in self.blocks[keep:]:
+            self.pool.decref(b)
+        del self.blocks[keep:]
+        self._n = n
+        self._gathered = None
+
+    return truncate
+
+
+@liar(
     "paged.truncate_to_block_boundary",
     target="impl.paged:PagedSequence.truncate",
     factory=True,
