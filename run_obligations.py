@@ -7,7 +7,7 @@ Thin entry point; everything lives in harness.cli.
 import sys
 from pathlib import Path
 
-# NOTE: bytecode, as for witness processes (harness.execute.watch._env): where PYTHONDONTWRITEBYTECODE is set, every
+# NOTE: bytecode, as for witness processes (harness.execute.watch.witness_env): with PYTHONDONTWRITEBYTECODE set, every
 # run compiled the harness from source (~0.7 s). The runner keeps its bytecode under .cache/pycache, never
 # in a __pycache__ of the source tree; a .pyc is checked against its source's mtime and size on import.
 # With a prefix set, Python reads .pyc files only under it: the installed libraries (and standard modules)

@@ -51,14 +51,19 @@ class SchemaProblem:
         return self.validator == "additionalProperties"
 
 
-def problems(data: Any, schema: Mapping[str, Any], *, near: Near | None = None) -> list[SchemaProblem]:
-    """Every way ``data`` breaks ``schema`` (JSON Schema draft 2020-12), in the order the validator finds them."""
+def problems(
+    data: Any, schema: Mapping[str, Any], *, near: Near | None = None, field_form: str = "`{}:`"
+) -> list[SchemaProblem]:
+    """Every way ``data`` breaks ``schema`` (JSON Schema draft 2020-12), in the order the validator finds them.
+
+    ``field_form``: how a missing field is written in the file's notation ("`{}:`" for YAML, '`"{}":`' for JSON).
+    """
     import jsonschema  # only when there is a file to check: importing the harness stays light
 
     found: list[SchemaProblem] = []
     absent: set[tuple[Any, ...]] = set()  # jsonschema gives one `required` error per missing key, each naming all
     for err in jsonschema.Draft202012Validator(schema).iter_errors(data):
-        for p in _problems(err, near or _no_suggestion):
+        for p in _problems(err, near or _no_suggestion, field_form):
             if p.missing:
                 if p.parts in absent:
                     continue
@@ -71,12 +76,12 @@ def _no_suggestion(word: str, choices: Iterable[str]) -> str:
     return ""
 
 
-def _problems(err: Any, near: Near) -> list[SchemaProblem]:
+def _problems(err: Any, near: Near, field_form: str) -> list[SchemaProblem]:
     parts, sch, kind = tuple(err.absolute_path), _schema(err), err.validator
     if kind == "required" and isinstance(err.instance, dict):
         fields = sch.get("properties", {})
         return [
-            SchemaProblem(parts + (key,), None, _missing(key, fields.get(key)), kind, err.validator_value)
+            SchemaProblem(parts + (key,), None, _missing(key, fields.get(key), field_form), kind, err.validator_value)
             for key in err.validator_value
             if key not in err.instance
         ]
@@ -99,9 +104,9 @@ def _schema(err: Any) -> Mapping[str, Any]:
     return err.schema if isinstance(err.schema, dict) else {}
 
 
-def _missing(key: Any, field: Any) -> str:
+def _missing(key: Any, field: Any, field_form: str) -> str:
     hint = field.get("description", "") if isinstance(field, dict) else ""
-    return f"missing required field; add `{key}:`" + (f" ({hint})" if hint else "")
+    return f"missing required field; add {field_form.format(key)}" + (f" ({hint})" if hint else "")
 
 
 def _message(err: Any, near: Near) -> str:

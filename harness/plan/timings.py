@@ -9,7 +9,7 @@ pytest-split's ``.test_durations``, ``timings.json`` next to the cards
 (``obligations/`` unless ``--cards`` / ``KVPROOF_CARDS_DIR`` say otherwise)
 carries those numbers in the repository: ``run_obligations.py timings
 --write`` writes it from the ledger's latest entry of each card (what
-:func:`harness.execute.schedule.expected_from_entry` gives, seconds rounded to 0.1),
+:func:`expected_from_entry` gives, seconds rounded to 0.1),
 and :func:`harness.plan.planning.plan` uses it for each card the ledger has no
 entry for (a ledger entry is newer and was measured on this machine, so it
 wins). ``run_obligations.py timings`` shows what the next run would use and
@@ -246,7 +246,10 @@ def _value_problems(data: Any, shown: str) -> list[Problem]:
 def _schema_problems(data: Any, shown: str) -> list[Problem]:
     """The schema's problems (:mod:`harness.schemas` words them), topmost path first, each field as a JSON path
     and its value as JSON (an unknown field's too: no line points at it)."""
-    found = sorted(schemas.problems(data, load_schema(), near=did_you_mean), key=lambda p: [str(x) for x in p.parts])
+    found = sorted(
+        schemas.problems(data, load_schema(), near=did_you_mean, field_form='`"{}":`'),
+        key=lambda p: [str(x) for x in p.parts],
+    )
     return [Problem(shown, 0, json_path(p.parts), "" if p.missing else _value(p.value), p.message) for p in found]
 
 

@@ -382,6 +382,8 @@ def _handle_step(judge: Judge, handles: list[Pair], verb: str, i: int, g, rows, 
         return back + ", then " + _handle_step(judge, handles, "append", i, g, rows, pick)
     if verb == "truncate":
         n = int(pick.integers(0, len(p.ref) + 1))  # any n alike: a block edge may be any of them
+        if 0 < n < len(p.ref) and any(q is not p and len(q.ref) > n for q in handles):
+            judge.evidence.count("truncates_inside_a_shared_history")  # the case a kept shared block corrupts
         judge.call(p.h, f"truncate({n}) of handle {i}", lambda: p.h.truncate(n))
         p.ref.truncate(n)
         return f"truncate({n}) of handle {i}"
@@ -394,12 +396,16 @@ def _handle_step(judge: Judge, handles: list[Pair], verb: str, i: int, g, rows, 
     if verb == "reorder":
         arg = [int(x) for x in pick.integers(0, b, size=b)]
     elif verb == "select":
-        arg = sorted(int(x) for x in pick.choice(b, size=int(pick.integers(1, b + 1)), replace=False))
+        arg = [int(x) for x in pick.choice(b, size=int(pick.integers(1, b + 1)), replace=False)]  # any order
     else:
         arg = int(pick.integers(1, 3)) if b <= 3 else 1
     judge.call(p.h, f"{verb}({arg!r}) of handle {i}", lambda: getattr(p.h, verb)(arg))
     getattr(p.ref, verb)(arg)
     return f"{verb}({arg!r}) of handle {i}"
+
+
+def _numbered(steps: list[str]) -> str:
+    return "; ".join(f"{k}. {d}" for k, d in enumerate(steps, 1))
 
 
 @pytest.mark.kv_capabilities("append", "read", "fork")
@@ -439,14 +445,17 @@ def test_every_live_handle_agrees_after_every_step(kv_target, kv_repro, evidence
             verb = "fork" if n == 0 else usable[int(pick.choice(len(usable), p=odds / odds.sum()))]
             which = 0 if n == 0 else int(pick.integers(len(handles)))
             try:
-                done.append(_handle_step(judge, handles, verb, which, g, rows, pick))
+                step = _handle_step(judge, handles, verb, which, g, rows, pick)
+            except AssertionError as e:  # the failing check, after the numbered steps that led to it
+                raise AssertionError(f"after the steps {_numbered(done)}; then {verb} of handle {which}: {e}") from None
+            done.append(step)
+            try:
                 for j, q in enumerate(handles):
                     judge.agree(q, f"handle {j}: ")
-            except AssertionError as e:  # the failing check, after the numbered steps that led to it
-                steps = "; ".join(f"{k}. {d}" for k, d in enumerate(done, 1))
-                raise AssertionError(f"after the steps {steps}; then {verb} of handle {which}: {e}") from None
+            except AssertionError as e:
+                raise AssertionError(f"after the steps {_numbered(done)}: {e}") from None
             evidence.count("steps")
-        evidence.count("handles", len(handles))
+        evidence.count("three_or_more_handles", int(len(handles) >= 3))  # forks of forks, or two forks
         evidence.count("examples")
 
     prop()

@@ -91,13 +91,13 @@ def gather_sorted(self, layer, rows):
     "paged.truncate_keeps_the_boundary_block",
     target="impl.paged:PagedSequence.truncate",
     factory=True,
-    why="a truncate to a block boundary keeps the block that starts at n (one page-table entry too many): while a "
-    "fork still shares it, the next append writes its rows into the fork's",
+    why="a truncate to a block boundary inside the history (0 < n < len) keeps the block that starts at n (one "
+    "page-table entry too many): while a fork still shares it, the next append writes its rows into the fork's",
 )
 def make_truncate_keeps_boundary_block(original):
     def truncate(self, n):
         bs = self.pool.block_size
-        if not (isinstance(n, int) and 0 < n < len(self) and n % bs == 0):
+        if not (type(n) is int and 0 < n < len(self) and n % bs == 0):
             return original(self, n)  # refusals and every other n as before
         keep = n // bs + 1  # the slip: rows 0..n-1 fill n // bs blocks, the one starting at n stays too
         for b in self.blocks[keep:]:
