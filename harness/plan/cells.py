@@ -50,7 +50,9 @@ def target_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject
         reporter.note(f"targets: {', '.join(a.name for a in found)} (cards tagged `targets` run under each)")
     out = [Subject(subjects.DEFAULT, "impl's own targets, as a plain run", {}, True, True)]
     for a in found:
-        expected = {k.card: k.reproduction for k in (survey.known.get(a.name, ()) if survey is not None else ())}
+        findings = survey.known.get(a.name, ()) if survey is not None else ()
+        # every card a finding fails, its `also:` cells too (first finding listed wins): each is a known FAILED
+        expected = {card: k.reproduction for k in reversed(findings) for card in (c.split("/")[0] for c in k.cells)}
         out.append(
             Subject(
                 a.name,
