@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.select.cards import Bound, Card, Witness
@@ -325,12 +325,32 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
     return check(value, _holds(op, value, limit), f"{name} of {n} observed")
 
 
+NOT_APPLICABLE_PREFIX = "n/a:"  # a node that skips with this says the card does not apply to its subject
+
+
+def _applicable(outcome: WitnessOutcome) -> tuple[WitnessOutcome, str]:
+    """The outcome without the nodes the claim does not apply to, when some node it applies to ran, and what
+    was left out ("n/a on ...": a target lacking a capability the witness needs is not a path of the claim).
+    When every node skipped n/a, nothing is left out: the witness is skipped (UNVERIFIED, or an n/a cell)."""
+    na = [n for n in outcome.nodes if n.outcome == Outcome.SKIPPED and n.message.startswith(NOT_APPLICABLE_PREFIX)]
+    if not na or len(na) == len(outcome.nodes):
+        return outcome, ""
+    kept = tuple(n for n in outcome.nodes if n not in na)
+    said = "; ".join(f"{n.nodeid.rpartition('[')[2].rstrip(']') or n.nodeid}: {n.message}" for n in na)
+    return replace(outcome, nodes=kept), f"n/a on {len(na)} of {len(outcome.nodes)} node(s) ({said})"
+
+
 def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVerdict:
-    """Node outcomes + the witness's bounds -> one status and why."""
+    """Node outcomes + the witness's bounds -> one status and why.
+
+    Nodes that skipped ``n/a: ...`` (a parametrized witness over targets, some lacking a capability it needs)
+    are left out when another node ran: the claim is judged on the nodes it applies to, and a passed witness
+    says which were n/a."""
     kind = witness.kind
     if outcome is None or not outcome.nodes:
         why = (outcome.not_run_reason if outcome else "") or "did not run"
         return WitnessVerdict(witness.id, kind, Outcome.NOT_RUN, why)
+    outcome, left_out = _applicable(outcome)
     status = outcome.status
     checks = tuple(
         check_bound(b, n.evidence, n.nodeid, reached=n.outcome == Outcome.PASSED)
@@ -350,7 +370,7 @@ def judge_witness(witness: Witness, outcome: WitnessOutcome | None) -> WitnessVe
         return WitnessVerdict(witness.id, kind, Outcome.FAILED, broken[0].describe(), checks)
     if missing:
         return WitnessVerdict(witness.id, kind, Outcome.ERROR, missing[0].describe(), checks)
-    return WitnessVerdict(witness.id, kind, Outcome.PASSED, "", checks)
+    return WitnessVerdict(witness.id, kind, Outcome.PASSED, left_out, checks)
 
 
 def _by_id(outcomes: tuple[WitnessOutcome, ...]) -> dict[str, WitnessOutcome]:

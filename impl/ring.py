@@ -117,7 +117,7 @@ class F32Codec(Codec):
         return {"k": np.zeros((slots, g.kv_dim), np.float32), "v": np.zeros((slots, g.v_dim), np.float32)}
 
     def encode(self, k: np.ndarray, v: np.ndarray) -> Encoded:
-        return {"k": np.asarray(k, np.float32), "v": np.asarray(v, np.float32)}
+        return {"k": np.array(k, np.float32), "v": np.array(v, np.float32)}  # copies: write stages them (TGT-HANDLES)
 
     def decode(self, enc: Encoded) -> tuple[np.ndarray, np.ndarray]:
         return enc["k"], enc["v"]

@@ -19,6 +19,7 @@ from harness.targets.claims import (  # noqa: F401 (pytest collects the test fun
     test_decode_with_the_cache_equals_recomputing_the_prefix,
     test_every_live_handle_agrees_after_every_step,
     test_fork_is_independent_of_its_source,
+    test_occupancy_is_bounded_by_what_live_handles_hold,
     test_random_programs_agree_with_the_list_of_rows_reference,
     test_read_back_within_the_numerics_bound_over_magnitudes,
     test_reorder_equals_reordering_the_history,

@@ -44,7 +44,15 @@ from harness.record.document import (
 from harness.record.provenance import Provenance
 from harness.select.cards import Card, Witness
 from harness.statuses import VERDICTS, Gate, LiarStatus, Outcome, Verdict
-from harness.verdict import BoundCheck, CardVerdict, LiarVerdict, WitnessOutcome, WitnessVerdict, weak_property
+from harness.verdict import (
+    NOT_APPLICABLE_PREFIX,
+    BoundCheck,
+    CardVerdict,
+    LiarVerdict,
+    WitnessOutcome,
+    WitnessVerdict,
+    weak_property,
+)
 from harness.wire.safetext import escape_value, is_safe_value
 from harness.wording import check_text
 
@@ -355,9 +363,6 @@ class RunSettings:
     launcher: str | None = None
     executor: str | None = None
     subjects: tuple[SubjectInfo, ...] = ()  # run --matrix: every configuration, runnable here or not
-
-
-NOT_APPLICABLE_PREFIX = "n/a:"  # a witness that skips with this says the card does not apply to its subject
 
 
 def not_applicable(card: CardResult) -> bool:

@@ -21,6 +21,8 @@ transformers with::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -29,6 +31,7 @@ from hypothesis import strategies as st
 from harness.errors import NotCapable
 from harness.targets import model
 from harness.targets.judge import Judge, Pair, batches, chunk_sizes, geometries, random_rows, seeds
+from harness.targets.repro import differs
 
 # ---- TGT-READBACK ------------------------------------------------------------------------------
 
@@ -363,49 +366,257 @@ def test_random_programs_agree_with_the_list_of_rows_reference(kv_target, kv_rep
     prop()
 
 
-# ---- TGT-HANDLES -------------------------------------------------------------------------------
+# ---- TGT-HANDLES and TGT-OCCUPANCY: programs over many live handles ----------------------------
 
 MAX_HANDLES = 4  # live handles at once: a source, its forks, forks of forks
+KEPT = 8  # earlier reads whose values are checked after every later step (aliasing)
 
 
-def _handle_step(judge: Judge, handles: list[Pair], verb: str, i: int, g, rows, pick) -> str:
-    """One verb on ``handles[i]`` (and its reference); returns the step as the failure message names it.
+@dataclass(frozen=True)
+class Step:
+    """One verb of a program on one handle: ``arg`` is t (append), n (truncate), idx (reorder, select), r (repeat)."""
 
-    ``pick`` (a numpy Generator) chooses every argument uniformly; ``rows`` the appended values."""
-    p = handles[i]
+    verb: str
+    handle: int
+    arg: object = None
+
+    def says(self) -> str:
+        i = self.handle
+        if self.verb == "append":
+            return f"append of {self.arg} to handle {i}"
+        if self.verb == "fork":
+            return f"fork of handle {i} (handle {self.arg})"
+        if self.verb in ("release", "read"):
+            return f"{self.verb} of handle {i}"
+        return f"{self.verb}({self.arg!r}) of handle {i}"
+
+
+@dataclass
+class _Shape:
+    """What planning needs of a handle: its length, batch and whether it lives (no rows)."""
+
+    length: int
+    batch: int
+    live: bool = True
+
+
+def _plan(verbs: list[str], weights: dict[str, int], pick: np.random.Generator, batch: int, releases: bool):
+    """A program over many handles as a list of steps, and the most positions any handle holds (its work).
+
+    Every choice is uniform from ``pick`` (Hypothesis' own integers lean to their ends; a block edge inside a
+    history, the case that matters, came up too rarely). The first step appends 2-16 positions, the second
+    forks when the target can (so a history is shared from the start); a program then takes 3-16 steps; with
+    ``releases``, handles are released along the way (never the last live one) and the rest at the end."""
+    shapes = [_Shape(0, batch)]
+    odds = np.array([weights.get(v, 1) for v in verbs], dtype=np.float64)
+    first = int(pick.integers(2, 17))
+    steps, work = [Step("append", 0, first)], first
+    shapes[0].length = first
+    if "fork" in verbs:
+        steps += _choose("fork", 0, shapes[0], shapes, pick, releases)
+    for _ in range(int(pick.integers(3, 17))):
+        verb = verbs[int(pick.choice(len(verbs), p=odds / odds.sum()))]
+        live = [i for i, s in enumerate(shapes) if s.live]
+        i = live[int(pick.integers(len(live)))]
+        steps += _choose(verb, i, shapes[i], shapes, pick, releases)
+        work = max(work, *(x.length for x in shapes))
+    if releases:
+        steps += [Step("release", i) for i in pick.permutation(len(shapes)) if shapes[i].live]
+    return steps, work
+
+
+def _choose(verb: str, i: int, s: _Shape, shapes: list[_Shape], pick, releases: bool) -> list[Step]:
+    """The concrete step(s) of ``verb`` on handle ``i`` (its arguments drawn), applied to the shapes."""
+    if verb == "rewind":  # truncate then append at once: a rejected draft rolled back, the accepted tokens fed
+        return _choose("truncate", i, s, shapes, pick, releases) + _choose("append", i, s, shapes, pick, releases)
     if verb == "append":
         t = int(pick.integers(1, 9))
-        judge.append(p, *random_rows(g, p.ref.batch, t, rows))
-        return f"append of {t} to handle {i}"
-    if verb == "rewind":  # truncate then append at once: a rejected draft rolled back, the accepted tokens fed
-        back = _handle_step(judge, handles, "truncate", i, g, rows, pick)
-        return back + ", then " + _handle_step(judge, handles, "append", i, g, rows, pick)
+        s.length += t
+        return [Step("append", i, t)]
     if verb == "truncate":
-        n = int(pick.integers(0, len(p.ref) + 1))  # any n alike: a block edge may be any of them
-        if 0 < n < len(p.ref) and any(q is not p and len(q.ref) > n for q in handles):
-            judge.evidence.count("truncates_inside_a_shared_history")  # the case a kept shared block corrupts
-        judge.call(p.h, f"truncate({n}) of handle {i}", lambda: p.h.truncate(n))
-        p.ref.truncate(n)
-        return f"truncate({n}) of handle {i}"
+        n = int(pick.integers(0, s.length + 1))  # any n alike: a block edge may be any of them
+        s.length = n
+        return [Step("truncate", i, n)]
     if verb == "fork":
-        if len(handles) == MAX_HANDLES:
-            return f"no fork of handle {i} ({MAX_HANDLES} handles live)"
-        handles.append(judge.call(p.h, f"fork of handle {i}", p.fork))
-        return f"fork of handle {i} (handle {len(handles) - 1})"
-    b = p.ref.batch
+        if sum(x.live for x in shapes) >= MAX_HANDLES:
+            return []
+        shapes.append(_Shape(s.length, s.batch))
+        return [Step("fork", i, len(shapes) - 1)]
+    if verb == "release":
+        if not releases or sum(x.live for x in shapes) == 1:
+            return []
+        s.live = False
+        return [Step("release", i)]
+    b = s.batch
     if verb == "reorder":
-        arg = [int(x) for x in pick.integers(0, b, size=b)]
+        arg: object = [int(x) for x in pick.integers(0, b, size=b)]
     elif verb == "select":
         arg = [int(x) for x in pick.choice(b, size=int(pick.integers(1, b + 1)), replace=False)]  # any order
+        s.batch = len(arg)
     else:
         arg = int(pick.integers(1, 3)) if b <= 3 else 1
-    judge.call(p.h, f"{verb}({arg!r}) of handle {i}", lambda: getattr(p.h, verb)(arg))
-    getattr(p.ref, verb)(arg)
-    return f"{verb}({arg!r}) of handle {i}"
+        s.batch *= arg
+    return [Step(verb, i, arg)]
+
+
+def _capacity(kv_target, work: int, pick, evidence) -> int:
+    """A capacity at or above the work; for a target that grows, also below it (down to 1)."""
+    kinds = ["at", "above"] + (["below"] if "grow" in kv_target.capabilities and work > 1 else [])
+    kind = kinds[int(pick.integers(len(kinds)))]
+    evidence.count(f"capacity_{kind}")
+    if kind == "below":
+        return int(pick.integers(1, work))
+    return work if kind == "at" else work + int(pick.integers(1, 17))
+
+
+@dataclass
+class _Kept:
+    """A read (or the rows an append handed attention) kept by the caller: the rows and a copy of them."""
+
+    what: str
+    k: np.ndarray
+    v: np.ndarray
+    k0: np.ndarray
+    v0: np.ndarray
+
+
+class _Program:
+    """Runs a planned program on a target and the list-of-rows reference, checking after every step.
+
+    After every step: every live handle agrees with its own reference (length, rows); every kept earlier
+    read and append result still holds the values it was returned with; and, for a target with occupancy,
+    what is in use is within the bound its Occupancy states (and, once every handle is released, at most
+    what it was right after make)."""
+
+    def __init__(self, judge: Judge, g, batch: int, window, capacity: int, rows, occupancy: bool) -> None:
+        self.judge, self.g, self.rows = judge, g, rows
+        self.handles: list[Pair] = [judge.pair(g, batch, window=window, capacity=capacity)]
+        self.live = [True]
+        self.kept: list[_Kept] = []
+        self.done: list[str] = [f"make(batch={batch}, window={window}, capacity={capacity}) is handle 0"]
+        self.occupancy = judge.target.occupancy if occupancy else None
+        self.start = self._occupied() if occupancy else 0
+
+    def run(self, steps: list[Step]) -> None:
+        for step in steps:
+            self.done.append(step.says())
+            try:
+                self._do(step)
+                self._check(step)
+            except AssertionError as e:  # the failing check, after the numbered steps that led to it
+                raise AssertionError(f"after the steps {_numbered(self.done)}: {e}") from None
+            self.judge.evidence.count("steps")
+
+    def _do(self, step: Step) -> None:
+        judge, p = self.judge, self.handles[step.handle]
+        if step.verb == "append":
+            k, v = random_rows(self.g, p.ref.batch, step.arg, self.rows)
+            if p.calib is None:
+                p.calib = (k.copy(), v.copy())
+            vis = judge.append(p, k, v)
+            self._keep(f"the rows step {len(self.done) - 1} handed attention", vis.k, vis.v)
+            k.fill(np.nan)  # the caller reuses its buffers once append returns (an engine's scratch K/V): a handle
+            v.fill(np.nan)  # that kept them instead of a copy reads back NaN from here on
+        elif step.verb == "fork":
+            self.handles.append(judge.call(p.h, f"fork of handle {step.handle}", p.fork))
+            self.live.append(True)
+        elif step.verb == "release":
+            judge.call(p.h, f"release of handle {step.handle}", p.h.release)
+            p.ref.release()
+            self.live[step.handle] = False
+        else:
+            n = step.arg
+            if (
+                step.verb == "truncate"
+                and 0 < n < len(p.ref)
+                and any(q is not p and live and len(q.ref) > n for q, live in zip(self.handles, self.live, strict=True))
+            ):
+                judge.evidence.count("truncates_inside_a_shared_history")  # the case a kept shared block corrupts
+            judge.call(p.h, step.says(), lambda: getattr(p.h, step.verb)(step.arg))
+            getattr(p.ref, step.verb)(step.arg)
+
+    def _keep(self, what: str, k: np.ndarray, v: np.ndarray) -> None:
+        self.kept = [*self.kept[-(KEPT - 1) :], _Kept(what, k, v, np.array(k), np.array(v))]
+
+    def _check(self, step: Step) -> None:
+        for j, (q, live) in enumerate(zip(self.handles, self.live, strict=True)):
+            if live:
+                rows = self.judge.agree(q, f"handle {j}: ")
+                self._keep(f"the rows read from handle {j} after step {len(self.done) - 1}", rows.k, rows.v)
+        for kept in self.kept[:-1]:
+            for name, now, then in (("K", kept.k, kept.k0), ("V", kept.v, kept.v0)):
+                if not np.array_equal(now, then, equal_nan=True):
+                    self.judge.fail(
+                        self.handles[step.handle].h,
+                        "False",
+                        f"{kept.what} changed since it was returned ({name}: {differs(now, then)}): the handle "
+                        "handed out storage a later verb wrote over; rows a verb returns are the caller's",
+                    )
+        if self.occupancy is not None:
+            self._check_occupancy(step)
+
+    def _occupied(self) -> int:
+        h = self.handles[0].h
+        got = self.judge.call(h, "occupancy()", h.occupancy)
+        if isinstance(got, bool) or not isinstance(got, (int, np.integer)) or got < 0:
+            self.judge.fail(h, "False", f"occupancy() returned {got!r}: an int >= 0 is the units in use")
+        return int(got)
+
+    def _check_occupancy(self, step: Step) -> None:
+        used, occ = self._occupied(), self.occupancy
+        if any(self.live):
+            held = [
+                len(q.ref) for q, live in zip(self.handles, self.live, strict=True) if live for _ in range(q.ref.batch)
+            ]
+            allowed = occ.allowed(held)
+            self.judge.evidence.observe("occupancy_over_bound", used / allowed if allowed else float(used > 0))
+            if used > allowed:
+                self.judge.fail(
+                    self.handles[step.handle].h,
+                    "False",
+                    f"occupancy() is {used} {occ.unit}; the live handles hold {held} positions per batch element, "
+                    f"so at most {allowed:g} ({occ.factor:g} x ceil(held / {occ.block}) each + slack {occ.slack}): "
+                    "storage no live handle holds is still in use (a leak, or a block kept past a truncate)",
+                )
+        elif used > self.start:
+            self.judge.fail(
+                self.handles[step.handle].h,
+                "False",
+                f"every handle is released, yet occupancy() is {used} {occ.unit}, {used - self.start} more than "
+                f"right after make ({self.start}): what the handles held was not returned (a leak)",
+            )
+        else:
+            self.judge.evidence.count("released_back_to_start")
 
 
 def _numbered(steps: list[str]) -> str:
     return "; ".join(f"{k}. {d}" for k, d in enumerate(steps, 1))
+
+
+def _programs(kv_target, judge: Judge, evidence, releases: bool) -> None:
+    """The property both program claims run: plan from a seed, then run with every check after every step."""
+    weight = {"append": 3, "truncate": 2, "rewind": 3, "fork": 2, "release": 1}
+    declared = [v for v in VERBS if v in kv_target.capabilities]
+    declared += ["rewind"] if "truncate" in declared else []
+    declared += ["release"] if releases else []
+
+    @given(g=geometries, batch=batches, seed=seeds, program=st.integers(0, 2**32 - 1), data=st.data())
+    def prop(g, batch, seed, program, data):
+        # the program's choices from both draws: Hypothesis repeats a value of one while it varies the others
+        rows, pick = np.random.default_rng(seed), np.random.default_rng([program, seed, batch, g.n_layers, g.head_dim])
+        window = None
+        if "window" in kv_target.capabilities and not releases:
+            window = data.draw(st.none() | st.integers(2, 4), label="window")
+        usable = [v for v in declared if not (window is not None and v in ("truncate", "rewind"))]  # a ring forgets
+        steps, work = _plan(usable, weight, pick, batch, releases)
+        capacity = _capacity(kv_target, work, pick, evidence)
+        run = _Program(judge, g, batch, window, capacity, rows, occupancy=releases)
+        run.run(steps)
+        evidence.count("three_or_more_handles", int(len(run.handles) >= 3))  # forks of forks, or two forks
+        evidence.count("past_the_capacity", int(work > capacity))
+        evidence.count("examples")
+
+    prop()
 
 
 @pytest.mark.kv_capabilities("append", "read", "fork")
@@ -415,50 +626,26 @@ def test_every_live_handle_agrees_after_every_step(kv_target, kv_repro, evidence
     reorder, select, repeat) on one live handle, the first step a fork of the source, and after every step
     *every* live handle holds what its own list-of-rows reference holds. What one handle does (truncate then
     append, a batch verb) never reaches another's rows: a block a truncate kept while a fork still shares it,
-    stores two handles share, a fork's copy of only part of its source.
+    stores two handles share, a fork's copy of only part of its source. Rows a verb returned (the last 8 reads
+    and append results) keep their values through every later step, and the rows an append was given may be
+    overwritten by the caller once it returns (aliasing either way fails). The capacity is at or above the
+    most positions any handle holds, and below it for a target that grows.
 
-    The program is drawn from a seed (every choice uniform: Hypothesis' own integers lean to their ends, and a
-    block edge inside a history, the case that matters, came up too rarely under the ci budget); a failure
-    names each step it took."""
-    weight = {"append": 3, "truncate": 2, "rewind": 3, "fork": 2}
-    declared = [v for v in VERBS if v in kv_target.capabilities]
-    declared += ["rewind"] if "truncate" in declared else []
+    The program is drawn from a seed (every choice uniform); a failure names each step it took."""
     claim = "every live handle agrees with its list-of-rows reference after every step of every handle"
-    judge = Judge(kv_target, evidence, kv_repro, claim, ("fork",))
+    _programs(kv_target, Judge(kv_target, evidence, kv_repro, claim, ("fork",)), evidence, releases=False)
 
-    @given(g=geometries, batch=batches, seed=seeds, program=st.integers(0, 2**32 - 1), data=st.data())
-    def prop(g, batch, seed, program, data):
-        # the program's choices from both draws: Hypothesis repeats a value of one while it varies the others
-        rows, pick = np.random.default_rng(seed), np.random.default_rng([program, seed, batch, g.n_layers, g.head_dim])
-        window = (
-            data.draw(st.none() | st.integers(2, 4), label="window") if "window" in kv_target.capabilities else None
-        )
-        usable = [v for v in declared if not (window is not None and v in ("truncate", "rewind"))]  # a ring forgets
-        odds = np.array([weight.get(v, 1) for v in usable], dtype=np.float64)
-        n_steps, first = int(pick.integers(3, 17)), int(pick.integers(2, 17))
-        # capacity: the most positions any handle will append (the protocol's promise), at or above it
-        cap = first + 8 * 2 * n_steps + int(pick.integers(0, 17))
-        handles = [judge.pair(g, batch, window=window, capacity=cap)]
-        judge.append(handles[0], *random_rows(g, batch, first, rows))
-        done = [f"append of {first} to handle 0"]
-        for n in range(n_steps + 1):  # every program forks once first
-            verb = "fork" if n == 0 else usable[int(pick.choice(len(usable), p=odds / odds.sum()))]
-            which = 0 if n == 0 else int(pick.integers(len(handles)))
-            try:
-                step = _handle_step(judge, handles, verb, which, g, rows, pick)
-            except AssertionError as e:  # the failing check, after the numbered steps that led to it
-                raise AssertionError(f"after the steps {_numbered(done)}; then {verb} of handle {which}: {e}") from None
-            done.append(step)
-            try:
-                for j, q in enumerate(handles):
-                    judge.agree(q, f"handle {j}: ")
-            except AssertionError as e:
-                raise AssertionError(f"after the steps {_numbered(done)}: {e}") from None
-            evidence.count("steps")
-        evidence.count("three_or_more_handles", int(len(handles) >= 3))  # forks of forks, or two forks
-        evidence.count("examples")
 
-    prop()
+@pytest.mark.kv_capabilities("append", "read", "occupancy")
+def test_occupancy_is_bounded_by_what_live_handles_hold(kv_target, kv_repro, evidence):
+    """Random programs as TGT-HANDLES runs them (no window), with handles released along the way and every one at
+    the end: after every step, occupancy() is at most what the target's Occupancy allows for the positions the
+    live handles hold (factor x ceil(held / block) per batch element, counted as if nothing were shared, plus
+    the slack), and once every handle is released it is at most what it was right after make. A truncate or
+    release that keeps storage, or a fork that never gives its share back, fails."""
+    claim = "storage in use is bounded by what live handles hold, and every handle's release returns it"
+    judge = Judge(kv_target, evidence, kv_repro, claim, ("occupancy",))
+    _programs(kv_target, judge, evidence, releases=True)
 
 
 # ---- TGT-GENERATE ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from harness.targets.own import TARGETS as OWN_TARGETS
-from harness.targets.protocol import Geometry, Handle, Target, Visible
+from harness.targets.protocol import Geometry, Handle, Rows, Target, Visible
 from harness.targets.repro import Check, held_rows_differ, visible_differs
 
 REFERENCE = OWN_TARGETS["reference"]  # the list-of-rows known answers (not looked up by name: no project needed)
@@ -106,7 +106,6 @@ class Judge:
         if p.calib is None:
             p.calib = (k, v)
         first = len(p.ref)
-        want_len, _ = p.ref.mask_sizes(k.shape[3])
         p.ref.append(k, v)
         vis = self.call(p.h, f"append of {k.shape[3]} position(s) at length {first}", lambda: p.h.append(k, v))
         if check_visible:
@@ -129,8 +128,8 @@ class Judge:
             )
             self.fail(p.h, f"{call} == ''", f"the rows handed to attention: {msg}", call)
 
-    def agree(self, p: Pair, what: str = "") -> None:
-        """len and the rows held agree with the reference (within the target's numerics)."""
+    def agree(self, p: Pair, what: str = "") -> Rows:
+        """len and the rows held agree with the reference (within the target's numerics); returns the rows read."""
         h, n = p.h, len(p.ref)
         got_len = self.call(h, "len", h.__len__)  # not len(h): Python refuses a negative length before we see it
         if got_len != n:
@@ -145,6 +144,7 @@ class Judge:
             call = f"held_rows_differ({src}, {self.lit(h, p.ref.k)}, {self.lit(h, p.ref.v)}, {sbk}, {sbv}, {need})"
             self.fail(h, f"{call} == ''", f"{what}the rows held: {msg}", call)
         self.observe_error(p, rows)
+        return rows
 
     def observe_error(self, p: Pair, rows) -> None:
         """Evidence: the worst |read - appended| over its bound (0 when bit-exact; <= 1 within the bound)."""

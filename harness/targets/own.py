@@ -30,10 +30,12 @@ import numpy as np
 from harness.targets.protocol import (
     Geometry,
     Numerics,
+    Occupancy,
     Rows,
     Target,
     Visible,
     check_rows,
+    not_capable,
 )
 from impl import attention
 from impl.cache import KVGeometry, KVStore
@@ -80,6 +82,9 @@ class ReferenceHandle:
         self.target, self.geometry, self.batch, self.window = target, geometry, batch, window
         empty = np.zeros(geometry.rows_shape(batch, 0), np.float32)
         self.k, self.v = empty, empty.copy()
+
+    def release(self) -> None:
+        """Nothing is shared: the rows go with the handle."""
 
     def __len__(self) -> int:
         return int(self.k.shape[3])
@@ -141,8 +146,10 @@ class StoresHandle:
     """B impl stores (one per batch element) behind the target verbs.
 
     ``clone_store`` makes an independent copy of one store (``KVStore.clone``;
-    a paged sequence's is a copy-on-write fork); ``release`` ends a dropped
-    one (a paged sequence returns its blocks).
+    a paged sequence's is a copy-on-write fork); ``release_store`` ends a
+    dropped one (a paged sequence returns its blocks). ``pool``: the block
+    pool the stores share, whose blocks in use are the handle's occupancy
+    (None for the designs that share nothing).
     """
 
     trace = None
@@ -154,10 +161,23 @@ class StoresHandle:
         window: int | None,
         stores: list[KVStore],
         clone_store: Callable[[KVStore], KVStore],
-        release: Callable[[KVStore], None],
+        release_store: Callable[[KVStore], None],
+        pool: BlockPool | None = None,
     ) -> None:
         self.target, self.geometry, self.window = target, geometry, window
-        self.stores, self.clone_store, self.release = stores, clone_store, release
+        self.stores, self.clone_store, self.release_store, self.pool = stores, clone_store, release_store, pool
+
+    def occupancy(self) -> int:
+        """The shared pool's blocks in use (BlockPool.num_used)."""
+        if self.pool is None:
+            raise not_capable(self.target, "occupancy", "occupancy")
+        return int(self.pool.num_used)
+
+    def release(self) -> None:
+        """Release every batch element's store (a paged sequence returns its blocks)."""
+        for s in self.stores:
+            self.release_store(s)
+        self.stores = []
 
     @property
     def batch(self) -> int:
@@ -238,8 +258,9 @@ class StoresHandle:
         return [self.clone_store(s) for s in stores]
 
     def fork(self) -> StoresHandle:
+        stores = self._copy(self.stores)
         return StoresHandle(
-            self.target, self.geometry, self.window, self._copy(self.stores), self.clone_store, self.release
+            self.target, self.geometry, self.window, stores, self.clone_store, self.release_store, self.pool
         )
 
     def _keep(self, idx: list[int]) -> None:
@@ -251,7 +272,7 @@ class StoresHandle:
             used.add(i)
         for i, s in enumerate(self.stores):
             if i not in used:
-                self.release(s)
+                self.release_store(s)
         self.stores = new
 
     def reorder(self, idx: Sequence[int]) -> None:
@@ -302,7 +323,7 @@ def build_design(name: str, design: str, **options) -> Callable:
 def build_paged(geometry: Geometry, batch: int, window: int | None, capacity: int, trace=None) -> StoresHandle:
     pool = BlockPool(2, 3, kv_geometry(geometry), grow=True)  # 3-row blocks: appends cross block edges
     stores: list[KVStore] = [PagedSequence(pool) for _ in range(batch)]
-    return StoresHandle(TARGETS["impl.paged"], geometry, window, stores, paged_fork, paged_release)
+    return StoresHandle(TARGETS["impl.paged"], geometry, window, stores, paged_fork, paged_release, pool)
 
 
 def paged_fork(store: KVStore) -> KVStore:
@@ -338,8 +359,11 @@ _ALL = frozenset({"append", "read", "truncate", "fork", "reorder", "select", "re
 TARGETS: dict[str, Target] = {}
 
 
-def _own(name: str, title: str, build: Callable, refs: tuple[str, ...], numerics: Numerics, extra=()) -> None:
-    TARGETS[name] = Target(name, title, "kvproof", _ALL | frozenset(extra), numerics, refs, build, own=True)
+def _own(
+    name: str, title: str, build: Callable, refs: tuple[str, ...], numerics: Numerics, extra=(), occupancy=None
+) -> None:
+    caps = _ALL | frozenset(extra)
+    TARGETS[name] = Target(name, title, "kvproof", caps, numerics, refs, build, own=True, occupancy=occupancy)
 
 
 _own(
@@ -348,6 +372,7 @@ _own(
     build_reference,
     ("harness/targets/own.py::ReferenceHandle",),
     Numerics.exact(),
+    extra=("grow",),
 )
 _own(
     "impl.contiguous",
@@ -362,6 +387,7 @@ _own(
         "impl/attention.py::window_lo",
     ),
     Numerics.exact(),
+    extra=("grow",),  # KVCache doubles its storage past the capacity it starts with
 )
 _own(
     "impl.paged",
@@ -374,9 +400,12 @@ _own(
         "impl/paged.py::PagedSequence.truncate",
         "impl/paged.py::PagedSequence.fork",
         "impl/paged.py::PagedSequence.release",
+        "impl/paged.py::BlockPool.num_used",
         "impl/attention.py::window_lo",
     ),
     Numerics.exact(),
+    extra=("grow", "occupancy"),  # the pool grows (grow=True); its blocks in use are the occupancy
+    occupancy=Occupancy("blocks", block=3),
 )
 _own(
     "impl.ring",

@@ -4,8 +4,12 @@ One vocabulary for every engine (impl's own designs, transformers' layer
 classes, anything later), in the layout transformers uses for a layer:
 
     rows      (L, B, H, T, D) float32 numpy: L layers, B batch elements, H KV
-              heads, T positions, D head_dim (K and V alike); always a copy,
-              never a view of the target's storage
+              heads, T positions, D head_dim (K and V alike). Rows a verb
+              returns are the caller's: no later verb changes them (an adapter
+              over a cache that hands out views of its storage copies them).
+              Rows the caller passes to ``append`` stay the caller's too: the
+              caller may overwrite them once the call returns (as an engine
+              reuses its scratch buffers), so a handle copies what it keeps
     position  an absolute, 0-based token position (int); positions of rows
               are (n,) int64 ascending, one array for every layer and batch
               element (a handle has one window for all its layers)
@@ -37,6 +41,14 @@ Verbs of a handle (each target's adapter says which library call it is):
     mask_sizes(q)             (kv_length, kv_offset): how many key rows the next
                               append of q queries returns, and the position of the first
     window                    the attention window in positions, or None
+    occupancy() -> int        storage in use, in the units ``Target.occupancy`` names, by
+                              everything this handle's ``make`` created (a block pool
+                              its forks share counts once); callable after ``release``
+    release()                 this handle is done: it frees what only it held; no verb
+                              but ``occupancy`` is called on it afterwards
+
+A target declaring "grow" accepts appends past ``make``'s ``capacity`` (its
+storage grows); without it, ``capacity`` is a promise the caller keeps.
 """
 
 from __future__ import annotations
@@ -64,6 +76,8 @@ CAPABILITIES = frozenset(
         "window",  # a sliding window: positions older than it may be dropped
         "mask",  # mask_sizes(q) -> (kv_length, kv_offset)
         "quantized",  # stores K/V in fewer bits: read-back is within Numerics.bound, not exact
+        "grow",  # appends past make()'s capacity are accepted: the storage grows
+        "occupancy",  # occupancy() and release(), bounded as Target.occupancy states
     }
 )
 
@@ -125,6 +139,42 @@ class Numerics:
         if self.bound is None:
             raise NotCapable(f"numerics={self.kind}: no bound is stated for this target ({self.reason})")
         return np.asarray(self.bound(calibration, rows), np.float64)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """What a target's ``occupancy()`` counts and the most it may be (the claim ``TGT-OCCUPANCY``).
+
+    ``unit``: what one count is ("blocks", "pages", "slots", ...). ``block``: the
+    positions of one batch element one unit holds (a block's size; 1 when a
+    unit is one position). While handles live, ``occupancy()`` is at most
+    ``factor * S + slack`` with S the sum over live handles and their batch
+    elements of ceil(positions held / block): what they hold, counted as if
+    nothing were shared (sharing only lowers it). ``factor`` covers storage
+    that grows ahead of use (2 for a buffer that doubles), ``slack`` what is
+    in use with nothing held (a preallocated scratch block). After every
+    handle is released, ``occupancy()`` is at most what it was right after
+    ``make``: nothing leaked.
+    """
+
+    unit: str = "blocks"
+    block: int = 1
+    factor: float = 1.0
+    slack: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.unit, str) or not self.unit:
+            raise ValueError(f"Occupancy(unit={self.unit!r}): name the unit counted, e.g. 'blocks'")
+        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+            raise ValueError(f"Occupancy(block={self.block!r}): the positions one unit holds, an int >= 1")
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not 1 <= self.factor < 1e6:
+            raise ValueError(f"Occupancy(factor={self.factor!r}): a number >= 1 (1: no storage ahead of use)")
+        if isinstance(self.slack, bool) or not isinstance(self.slack, int) or self.slack < 0:
+            raise ValueError(f"Occupancy(slack={self.slack!r}): units in use with nothing held, an int >= 0")
+
+    def allowed(self, held: Sequence[int]) -> float:
+        """The most units in use while batch elements hold ``held`` positions (one entry per element)."""
+        return self.factor * sum(-(-int(n) // self.block) for n in held) + self.slack
 
 
 @dataclass(frozen=True)
@@ -199,6 +249,10 @@ class Handle(Protocol):
 
     def mask_sizes(self, query_len: int) -> tuple[int, int]: ...
 
+    def occupancy(self) -> int: ...
+
+    def release(self) -> None: ...
+
 
 # (geometry, batch, window, capacity, trace=None) -> Handle; a builder that cannot trace ignores ``trace``
 Builder = Callable[..., Handle]
@@ -239,11 +293,18 @@ class Target:
     windowed: bool = False
     own: bool = False  # impl's own design or the reference: part of the default selection
     docs: tuple[tuple[str, str], ...] = ()  # (verb, the docstring or documented use that backs claims about it)
+    occupancy: Occupancy | None = None  # what occupancy() counts and its bound (with capability "occupancy")
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - CAPABILITIES
         if unknown:
             raise ValueError(f"Target({self.name}): capabilities={sorted(unknown)} unknown; use {sorted(CAPABILITIES)}")
+        if ("occupancy" in self.capabilities) != isinstance(self.occupancy, Occupancy):
+            raise ValueError(
+                f"Target({self.name}): capability occupancy and occupancy=Occupancy(...) go together "
+                f"(capabilities {'have' if 'occupancy' in self.capabilities else 'lack'} it, occupancy="
+                f"{self.occupancy!r}); declare both or neither"
+            )
         if self.truncate_contract not in TRUNCATE_CONTRACTS:
             raise ValueError(f"Target({self.name}): truncate_contract={self.truncate_contract!r} unknown")
         if self.build is None and not self.unavailable:
@@ -281,7 +342,8 @@ class Target:
 
         ``window``: the attention window (None: none; a windowed target then
         gets one wider than ``capacity``). ``capacity``: the most positions
-        the caller will append (a static cache preallocates it). ``trace``: a
+        the caller will append (a static cache preallocates it); for a target
+        declaring "grow", only where its storage starts. ``trace``: a
         :class:`harness.targets.repro.Trace` a third-party adapter writes its
         library calls to (impl's own handles have nothing to trace). Raises
         NotCapable when the target cannot run here or ``window`` is given to

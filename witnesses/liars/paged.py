@@ -135,3 +135,13 @@ def view_stale(self, layer, hi):
         k, v = self._gather(layer, len(self))
         got = cache[layer] = (len(self), k, v)
     return got[1][:hi], got[2][:hi], 0
+
+
+@liar(
+    "paged.release_keeps_blocks",
+    target="impl.paged:PagedSequence.release",
+    why="release marks the sequence released but never returns its blocks: every block it held leaks",
+)
+def release_without_returning(self):
+    self._check_live("release", "")
+    self._released = True

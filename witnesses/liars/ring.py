@@ -106,3 +106,13 @@ def make_truncate_keeping_staged(original):
         self._staged.update({layer: s for layer, s in staged.items() if s[0] < n})
 
     return truncate
+
+
+@liar(
+    "ring.f32_encode_keeps_callers_rows",
+    target="impl.ring:F32Codec.encode",
+    why="encodes f32 rows without copying them: a chunk wider than the ring is staged until the next flush as the "
+    "caller's own arrays, so a caller that reuses its K/V buffers once write returns changes the rows held",
+)
+def encode_without_copy(self, k, v):
+    return {"k": np.asarray(k, np.float32), "v": np.asarray(v, np.float32)}

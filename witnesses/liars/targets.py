@@ -42,7 +42,8 @@ def make_read_without_offset(original):
     why="fork hands back a new handle over the very same stores (a shallow copy)",
 )
 def fork_shares_stores(self):
-    return type(self)(self.target, self.geometry, self.window, list(self.stores), self.clone_store, self.release)
+    stores = list(self.stores)
+    return type(self)(self.target, self.geometry, self.window, stores, self.clone_store, self.release_store, self.pool)
 
 
 @liar(
@@ -54,7 +55,7 @@ def keep_aliasing(self, idx):
     used = set(idx)
     for i, s in enumerate(self.stores):
         if i not in used:
-            self.release(s)
+            self.release_store(s)
     self.stores = [self.stores[i] for i in idx]
 
 
@@ -74,3 +75,13 @@ def repeat_tiles(self, r):
 )
 def mask_ignores_window(self, query_len):
     return len(self) + query_len, 0
+
+
+@liar(
+    "targets.release_forgets_stores",
+    target="harness.targets.own:StoresHandle.release",
+    why="release drops the handle's stores without releasing them: a paged sequence's blocks stay counted in the "
+    "pool forever (a leak no read shows)",
+)
+def release_forgets_stores(self):
+    self.stores = []
