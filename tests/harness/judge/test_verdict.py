@@ -399,3 +399,37 @@ def test_missing_key_of_a_witness_that_passed_says_to_record_it():
     verdict = evaluate(BOUNDED, CardOutcomes((wo("w1", node()),)))
     (check,) = verdict.witnesses[0].checks
     assert "passed without recording it" in check.actual and "evidence.record('max_abs_delta'" in check.actual
+
+
+def _node(nodeid, outcome="passed", message="", **evidence) -> NodeResult:
+    return NodeResult(nodeid, outcome, 0.01, evidence, message)
+
+
+NA = "n/a: target impl.ring lacks capability occupancy"
+COUNTED = (("examples", "ge", 10),)
+
+
+def test_nodes_that_skip_na_are_left_out_when_another_node_ran_and_named_in_why():
+    card = _card(witnesses=(("w1", COUNTED),))
+    ran = _node("t[impl.paged]", examples=50)
+    na = _node("t[impl.ring]", "skipped", NA)  # no evidence: it would miss the bound if it were judged
+    v = evaluate(card, CardOutcomes((wo("w1", ran, na),)))
+    assert v.verdict == PROVEN, v.reason
+    assert "n/a on 1 of 2 node(s) (impl.ring: " + NA in v.witnesses[0].why
+
+
+def test_a_node_that_ran_still_decides_when_others_are_na():
+    card = _card(witnesses=(("w1", COUNTED),))
+    failed = _node("t[impl.paged]", "failed", "AssertionError: leak", examples=3)
+    na = _node("t[impl.ring]", "skipped", NA)
+    assert evaluate(card, CardOutcomes((wo("w1", failed, na),))).verdict == FAILED
+
+
+@pytest.mark.parametrize(
+    "other", [_node("t[b]", "skipped", "optional dependency missing"), _node("t[b]", "skipped", NA)]
+)
+def test_every_node_na_or_a_plain_skip_is_still_unverified(other):
+    """Only n/a skips beside a node that ran are left out: a plain skip, or n/a everywhere, is UNVERIFIED."""
+    first = _node("t[a]", "skipped", NA) if other.message == NA else _node("t[a]", examples=50)
+    v = evaluate(_card(witnesses=(("w1", COUNTED),)), CardOutcomes((wo("w1", first, other),)))
+    assert v.verdict == UNVERIFIED, v.reason

@@ -1,0 +1,228 @@
+"""The program claims (TGT-HANDLES, TGT-OCCUPANCY) catch what no focused claim sees, on caches written here.
+
+A small cache of our own (``Buf``: per-handle buffers that start at ``capacity`` positions and double, a
+counter of positions in use shared by every handle of one ``make``) is PROVEN clean; each planted slip is a
+kind issue 37 names and must FAIL with a message that says what went wrong:
+
+- aliasing: a read hands out a view of storage a later truncate and append write over; an append keeps the
+  caller's arrays instead of copying them (the caller overwrites them once it returns);
+- growth: a grow that forgets the rows held (reached only with a capacity below the work, "grow" declared);
+- occupancy: a truncate or a release that does not give back what it held (a leak no read shows).
+
+The claims are called as functions with a fake ``evidence`` and ``kv_repro`` (no pytest plumbing), on the
+ci Hypothesis profile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+from harness.targets.claims import (
+    test_every_live_handle_agrees_after_every_step as handles_claim,
+)
+from harness.targets.claims import (
+    test_occupancy_is_bounded_by_what_live_handles_hold as occupancy_claim,
+)
+from harness.targets.fixture import ReproSink
+from harness.targets.protocol import Numerics, Occupancy, Rows, Target, Visible, check_rows
+from harness.wire.evidence import Evidence
+
+
+class Buf:
+    """(L, B, H, cap, D) buffers that double when full; ``used`` is shared by the handles of one make."""
+
+    def __init__(self, target, geometry, batch, window, capacity, used):
+        self.target, self.geometry, self.batch, self.window = target, geometry, batch, window
+        self.k = np.zeros(geometry.rows_shape(batch, capacity), np.float32)
+        self.v = np.zeros_like(self.k)
+        self.n, self.used, self.live = 0, used, True
+
+    def __len__(self):
+        return self.n
+
+    def mask_sizes(self, q):
+        return self.n + q, 0
+
+    def _grow(self, need):
+        cap = max(need, 2 * self.k.shape[3])
+        k = np.zeros(self.k.shape[:3] + (cap,) + self.k.shape[4:], np.float32)
+        v = np.zeros_like(k)
+        k[:, :, :, : self.n], v[:, :, :, : self.n] = self.k[:, :, :, : self.n], self.v[:, :, :, : self.n]
+        self.k, self.v = k, v
+
+    def append(self, k, v):
+        t = check_rows(self.geometry, self.batch, k, v)
+        if self.n + t > self.k.shape[3]:
+            self._grow(self.n + t)
+        self.k[:, :, :, self.n : self.n + t], self.v[:, :, :, self.n : self.n + t] = k, v
+        self.n += t
+        self.used[0] += t * self.batch
+        rows = self.read()
+        return Visible(rows.k, rows.v, rows.positions, self.n, 0)
+
+    def read(self):
+        n = self.n
+        return Rows(self.k[:, :, :, :n].copy(), self.v[:, :, :, :n].copy(), np.arange(n, dtype=np.int64))
+
+    def truncate(self, n):
+        if not 0 <= n <= self.n:
+            raise ValueError(f"truncate({n}) outside 0..{self.n}")
+        self.used[0] -= (self.n - n) * self.batch
+        self.n = n
+
+    def fork(self):
+        h = Buf(self.target, self.geometry, self.batch, self.window, 1, self.used)
+        h.k, h.v, h.n = self.k.copy(), self.v.copy(), self.n
+        self.used[0] += self.n * self.batch
+        return h
+
+    def occupancy(self):
+        return self.used[0]
+
+    def release(self):
+        self.used[0] -= self.n * self.batch
+        self.live = False
+
+
+class ReadView(Buf):
+    def read(self):
+        n = self.n
+        return Rows(self.k[:, :, :, :n], self.v[:, :, :, :n], np.arange(n, dtype=np.int64))
+
+
+class KeepsInput(Buf):
+    """Holds the appended chunks as given (a list of the caller's arrays), concatenated on read."""
+
+    def append(self, k, v):
+        vis = super().append(k, v)
+        self.chunks = [*getattr(self, "chunks", []), (k, v)]
+        return vis
+
+    def read(self):
+        chunks = getattr(self, "chunks", [])
+        if not chunks or self.n != sum(c[0].shape[3] for c in chunks):
+            return super().read()
+        k = np.concatenate([c[0] for c in chunks], axis=3)
+        v = np.concatenate([c[1] for c in chunks], axis=3)
+        return Rows(k, v, np.arange(self.n, dtype=np.int64))
+
+    def truncate(self, n):
+        super().truncate(n)
+        self.chunks = []
+
+    def fork(self):
+        h = super().fork()
+        h.chunks = list(getattr(self, "chunks", []))
+        return h
+
+
+class GrowForgets(Buf):
+    def _grow(self, need):
+        cap = max(need, 2 * self.k.shape[3])
+        self.k = np.zeros(self.k.shape[:3] + (cap,) + self.k.shape[4:], np.float32)
+        self.v = np.zeros_like(self.k)
+
+
+class TruncateLeaks(Buf):
+    def truncate(self, n):
+        if not 0 <= n <= self.n:
+            raise ValueError(f"truncate({n}) outside 0..{self.n}")
+        self.n = n
+
+
+class ReleaseLeaks(Buf):
+    def release(self):
+        self.live = False
+
+
+def target(cls, name):
+    caps = frozenset({"append", "read", "truncate", "fork", "mask", "grow", "occupancy"})
+
+    def build(geometry, batch, window, capacity, trace=None):
+        return cls(TARGETS[name], geometry, batch, window, capacity, [0])
+
+    TARGETS[name] = Target(
+        name, f"{cls.__name__}: test cache", "kvproof", caps, Numerics.exact(), (), build,
+        occupancy=Occupancy("positions", block=1),
+    )  # fmt: skip
+    return TARGETS[name]
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def run(claim, tgt):
+    """(the AssertionError's text or "", the evidence) of ``claim`` on ``tgt``."""
+    evidence = Evidence()
+    settings.load_profile("ci")  # registered by harness.plugin (the tests' conftest loads it)
+    try:
+        claim(tgt, ReproSink(tgt, "test", None), evidence)
+    except AssertionError as e:
+        return str(e), evidence.values
+    return "", evidence.values
+
+
+@pytest.mark.parametrize("claim", [handles_claim, occupancy_claim], ids=["handles", "occupancy"])
+def test_the_clean_cache_is_proven_and_crosses_its_capacity(claim):
+    said, ev = run(claim, target(Buf, "test.clean"))
+    assert said == "", said
+    assert ev["examples"] >= 10 and ev["past_the_capacity"] >= 1 and ev["capacity_below"] >= 1, ev
+    if claim is occupancy_claim:
+        assert ev["released_back_to_start"] == ev["examples"], ev
+
+
+@pytest.mark.parametrize(
+    "cls, says",
+    [
+        (ReadView, "changed since it was returned"),
+        (KeepsInput, "nan"),
+        (GrowForgets, "values differ"),
+    ],
+    ids=["read-view", "keeps-input", "grow-forgets"],
+)
+def test_handles_fails_each_planted_slip_naming_it(cls, says):
+    said, _ = run(handles_claim, target(cls, f"test.{cls.__name__.lower()}"))
+    assert said.startswith("after the steps 1. make("), said
+    assert says in said, said
+
+
+@pytest.mark.parametrize(
+    "cls, says",
+    [
+        (TruncateLeaks, "storage no live handle holds is still in use"),
+        (ReleaseLeaks, "storage no live handle holds is still in use"),  # a release while another handle lives
+    ],
+    ids=["truncate-leaks", "release-leaks"],
+)
+def test_occupancy_fails_a_leak_naming_it(cls, says):
+    said, _ = run(occupancy_claim, target(cls, f"test.{cls.__name__.lower()}"))
+    assert says in said, said
+
+
+def test_without_grow_the_capacity_is_never_below_the_work():
+    caps = frozenset({"append", "read", "truncate", "fork", "mask"})
+
+    class NoGrow(Buf):
+        def _grow(self, need):
+            raise AssertionError(f"grew past the capacity it was promised ({self.k.shape[3]} < {need})")
+
+    tgt = Target(
+        "test.static", "static", "kvproof", caps, Numerics.exact(), (),
+        lambda g, b, w, c, trace=None: NoGrow(tgt, g, b, w, c, [0]),
+    )  # fmt: skip
+    said, ev = run(handles_claim, tgt)
+    assert said == "" and ev["past_the_capacity"] == 0 and "capacity_below" not in ev, (said, ev)
+
+
+def test_a_leak_under_a_loose_bound_is_caught_once_every_handle_is_released():
+    """With a factor no program reaches, only the end check can see ReleaseLeaks: it must."""
+    tgt = target(ReleaseLeaks, "test.loose")
+    tgt = Target(
+        tgt.name, tgt.title, tgt.distribution, tgt.capabilities, tgt.numerics, (), tgt.build,
+        occupancy=Occupancy("positions", block=1, factor=1000),
+    )  # fmt: skip
+    TARGETS[tgt.name] = tgt
+    said, _ = run(occupancy_claim, tgt)
+    assert "every handle is released, yet occupancy() is" in said, said
