@@ -82,6 +82,7 @@ def execute(
         launcher=launcher,
         subject_env={s.name: dict(s.settings) for s in the_plan.subjects if s.runnable},
         coverage=traced_files(req, the_plan.to_run),  # mutate: the honest runs trace the claimed code
+        repro_dir=repro_dir(req),
     )
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
@@ -167,10 +168,17 @@ def _floor_unjudged(entry: CardResult, card, use: MutationResult | None, floors:
 # ---------------------------------------------------------------- record and publish
 
 
+def repro_dir(req: RunRequest) -> Path:
+    """Where this run's witnesses write reproductions of failures: a partial folder in the reports folder (swept
+    when its process is gone), moved into the report folder as ``repro/`` when the run is recorded."""
+    return req.reports_dir / f"{report_folder.PARTIAL}repro-{os.getpid()}"
+
+
 def record(
     req: RunRequest, doc: RunDocument, reporter: Reporter | None, comparison: Any = None
 ) -> tuple[bool, Path | None]:
-    """Write ``--json``, the dated report folder and the ledger row; (all written?, the report folder)."""
+    """Write ``--json``, the dated report folder (with this run's reproductions) and the ledger row; (all
+    written?, the report folder)."""
     ok, final = True, None
     if req.json_path is not None:
         try:
@@ -182,7 +190,7 @@ def record(
             if reporter is not None:
                 reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {exc}")
     try:
-        final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison)
+        final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison, extra=repro_dir(req))
         if reporter is not None:
             reporter.wrote("report", final / "index.html")
     except RunNotRecorded as exc:

@@ -309,6 +309,8 @@ class _Recorder:
             counter = PropertyCounter()
             if counter.start():
                 self.counter = counter
+        if plan.liar or plan.mutant:
+            os.environ["KVPROOF_APPLIED"] = plan.liar or plan.mutant  # harness.targets.fixture: no reproductions
         if plan.liar:
             self._apply_liar(plan.liar)
         if plan.mutant:
@@ -341,6 +343,7 @@ class _Recorder:
         self.out = open(plan.out, "a", encoding="utf-8", buffering=1)
         self.stacks = open(plan.stacks, "w", encoding="utf-8") if plan.stacks else None
         if plan.mutant:
+            os.environ["KVPROOF_APPLIED"] = plan.mutant  # harness.targets.fixture: no reproductions
             self._apply_mutant(plan.mutant, late=tuple(m for m in sys.modules if m not in self.imported_before))
 
     def emit(self, event: messages.Event) -> None:

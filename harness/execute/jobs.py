@@ -54,6 +54,7 @@ class RunConfig:
     launcher: str | None = None  # "forkserver" or "subprocess"; None: KVPROOF_LAUNCHER, else forkserver on Linux
     subject_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # subject -> its settings
     coverage: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # card id -> files its honest run traces
+    repro_dir: Path | None = None  # where witnesses write reproductions of failures ($KVPROOF_REPRO_DIR)
 
     def __post_init__(self) -> None:
         check_timeout("default_timeout", self.default_timeout)

@@ -131,6 +131,8 @@ def witness_env(cfg: RunConfig, watchdog: int | None = None, subject: str = "def
     env["PYTHONHASHSEED"] = "0"
     env["PYTHONFAULTHANDLER"] = "1"
     env["KVPROOF_PROFILE"] = cfg.profile
+    if cfg.repro_dir is not None:
+        env["KVPROOF_REPRO_DIR"] = str(cfg.repro_dir)
     env.setdefault("COLUMNS", "120")
     if cfg.oracle_dir is not None:
         env["KVPROOF_ORACLE_DIR"] = str(cfg.oracle_dir)

@@ -64,6 +64,8 @@ NOT_NUMERICS = frozenset(
         "KVPROOF_FORKSERVER_FD",
         "KVPROOF_ZYGOTE_BYTECODE",
         "KVPROOF_ACCOUNT",
+        "KVPROOF_REPRO_DIR",  # where reproductions of failures are written
+        "KVPROOF_APPLIED",  # set inside a witness process once a liar or mutant is patched in
     }
 )
 

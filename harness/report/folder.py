@@ -45,6 +45,7 @@ from harness.report.view import HISTORY_LIMIT, build_view
 from harness.select.cards import card_bytes
 
 PARTIAL = ".partial-"
+REPRO = "repro"  # the report folder's reproductions of failures (harness.targets.replay)
 UNRECORDED = ".unrecorded"  # suffix of a complete report folder whose run the ledger could not record
 LATEST = "latest"
 FILES = ("verdicts.json", "verdicts.md", "junit.xml", "index.html")
@@ -164,12 +165,19 @@ def point_latest(reports: Path, name: str) -> str:
 
 
 def publish(
-    reports: Path, doc: RunDocument, root: Path, ledger: Ledger | None = None, *, comparison: Any = None
+    reports: Path,
+    doc: RunDocument,
+    root: Path,
+    ledger: Ledger | None = None,
+    *,
+    comparison: Any = None,
+    extra: Path | None = None,
 ) -> Path:
     """Write the dated report folder for ``doc`` and record the run in the ledger; returns the folder.
 
     ``ledger`` defaults to ``reports/ledger.sqlite``. History shown in the
-    report comes from that ledger as it was before this run.
+    report comes from that ledger as it was before this run. ``extra``: a
+    folder of files the run wrote (its reproductions), moved in as ``repro/``.
     """
     reports.mkdir(parents=True, exist_ok=True)
     sweep_partials(reports)
@@ -206,6 +214,8 @@ def publish(
                     root,
                     comparison,
                 )
+                if extra is not None and extra.is_dir():
+                    shutil.copytree(extra, tmp / REPRO)
                 if unusable is not None:
                     raise unusable
                 ledger.record(doc, report_dir=name, before_commit=move_into_place)
@@ -225,6 +235,8 @@ def publish(
             if retry:
                 continue
             point_latest(reports, name)
+            if extra is not None:
+                shutil.rmtree(extra, ignore_errors=True)
             return final
         raise OSError(f"could not find a free report folder name near {base} in {reports}")
     finally:

@@ -25,6 +25,7 @@ written as ``DIR/<target>/<test>.py`` when the test ends
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,9 +35,13 @@ from harness.errors import TargetUnknown, UsageError
 from harness.project import project_root
 from harness.targets import registry
 from harness.targets.protocol import Handle, Target
+from harness.targets.replay import Program, replays
+from harness.targets.replay import script as replay_script
 from harness.targets.repro import Check, Header, Trace, render, write
 
 MARKER = "kv_capabilities"
+REPRO_ENV = "KVPROOF_REPRO_DIR"  # where an honest run's witness processes write reproductions
+APPLIED_ENV = "KVPROOF_APPLIED"  # set in a witness process once a liar or mutant is patched in: no reproductions
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -118,13 +123,19 @@ class ReproSink:
     witness: str
     folder: Path | None
     failures: list[Failure] = field(default_factory=list)
+    programs: list[ProgramFailure] = field(default_factory=list)
 
     def trace(self) -> Trace | None:
-        """A fresh trace for the handles of one example (None for impl's own targets: nothing to replay)."""
+        """A fresh trace for the handles of one example (None for impl's own targets). A handle whose adapter
+        keeps no trace is recorded at the protocol level instead (:mod:`harness.targets.replay`)."""
         return None if self.target.own else Trace()
 
     def failed(self, handle: Handle, check: Check, claim: str, verbs: tuple[str, ...], title: str = "") -> None:
-        """Record that ``check`` fails on ``handle`` (a traced one; others are ignored) at this point."""
+        """Record that ``check`` fails on ``handle`` (a traced or recorded one; others are ignored) here."""
+        program = getattr(handle, "program", None)
+        if isinstance(program, Program):
+            self.programs.append(ProgramFailure(program.snapshot(), claim, check.says))
+            return
         trace = getattr(handle, "trace", None)
         if trace is None:
             return
@@ -142,19 +153,46 @@ class ReproSink:
         self.failures.append(Failure(header, t))
 
     def script(self) -> str:
-        """The reproduction of the last failure, as text ("" when none)."""
+        """The reproduction of the last failure, as text ("" when none, or when a recorded program's replay
+        does not find the problem: a failure that needs two histories compared has no one-program script)."""
+        if self.programs:
+            last = self.programs[-1]
+            if not replays(self.target, last.program):
+                return ""
+            return replay_script(self.target, last.program, last.claim, self.witness, last.says)
         if not self.failures:
             return ""
         last = self.failures[-1]
         return render(last.header, last.trace)
 
 
+@dataclass(frozen=True)
+class ProgramFailure:
+    """A check that failed on a recorded handle: the program up to it."""
+
+    program: Program
+    claim: str
+    says: str
+
+
+def repro_folder(config: pytest.Config) -> Path | None:
+    """Where reproductions go: ``--kvproof-repro DIR``, else ``$KVPROOF_REPRO_DIR`` (set by kvproof for an honest
+    run's witness processes; a liar or mutant run unsets it), else nowhere."""
+    folder = config.getoption("kvproof_repro") or os.environ.get(REPRO_ENV)
+    return Path(folder) if folder else None
+
+
 @pytest.fixture
-def kv_repro(request: pytest.FixtureRequest, kv_target: Target):
-    """A :class:`ReproSink` for this witness; writes the last failure's script at teardown when asked to."""
-    folder = request.config.getoption("kvproof_repro")
-    sink = ReproSink(kv_target, request.node.nodeid, Path(folder) if folder else None)
+def kv_repro(request: pytest.FixtureRequest, kv_target: Target, evidence):
+    """A :class:`ReproSink` for this witness; at teardown, when a folder is given, writes the last failure's
+    script to ``FOLDER/<target>/<test>.py`` and records its path as the evidence ``reproduction`` (in a
+    kvproof run, relative to the report folder, which holds it as ``repro/<target>/<test>.py``)."""
+    sink = ReproSink(kv_target, request.node.nodeid, repro_folder(request.config))
     yield sink
-    if sink.folder is not None and sink.failures:
-        name = request.node.originalname if hasattr(request.node, "originalname") else request.node.name
-        write(sink.folder / kv_target.name / f"{name}.py", sink.script())
+    if sink.folder is not None and (sink.failures or sink.programs) and not os.environ.get(APPLIED_ENV):
+        text = sink.script()
+        if text:
+            name = request.node.originalname if hasattr(request.node, "originalname") else request.node.name
+            path = write(sink.folder / kv_target.name / f"{name}.py", text)
+            from_run = not request.config.getoption("kvproof_repro")  # kvproof's run moves it into its report
+            evidence.record("reproduction", f"repro/{kv_target.name}/{name}.py" if from_run else str(path))

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from harness.targets.own import TARGETS as OWN_TARGETS
 from harness.targets.protocol import Geometry, Handle, Rows, Target, Visible
+from harness.targets.replay import record
 from harness.targets.repro import Check, held_rows_differ, visible_differs
 
 REFERENCE = OWN_TARGETS["reference"]  # the list-of-rows known answers (not looked up by name: no project needed)
@@ -68,10 +69,13 @@ class Judge:
     # -- building
 
     def pair(self, g: Geometry, batch: int, window: int | None = None, capacity: int = 32) -> Pair:
+        """The target's handle (recorded at the protocol level when its adapter traces no library calls, so a
+        failure becomes a standalone script: :mod:`harness.targets.replay`) beside the reference's."""
         trace = self.repro.trace()
-        return Pair(
-            self.target.make(g, batch, window, capacity, trace=trace), REFERENCE.make(g, batch, window, capacity)
-        )
+        h = self.target.make(g, batch, window, capacity, trace=trace)
+        if getattr(h, "trace", None) is None:
+            h = record(h, g, batch, window, capacity)
+        return Pair(h, REFERENCE.make(g, batch, window, capacity))
 
     def fail(self, h: Handle, expr: str, says: str, shows: str = "") -> None:
         """Record the failing check on a traced handle, then fail the witness with ``says``."""
