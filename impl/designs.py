@@ -27,7 +27,7 @@ def make_cache(design: str, geometry: KVGeometry, ropes: Sequence[RopeTable], wi
     re-rotates survivors of an eviction; the ring takes its default
     ``max_seq_len`` from their length). ``window``: None, one W or one per
     layer (see ``normalize_window``). ``options`` go to the design's
-    ``build``: none for contiguous; ``block_size=``, ``pool=`` for paged;
+    ``build``: ``capacity=`` for contiguous; ``block_size=``, ``pool=`` for paged;
     ``hint=``, ``precision=``, ``max_seq_len=``, ``overflow=`` for ring.
     Raises CacheError for an unknown design or a bad option value, TypeError
     for an option the design does not take.

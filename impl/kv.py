@@ -49,9 +49,9 @@ class KVCache(KVStore):
         self._n = 0
 
     @classmethod
-    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window]) -> KVCache:
-        """``make_cache("contiguous", ...)``: takes no options (a window is a mask attention applies)."""
-        return cls(geometry, ropes)
+    def build(cls, geometry: KVGeometry, ropes: Sequence[RopeTable], window: list[Window], capacity=64) -> KVCache:
+        """``make_cache("contiguous", ...)``: ``capacity=`` rows to start with (a window is a mask attention reads)."""
+        return cls(geometry, ropes, capacity)
 
     # ---- read side -------------------------------------------------------
     def __len__(self) -> int:

@@ -21,7 +21,7 @@ transformers with::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -480,6 +480,41 @@ class _Kept:
     v0: np.ndarray
 
 
+@dataclass
+class _Exercised:
+    """What the programs of one witness actually did (the evidence ``exercised``, shown as a grid in the report):
+    ``pairs[a][b]``, how often a step of verb b came right after a step of verb a on the same handle (every pair
+    of the verbs used, 0 for one never tried); ``boundaries``, how often each edge a cache has was crossed."""
+
+    verbs: list[str]
+    pairs: dict[str, dict[str, int]] = field(default_factory=dict)
+    boundaries: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pairs = {a: dict.fromkeys(self.verbs, 0) for a in self.verbs if a != "release"}  # a released one ends
+        names = (
+            "an append past the capacity",
+            "an append across a block edge",
+            "a truncate to a block edge",
+            "a truncate inside a block",
+            "an append past the window",
+            "a truncate inside a shared history",
+            "a fork of a fork",
+            "a release while a fork shares its history",
+        )
+        self.boundaries = dict.fromkeys(names, 0)
+
+    def pair(self, before: str | None, verb: str) -> None:
+        if before in self.pairs and verb in self.pairs[before]:
+            self.pairs[before][verb] += 1
+
+    def crossed(self, name: str) -> None:
+        self.boundaries[name] += 1
+
+    def evidence(self) -> dict:
+        return {"pairs": self.pairs, "boundaries": self.boundaries}
+
+
 class _Program:
     """Runs a planned program on a target and the list-of-rows reference, checking after every step.
 
@@ -488,8 +523,14 @@ class _Program:
     what is in use is within the bound its Occupancy states (and, once every handle is released, at most
     what it was right after make)."""
 
-    def __init__(self, judge: Judge, g, batch: int, window, capacity: int, rows, occupancy: bool) -> None:
-        self.judge, self.g, self.rows = judge, g, rows
+    def __init__(
+        self, judge: Judge, g, batch: int, window, capacity: int, rows, occupancy: bool, seen: _Exercised
+    ) -> None:
+        self.judge, self.g, self.rows, self.seen, self.capacity = judge, g, rows, seen, capacity
+        self.last: list[str | None] = [None]  # each handle's last verb
+        self.forked: list[bool] = [False]  # each handle: is it a fork?
+        occ = judge.target.occupancy
+        self.block = occ.block if occ is not None and occ.block > 1 else None
         self.handles: list[Pair] = [judge.pair(g, batch, window=window, capacity=capacity)]
         self.live = [True]
         self.kept: list[_Kept] = []
@@ -500,12 +541,40 @@ class _Program:
     def run(self, steps: list[Step]) -> None:
         for step in steps:
             self.done.append(step.says())
+            self._note(step)
             try:
                 self._do(step)
                 self._check(step)
             except AssertionError as e:  # the failing check, after the numbered steps that led to it
                 raise AssertionError(f"after the steps {_numbered(self.done)}: {e}") from None
             self.judge.evidence.count("steps")
+
+    def _note(self, step: Step) -> None:
+        """Count the pair this step makes with its handle's last one, and the edges it crosses."""
+        i, seen, p = step.handle, self.seen, self.handles[step.handle]
+        seen.pair(self.last[i], step.verb)
+        self.last[i] = step.verb
+        n, b = len(p.ref), self.block
+        shared = any(q is not p and live and len(q.ref) > 0 for q, live in zip(self.handles, self.live, strict=True))
+        if step.verb == "append":
+            if n <= self.capacity < n + step.arg:
+                seen.crossed("an append past the capacity")
+            if b and (n // b != (n + step.arg - 1) // b or (n + step.arg) % b == 0):
+                seen.crossed("an append across a block edge")
+            if p.h.window is not None and n <= p.h.window < n + step.arg:
+                seen.crossed("an append past the window")
+        elif step.verb == "truncate" and 0 < step.arg < n:
+            if b:
+                seen.crossed("a truncate to a block edge" if step.arg % b == 0 else "a truncate inside a block")
+            if shared:
+                seen.crossed("a truncate inside a shared history")
+        elif step.verb == "fork":
+            self.last.append("fork")
+            self.forked.append(True)
+            if self.forked[i]:
+                seen.crossed("a fork of a fork")
+        elif step.verb == "release" and shared:
+            seen.crossed("a release while a fork shares its history")
 
     def _do(self, step: Step) -> None:
         judge, p = self.judge, self.handles[step.handle]
@@ -600,6 +669,8 @@ def _programs(kv_target, judge: Judge, evidence, releases: bool) -> None:
     declared += ["rewind"] if "truncate" in declared else []
     declared += ["release"] if releases else []
 
+    seen = _Exercised([v for v in declared if v != "rewind"])
+
     @given(g=geometries, batch=batches, seed=seeds, program=st.integers(0, 2**32 - 1), data=st.data())
     def prop(g, batch, seed, program, data):
         # the program's choices from both draws: Hypothesis repeats a value of one while it varies the others
@@ -610,13 +681,14 @@ def _programs(kv_target, judge: Judge, evidence, releases: bool) -> None:
         usable = [v for v in declared if not (window is not None and v in ("truncate", "rewind"))]  # a ring forgets
         steps, work = _plan(usable, weight, pick, batch, releases)
         capacity = _capacity(kv_target, work, pick, evidence)
-        run = _Program(judge, g, batch, window, capacity, rows, occupancy=releases)
+        run = _Program(judge, g, batch, window, capacity, rows, occupancy=releases, seen=seen)
         run.run(steps)
         evidence.count("three_or_more_handles", int(len(run.handles) >= 3))  # forks of forks, or two forks
         evidence.count("past_the_capacity", int(work > capacity))
         evidence.count("examples")
 
     prop()
+    evidence.record("exercised", seen.evidence())
 
 
 @pytest.mark.kv_capabilities("append", "read", "fork")

@@ -314,6 +314,8 @@ def build_design(name: str, design: str, **options) -> Callable:
         extra = dict(options)
         if design == "ring":
             extra["max_seq_len"] = capacity
+        else:  # where the storage starts: appends past it grow it (the capability "grow")
+            extra["capacity"] = capacity
         stores = [make_cache(design, g, ropes, window, **extra) for _ in range(batch)]
         return StoresHandle(TARGETS[name], geometry, window, stores, clone, no_release)
 
