@@ -18,7 +18,7 @@ so ``kv_repro`` can turn the shrunk example into a standalone script.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
@@ -49,14 +49,16 @@ def random_rows(g: Geometry, batch: int, t: int, rng: np.random.Generator, scale
 
 @dataclass
 class Pair:
-    """A target's handle and the reference handle, fed the same calls; ``calib`` is the first chunk (k, v)."""
+    """A target's handle and the reference handle, fed the same calls; ``calib`` is the first chunk (k, v),
+    ``history`` every chunk appended to it and to the handles it was forked from (a lossy bound may need it)."""
 
     h: Handle
     ref: Handle
     calib: tuple[np.ndarray, np.ndarray] | None = None
+    history: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def fork(self) -> Pair:
-        return Pair(self.h.fork(), self.ref.fork(), self.calib)
+        return Pair(self.h.fork(), self.ref.fork(), self.calib, list(self.history))
 
 
 class Judge:
@@ -91,8 +93,8 @@ class Judge:
         if self.exact or p.calib is None:
             z = np.zeros(p.ref.k.shape)
             return z, z, "0.0", "0.0"
-        bk = self.target.numerics.allowed(p.calib[0], p.ref.k)
-        bv = self.target.numerics.allowed(p.calib[1], p.ref.v)
+        bk = self.target.numerics.allowed(p.calib[0], p.ref.k, [c[0] for c in p.history])
+        bv = self.target.numerics.allowed(p.calib[1], p.ref.v, [c[1] for c in p.history])
         return bk, bv, self.lit(h, bk * (1 + 2.0**-20)), self.lit(h, bv * (1 + 2.0**-20))
 
     # -- verbs, as the reference does them
@@ -109,6 +111,8 @@ class Judge:
         """Append to both; the rows handed to attention must be right (visible_differs) when ``check_visible``."""
         if p.calib is None:
             p.calib = (k, v)
+        if not self.exact:
+            p.history.append((np.array(k), np.array(v)))
         first = len(p.ref)
         p.ref.append(k, v)
         vis = self.call(p.h, f"append of {k.shape[3]} position(s) at length {first}", lambda: p.h.append(k, v))

@@ -54,6 +54,7 @@ storage grows); without it, ``capacity`` is a promise the caller keeps.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -83,9 +84,12 @@ CAPABILITIES = frozenset(
 
 NUMERICS_KINDS = ("exact", "tolerance", "lossy")
 
-# (calibration, rows) -> per-element bound on |read - appended|, shaped like rows; calibration is the first
-# chunk appended to the handle (L, B, H, T, D), which is what a per-tensor scale is frozen on.
-LossyBound = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (calibration, rows[, history=...]) -> per-element bound on |read - appended|, shaped like rows; calibration is
+# the first chunk appended to the handle (L, B, H, T, D), which is what a per-tensor scale is frozen on. A bound
+# with a parameter named ``history`` also gets every chunk appended to the handle and to the handles it was
+# forked from, in order, truncated ones included: what a quantizer whose scale follows the history (a running
+# absmax that requantizes) depends on.
+LossyBound = Callable[..., np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -130,14 +134,17 @@ class Numerics:
     def lossy(cls, bound: LossyBound | None, reason: str) -> Numerics:
         return cls("lossy", reason, 0.0, bound)
 
-    def allowed(self, calibration: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Per-element bound on |read - rows| (zeros for exact), shaped like ``rows``."""
+    def allowed(self, calibration: np.ndarray, rows: np.ndarray, history: Sequence[np.ndarray] = ()) -> np.ndarray:
+        """Per-element bound on |read - rows| (zeros for exact), shaped like ``rows``; ``history``: every chunk
+        appended so far (see :data:`LossyBound`), passed to a bound that takes it."""
         if self.kind == "exact":
             return np.zeros(rows.shape, np.float64)
         if self.kind == "tolerance":
             return np.full(rows.shape, self.tolerance, np.float64)
         if self.bound is None:
             raise NotCapable(f"numerics={self.kind}: no bound is stated for this target ({self.reason})")
+        if "history" in inspect.signature(self.bound).parameters:
+            return np.asarray(self.bound(calibration, rows, history=list(history)), np.float64)
         return np.asarray(self.bound(calibration, rows), np.float64)
 
 

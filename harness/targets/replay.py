@@ -127,7 +127,8 @@ def model_replay(target, geometry, batch, window, capacity, steps, chunks, says,
     are overwritten once it returns, as a caller reusing its buffers would."""
     import numpy as np
 
-    run = {"target": target, "window": window, "calib": {}, "kept": [], "kept_max": kept_max, "live": {0: True}}
+    run = {"target": target, "window": window, "calib": {}, "hist": {0: []}, "kept": [], "kept_max": kept_max}
+    run["live"] = {0: True}
     run["hs"] = {0: target.make(geometry, batch, window, capacity)}
     run["ms"] = {0: (np.zeros(geometry.rows_shape(batch, 0), np.float32),) * 2}
     occ = getattr(target, "occupancy", None)
@@ -153,9 +154,10 @@ def _replay_step(run, verb, h, arg, chunks, at):
     if verb == "append":
         k, v = np.array(chunks[arg][0]), np.array(chunks[arg][1])
         run["calib"].setdefault(h, chunks[arg])
+        run["hist"][h] = [*run["hist"][h], chunks[arg]]
         vis = hs[h].append(k, v)
         ms[h] = np.concatenate([mk, k], axis=3), np.concatenate([mv, v], axis=3)
-        bk, bv = _bounds(run["target"].numerics, run["calib"].get(h), *ms[h])
+        bk, bv = _bounds(run["target"].numerics, run["calib"].get(h), run["hist"][h], *ms[h])
         args = (vis.mask_length, vis.mask_offset, *ms[h], bk, bv, mk.shape[3], run["window"])
         problem = visible_differs(vis.k, vis.v, vis.positions, *args)
         run["kept"] = [
@@ -167,7 +169,7 @@ def _replay_step(run, verb, h, arg, chunks, at):
         return f"{at}: the rows handed to attention: {problem}" if problem else ""
     if verb == "fork":
         hs[arg], ms[arg], run["live"][arg] = hs[h].fork(), (mk, mv), True
-        run["calib"][arg] = run["calib"].get(h)
+        run["calib"][arg], run["hist"][arg] = run["calib"].get(h), list(run["hist"][h])
     elif verb == "release":
         hs[h].release()
         run["live"][h] = False
@@ -200,7 +202,7 @@ def _replay_checks(run, at, step):
             return f"{at}: handle {j} has length {len(hs[j])}, expected {jk.shape[3]}"
         rows = hs[j].read()
         need = jk.shape[3] if window is None else min(jk.shape[3], window - 1)
-        bk, bv = _bounds(run["target"].numerics, run["calib"].get(j), jk, jv)
+        bk, bv = _bounds(run["target"].numerics, run["calib"].get(j), run["hist"][j], jk, jv)
         problem = held_rows_differ((rows.k, rows.v, rows.positions), jk, jv, bk, bv, need)
         if problem:
             return f"{at}: handle {j}: the rows held: {problem}"
@@ -219,14 +221,15 @@ def _replay_checks(run, at, step):
     return ""
 
 
-def _bounds(num, calib, k, v):
+def _bounds(num, calib, history, k, v):
     """Per-element bounds on K and V of the model's rows (zeros for an exact target)."""
     import numpy as np
 
     if num.kind == "exact" or calib is None:
         z = np.zeros(k.shape)
         return z, z
-    return num.allowed(calib[0], k) * (1 + 2.0**-20), num.allowed(calib[1], v) * (1 + 2.0**-20)
+    bk = num.allowed(calib[0], k, [c[0] for c in history])
+    return bk * (1 + 2.0**-20), num.allowed(calib[1], v, [c[1] for c in history]) * (1 + 2.0**-20)
 
 
 def load_rows(blob):

@@ -226,3 +226,59 @@ def test_a_leak_under_a_loose_bound_is_caught_once_every_handle_is_released():
     TARGETS[tgt.name] = tgt
     said, _ = run(occupancy_claim, tgt)
     assert "every handle is released, yet occupancy() is" in said, said
+
+
+# ---- a lossy bound that depends on history --------------------------------------------------------------
+
+
+class RunningInt8(Buf):
+    """Reads back every row quantized to int8 with one scale for K and one for V, absmax / 127 over every row
+    ever appended (a running maximum that never shrinks, truncated rows included): a row's error depends on
+    the history, not on the row or the first chunk."""
+
+    absmax = (0.0, 0.0)
+
+    def append(self, k, v):
+        self.absmax = (max(self.absmax[0], float(np.abs(k).max())), max(self.absmax[1], float(np.abs(v).max())))
+        return super().append(k, v)
+
+    def read(self):
+        rows = super().read()
+        sk, sv = (np.float32(m / 127.0) or np.float32(1.0) for m in self.absmax)
+        return Rows(np.rint(rows.k / sk) * sk, np.rint(rows.v / sv) * sv, rows.positions)
+
+    def fork(self):
+        h = super().fork()
+        h.absmax = self.absmax
+        return h
+
+
+def from_history(calibration, rows, history):
+    """|error| <= scale / 2 (plus float32 roundings), scale = absmax over every chunk appended / 127."""
+    scale = max(float(np.abs(c).max()) for c in history) / 127.0
+    x = np.abs(rows.astype(np.float64))
+    return np.full(rows.shape, scale / 2 * (1 + 2.0**-15)) + 2.0**-22 * x
+
+
+def from_calibration(calibration, rows):
+    """The same scheme's bound with the scale frozen on the first chunk: wrong once a larger chunk comes."""
+    scale = float(np.abs(calibration).max()) / 127.0
+    return np.full(rows.shape, scale / 2 * (1 + 2.0**-15)) + 2.0**-22 * np.abs(rows.astype(np.float64))
+
+
+def lossy_target(bound, name):
+    caps = frozenset({"append", "read", "truncate", "fork", "mask", "grow", "quantized"})
+    tgt = Target(
+        name, "running int8", "kvproof", caps, Numerics.lossy(bound, "one int8 scale over the history"), (),
+        lambda g, b, w, c, trace=None: RunningInt8(TARGETS[name], g, b, w, c, [0]),
+    )  # fmt: skip
+    TARGETS[name] = tgt
+    return tgt
+
+
+def test_a_lossy_bound_may_depend_on_the_history_and_must_when_the_quantizer_does():
+    said, ev = run(handles_claim, lossy_target(from_history, "test.running-history"))
+    assert said == "", said
+    assert 0.3 < ev["error_over_bound"]["max"] <= 1, ev["error_over_bound"]  # the bound is reached, not vacuous
+    said, _ = run(handles_claim, lossy_target(from_calibration, "test.running-calibration"))
+    assert "the rows" in said and "values differ" in said, said
