@@ -67,6 +67,7 @@ class Judge:
     def __init__(self, target: Target, evidence, repro, claim: str, verbs: tuple[str, ...]) -> None:
         self.target, self.evidence, self.repro, self.claim, self.verbs = target, evidence, repro, claim, verbs
         self.exact = target.numerics.kind == "exact"
+        self.max_error_over_bound = 0.0  # over every agree() so far: worst |read - appended| / bound (K)
 
     # -- building
 
@@ -162,7 +163,9 @@ class Judge:
         err = np.abs(rows.k.astype(np.float64) - p.ref.k[:, :, :, sel])
         bk = self.bounds(p, p.h)[0][:, :, :, sel]
         ratio = np.where(err == 0, 0.0, err / np.where(bk > 0, bk, np.inf))
-        self.evidence.observe("error_over_bound", float(ratio.max()) if ratio.size else 0.0)
+        worst = float(ratio.max()) if ratio.size else 0.0
+        self.max_error_over_bound = max(self.max_error_over_bound, worst)
+        self.evidence.observe("error_over_bound", worst)
 
     def same_bits(self, a: Pair, b: Pair, what: str) -> None:
         """Two handles of this target that must hold the same rows hold the same bits."""

@@ -282,3 +282,16 @@ def test_a_lossy_bound_may_depend_on_the_history_and_must_when_the_quantizer_doe
     assert 0.3 < ev["error_over_bound"]["max"] <= 1, ev["error_over_bound"]  # the bound is reached, not vacuous
     said, _ = run(handles_claim, lossy_target(from_calibration, "test.running-calibration"))
     assert "the rows" in said and "values differ" in said, said
+
+
+def test_a_lossy_bound_looser_than_its_quantizer_fails_numerics():
+    from harness.targets.claims import test_read_back_within_the_numerics_bound_over_magnitudes as numerics
+
+    said, ev = run(numerics, lossy_target(from_history, "test.running-tight"))
+    assert said == "" and ev["lossy_bound_reached"] > 0.5, (said, ev)
+
+    def ten_times(calibration, rows, history):
+        return 10 * from_history(calibration, rows, history)
+
+    said, _ = run(numerics, lossy_target(ten_times, "test.running-loose"))
+    assert "the bound is looser than the quantizer it describes" in said, said
