@@ -29,7 +29,9 @@ carries Hypothesis' falsifying-example note (a ``@given`` test, or a
 property nested in the test body as the shipped witnesses do; exception
 groups included), its ``hypothesis`` field gets the example, the
 ``@reproduce_failure(...)`` line (``print_blob=True``) and the seed and
-kvproof profile in force; the report adds the ``run_obligations.py run``
+kvproof profile in force, and, apart from those notes, the failing check's
+whole message, each ``data.draw`` by label and Hypothesis' explanation
+(:func:`_hypothesis_failure`; the node's one-line ``message`` is cut); the report adds the ``run_obligations.py run``
 command that replays it. In an honest run each node's result also carries,
 for every property it ran, the examples it ran and the settings it ran
 under (:mod:`harness.wire.property_runs`): the judge holds them to the profile's
@@ -49,6 +51,7 @@ import faulthandler
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +69,7 @@ from harness.wire.safetext import safe_evidence
 PROFILES = ("ci", "release")
 _FLAKY = {"Flaky", "FlakyFailure", "FlakyReplay", "FlakyStrategyDefinition", "FlakyBackendFailure"}
 _TEXT_LIMIT = 8000
+_MESSAGE_LIMIT = 300  # characters of a node's one-line message (the verdict's reason quotes it)
 
 
 def _register_profiles() -> None:
@@ -202,25 +206,102 @@ def _notes(exc: BaseException) -> list[str]:
 # NOTE: Hypothesis >= 6.1xx says "Failing test case: prop(...)"; older ones "Falsifying example: prop(...)"
 _EXAMPLE_NOTE = re.compile(r"^\s*(Falsifying (explicit )?example|Failing test case|Falsifying test case)\b")
 _REPRODUCE = re.compile(r"@reproduce_failure\([^\n]*?\)")
+# ``data.draw(strategy, label=...)`` notes "Draw 1 (label): value", "Draw 2: value" without a label
+_DRAW_NOTE = re.compile(r"^Draw (\d+)(?: \((.*?)\))?: (.*)\Z", re.S)
+_EXPLANATION_NOTE = "Explanation:"
+_COMMENT_LINE = re.compile(r"^\s*# ?(.*)$")  # a whole-line comment in the example: Hypothesis explaining it
+_DRAW_COMMENT = re.compile(r"^(.*?)  # (.*)\Z", re.S)
 
 
-def _hypothesis_failure(exc: BaseException) -> dict[str, str] | None:
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """``exc``, or the exceptions an exception group holds (nested groups flattened), in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _check_text(exc: BaseException) -> str:
+    """What the failing check said: an assertion's message (every line, without Hypothesis' notes), else
+    ``Type: message``."""
+    if isinstance(exc, pytest.fail.Exception):
+        return str(exc.msg)
+    text = str(exc)
+    return text if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def _read_notes(notes: list[str]) -> dict[str, Any]:
+    """The parts of one failure's notes beside its example: the draws of ``data.draw`` (``{"draw", "label",
+    "value", "comment"}``), Hypothesis' explanation lines (the whole-line comments of the example; the
+    "Explanation:" note and the indented notes that follow it, one a line) and any other note
+    (``hypothesis.note(...)`` from the test)."""
+    draws: list[dict[str, Any]] = []
+    comments: list[str] = []
+    explained: list[str] = []  # raw lines, dedented together (their relative indentation kept)
+    other: list[str] = []
+    in_explanation = False
+    for note in notes:
+        stripped = note.strip()
+        if in_explanation and note[:1] in (" ", "\t") and stripped:
+            explained += note.splitlines()
+            continue
+        in_explanation = False
+        draw = _DRAW_NOTE.match(stripped)
+        if _EXAMPLE_NOTE.match(stripped):
+            comments += [m.group(1) for ln in stripped.splitlines() if (m := _COMMENT_LINE.match(ln))]
+        elif draw:
+            value, comment = draw.group(3), ""
+            split = _DRAW_COMMENT.match(value)
+            if split:
+                value, comment = split.group(1), split.group(2)
+            draws.append({"draw": int(draw.group(1)), "label": draw.group(2) or "", "value": value, "comment": comment})
+        elif stripped.startswith(_EXPLANATION_NOTE):
+            in_explanation = True
+            explained += note.splitlines()[1:]
+        elif stripped and not _REPRODUCE.search(stripped):
+            other.append(stripped)
+    explanation = list(dict.fromkeys(comments))
+    explanation += [ln.rstrip() for ln in textwrap.dedent("\n".join(explained)).splitlines() if ln.strip()]
+    return {"draws": draws, "explanation": explanation, "notes": other}
+
+
+def _hypothesis_failure(exc: BaseException) -> dict[str, Any] | None:
     """``{"example", "reproduce"}`` from the notes Hypothesis attaches to what a property raised, else None.
 
     Works for a ``@given`` test and for a property nested in the test body (the
     pattern witnesses use): the notes travel with the exception, and an
     exception group (several distinct failures) carries one per failure.
+
+    Also, each only when there is one (from the first failure of a group, the one whose example comes first):
+    ``check``, what the failing check said in full (:func:`_check_text`); ``draws``, each ``data.draw`` of the
+    shrunk example by label; ``explanation``, Hypothesis' own lines about it ("The test always failed when
+    commented parts were varied together.", "These lines were always and only run by failing test cases:");
+    ``notes``, what the test noted with ``hypothesis.note``.
     """
     notes = [n.strip() for n in _notes(exc)]
     examples = [n for n in notes if _EXAMPLE_NOTE.match(n)]
     if not examples:
         return None
     reproduce = [m.group(0) for n in notes for m in _REPRODUCE.finditer(n)]
-    return {"example": "\n\n".join(dict.fromkeys(examples)), "reproduce": "\n".join(dict.fromkeys(reproduce))}
+    found: dict[str, Any] = {
+        "example": "\n\n".join(dict.fromkeys(examples)),
+        "reproduce": "\n".join(dict.fromkeys(reproduce)),
+    }
+    first = next((e for e in _leaves(exc) if any(_EXAMPLE_NOTE.match(n.strip()) for n in _notes(e))), exc)
+    check = _clip(_check_text(first).strip())
+    if check:
+        found["check"] = check
+    found.update({k: v for k, v in _read_notes(_notes(first)).items() if v})
+    return found
 
 
 def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n... (clipped) ...\n" + text[-limit // 2 :]
+
+
+def _clip_line(text: str, limit: int) -> str:
+    """One line at most about ``limit`` characters: its head and tail around `` … ``, still one line (the whole
+    check is in the node's ``hypothesis.check`` or its failure text)."""
+    return text if len(text) <= limit else text[: limit // 2].rstrip() + " … " + text[-limit // 2 :].lstrip()
 
 
 @dataclass
@@ -451,14 +532,14 @@ class _Recorder:
         if behind is not None:
             crash = (f"{type(behind).__name__}: {behind}".splitlines() or [""])[0]
             prefix = (
-                f"a check failed while handling {_clip(crash, 200)}, raised by a call of the liar: the exception "
+                f"a check failed while handling {_clip_line(crash, 200)}, raised by a call of the liar: the exception "
                 "decided it, not a check (if raising it is the liar's lie, declare it: @liar(..., raises=...)): "
                 + prefix
             )
         exhausted = _exhausted(exc) if exc is not None else ""
         if exhausted:
             prefix = f"resource exhausted ({exhausted}): " + prefix
-        state.message = _clip(prefix + first, 300)
+        state.message = _clip_line(prefix + first, _MESSAGE_LIMIT)
         state.failure = _clip(report.longreprtext)
         if call.excinfo is not None:
             for entry in reversed(call.excinfo.traceback):

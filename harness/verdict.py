@@ -34,6 +34,10 @@ A mutation score never measured, measured on other bytes (stale) or on
 another sample than its floor's, does not change the verdict (but for 10b);
 the reports and ``status`` say so.
 
+A witness whose test failed, errored or skipped is judged by that outcome; the bounds on the evidence
+it had recorded when it stopped are judged only where more examples could not have changed the answer
+(:func:`_stopped_early`): a tally below its floor is "not judged", never a second failure.
+
 FAILED outranks ERROR: a refutation stands even if another witness is broken.
 Under a liar, only a witness whose check fails (an assertion, or a bound on
 its evidence) catches it. A witness that errors under it (an exception that
@@ -55,9 +59,20 @@ from harness.select.cards import Bound, Card, Witness
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 from harness.wire.messages import OBSERVED_FIELDS, PROFILE_EXAMPLES, NodeResult, PropertyRun
 from harness.wire.safetext import CLIPPED, is_clipped
-from harness.wording import check_text, reason_value, unevaluated_text
+from harness.wording import NOT_JUDGED, check_text, not_judged, reason_value, stopped_text, unevaluated_text
 
 # ---------------------------------------------------------------- inputs
+
+
+NOT_APPLICABLE_PREFIX = "n/a:"  # a node that skips with this says the card does not apply to its subject
+
+
+def not_applicable_nodes(nodes: tuple[NodeResult, ...]) -> list[NodeResult]:
+    """The nodes to leave out of a witness's judgement: those that skipped ``n/a: ...`` (a target lacking a
+    capability the witness needs is not a path of its claim), when another node did not. When every node
+    skipped n/a, none is left out: the witness is skipped (UNVERIFIED, or an n/a cell)."""
+    na = [n for n in nodes if n.outcome == Outcome.SKIPPED and n.message.startswith(NOT_APPLICABLE_PREFIX)]
+    return na if len(na) < len(nodes) else []
 
 
 @dataclass(frozen=True)
@@ -70,9 +85,11 @@ class WitnessOutcome:
 
     @property
     def status(self) -> str:
+        """The worst outcome of the nodes the claim applies to (see :func:`not_applicable_nodes`)."""
         if not self.nodes:
             return Outcome.NOT_RUN
-        found = {n.outcome for n in self.nodes}
+        na = not_applicable_nodes(self.nodes)
+        found = {n.outcome for n in self.nodes if n not in na}
         return next(s for s in WORST_FIRST if s in found)
 
     @property
@@ -134,6 +151,8 @@ class BoundCheck:
     detail: str = ""  # observed evidence: which value was judged, e.g. "max of 50 observed"
 
     def describe(self) -> str:
+        if self.holds is None and not_judged(self.detail):
+            return stopped_text(self.key, self.op, self.limit, self.actual, self.detail, reason=True)
         if self.holds is None:
             return unevaluated_text(self.key, self.actual, reason=True)  # actual carries the reason text
         return check_text(self.key, self.op, self.limit, self.actual, self.detail, reason=True)
@@ -201,9 +220,51 @@ def check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str = "", rea
 
     ``reached`` is False when the node did not pass (it failed, errored or
     skipped), so a missing key means the witness stopped before recording it,
-    not that it forgot to. Observed evidence (:func:`observed_summary`) is
-    judged by :func:`_check_observed`.
+    not that it forgot to, and a value it did record is judged only where
+    stopping could not have changed the answer (:func:`_stopped_early`).
+    Observed evidence (:func:`observed_summary`) is judged by
+    :func:`_check_observed`.
     """
+    check = _check_bound(bound, evidence, nodeid, reached)
+    if reached or bound.key not in evidence:
+        return check
+    return _stopped_early(check, observed_summary(evidence[bound.key]) is not None)
+
+
+def _stopped_early(check: BoundCheck, observed: bool) -> BoundCheck:
+    """A check on the evidence of a node that stopped early (its test failed, errored or skipped): kept when more
+    examples could not have changed its answer, else not judged (``holds`` None, the value it had reached kept,
+    ``detail`` :data:`harness.wording.NOT_JUDGED`).
+
+    An observed summary's worst value only gets worse with more examples: its broken bound stands, a bound it
+    met so far is not judged. A plain number is a tally (``evidence.count``, only grows) or a value recorded once
+    (final); judged as if it could still grow, an upper bound it breaks stands and a lower bound it meets
+    stands, while a tally below its floor (``examples = 7 (>= 10)``: it stopped counting because the witness
+    stopped) is not judged. Anything else (a string, a bool, a check that could not be evaluated) is final.
+    """
+    if check.holds is None or check.op not in ("le", "lt", "ge", "gt", "eq", "ne"):
+        return check
+    actual, limit = check.actual, check.limit
+    if observed:
+        final = check.holds is False and not (check.op == "ne" and not _is_nan(actual))
+    elif not (_is_number(actual) and _is_number(limit)) or _is_nan(actual):
+        final = True
+    elif check.op in ("le", "lt"):
+        final = check.holds is False
+    elif check.op in ("ge", "gt"):
+        final = check.holds is True
+    else:  # eq / ne: only a tally already past the limit cannot come back to it
+        final = actual > limit and check.holds is (check.op == "ne")
+    if final:
+        return check
+    return replace(check, holds=None, detail=NOT_JUDGED + (f"; {check.detail}" if check.detail else ""))
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _check_bound(bound: Bound, evidence: Mapping[str, Any], nodeid: str, reached: bool) -> BoundCheck:
     if bound.key not in evidence:
         return BoundCheck(bound.key, bound.op, bound.limit, _missing(bound, reached), None, nodeid)
     actual = evidence[bound.key]
@@ -325,15 +386,11 @@ def _check_observed(bound: Bound, summary: Mapping[str, Any], nodeid: str) -> Bo
     return check(value, _holds(op, value, limit), f"{name} of {n} observed")
 
 
-NOT_APPLICABLE_PREFIX = "n/a:"  # a node that skips with this says the card does not apply to its subject
-
-
 def _applicable(outcome: WitnessOutcome) -> tuple[WitnessOutcome, str]:
-    """The outcome without the nodes the claim does not apply to, when some node it applies to ran, and what
-    was left out ("n/a on ...": a target lacking a capability the witness needs is not a path of the claim).
-    When every node skipped n/a, nothing is left out: the witness is skipped (UNVERIFIED, or an n/a cell)."""
-    na = [n for n in outcome.nodes if n.outcome == Outcome.SKIPPED and n.message.startswith(NOT_APPLICABLE_PREFIX)]
-    if not na or len(na) == len(outcome.nodes):
+    """The outcome without the nodes the claim does not apply to (:func:`not_applicable_nodes`), and what was
+    left out ("n/a on ...")."""
+    na = not_applicable_nodes(outcome.nodes)
+    if not na:
         return outcome, ""
     kept = tuple(n for n in outcome.nodes if n not in na)
     said = "; ".join(f"{n.nodeid.rpartition('[')[2].rstrip(']') or n.nodeid}: {n.message}" for n in na)

@@ -54,7 +54,7 @@ from harness.verdict import (
     weak_property,
 )
 from harness.wire.safetext import escape_value, is_safe_value
-from harness.wording import check_text
+from harness.wording import check_text, short_check
 
 REGIMES = ("N", "A", "C", "D")
 HEADLINE_KEYS = (("max_abs_delta", "max|Δ|"), ("max_rel_delta", "max rel Δ"))
@@ -135,6 +135,24 @@ def headline(witnesses: Iterable[WitnessResult]) -> Headline | None:
                 text = check_text(key, op, limit, shown, label=labels.get(key, ""))
                 return Headline(key, value, text, w.id, op, limit, worst.holds)
     return None
+
+
+def failed_headline(witnesses: Iterable[WitnessResult]) -> Headline | None:
+    """A FAILED card's headline: what failed, never a measure that held. The first failed witness's (or
+    control's) broken bound, or, when its test failed, its check in short (``handles-agree: handle 1: the rows
+    held ...``). None when no witness failed (the caller falls back to :func:`headline`)."""
+    w = next((w for w in witnesses if w.status == Outcome.FAILED), None)
+    if w is None:
+        return None
+    broken = [c for c in w.bounds if c.holds is False]
+    if broken:
+        c = broken[0]
+        labels = dict(HEADLINE_KEYS)
+        shown = float(c.actual) if c.key in labels and _num(c.actual) else c.actual
+        text = check_text(c.key, c.op, c.limit, shown, label=labels.get(c.key, ""))
+        return Headline(c.key, c.actual, text, w.id, c.op, c.limit, False)
+    said = (w.hypothesis or {}).get("check") or w.message or w.why
+    return Headline("", None, f"{w.id}: {short_check(said)}" if said else f"{w.id} failed", w.id, "", None, False)
 
 
 def _check(c: BoundCheck) -> CheckResult:
@@ -269,7 +287,7 @@ def card_result(rep: CardReport, settings: RunSettings) -> CardResult:
         verdict=v.verdict,
         reason=v.reason,
         duration_s=round(run.duration, 3),
-        headline=headline(witnesses),
+        headline=(v.verdict == Verdict.FAILED and failed_headline(witnesses + controls)) or headline(witnesses),
         counts=counts,
         detail=_detail(v.verdict, witnesses + controls, liars),
         replayed_from=None,

@@ -210,7 +210,9 @@ def publish(
                 write_files(
                     tmp,
                     doc,
-                    build_view(doc, past, root=root, report_dir=name, trends=trends, comparison=comparison),
+                    build_view(
+                        doc, past, root=root, report_dir=name, trends=trends, comparison=comparison, report_path=final
+                    ),
                     root,
                     comparison,
                 )

@@ -58,12 +58,34 @@ def _lines(card: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _failure(w: Mapping[str, Any]) -> list[str]:
+    """A failed witness's failure block (the report view's ``failure_block``), a labelled part a paragraph."""
+    f = w["failure_block"]
+    check = list(f["check_lines"])
+    where = f" at {f['location']}" if f["location"] else ""
+    parts = [f"{'failing check' if f['assertion'] else 'bound not met'}{where}:", *check]
+    if f["example"]:
+        parts += [f"shrunk Hypothesis example (seed {f['seed']}, profile {f['profile']}):", f["example"]]
+    if f["draws"]:
+        parts += ["data.draw:", *(f"  {d['name']}: {d['value']}" for d in f["draws"])]
+    if f["explanation"]:
+        parts += ["Hypothesis' explanation:", *f["explanation"]]
+    if f["notes"]:
+        parts += ["noted by the test:", *f["notes"]]
+    if f["reproduce"]:
+        parts.append(f"reproduce: {f['reproduce']}")
+    return parts
+
+
 def _body(card: Mapping[str, Any]) -> str:
     parts = [card["reason"]]
-    if card["detail"]:
+    if card["detail"] and not any(w.get("failure_block") and w["failure_block"]["example"] for w in card["failing"]):
         parts.append(card["detail"])
     for w in card["failing"]:
         parts.append(f"--- {w['kind']} {w['id']} ({w['test']}): {w['status']}: {w['why']}")
+        if w.get("failure_block") and w["failure_block"]["assertion"]:  # a bound not met: the line above says it
+            parts += _failure(w)
+        parts += [f"reproduction: {r['shown']}" + (f" {r['node']}" if r["node"] else "") for r in w["reproductions"]]
         if w["failure_excerpt"]:
             parts.append(w["failure_excerpt"])
         if w["replay"]:

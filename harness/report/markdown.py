@@ -156,6 +156,34 @@ def _grid(grid: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _indented(lines: list[str], by: str = "    ") -> list[str]:
+    return [by + ln if ln else "" for ln in lines]
+
+
+def _node(r: Mapping[str, Any]) -> str:
+    return f" {_inline(r['node'])}" if r.get("node") else ""
+
+
+def _failure(w: Mapping[str, Any]) -> list[str]:
+    """A failed witness's failure, as a list item: the failing check (numbered steps one a line), the shrunk
+    example, its draws by label (a table), Hypothesis' explanation and what the test noted; fenced, never cut."""
+    f = w["failure_block"]
+    check = list(f["check_lines"])
+    what = "failing check" if f["assertion"] else "bound not met"
+    where = f" at {_inline(f['location'])}" if f["location"] else ""
+    out = [f"  - {w['kind']} `{_code(w['id'])}` {what}{where}:", "", *_indented(_fence("\n".join(check)))]
+    if f["example"]:
+        out += ["", f"    shrunk Hypothesis example (seed {f['seed']}, profile {f['profile']}):", ""]
+        out += _indented(_fence(f["example"]))
+    if f["draws"]:
+        rows = [f"| {_code_cell(d['name'])} | {_code_cell(d['value'])} |" for d in f["draws"]]
+        out += ["", *_indented(["| data.draw | value |", "|---|---|", *rows])]
+    for heading, key in (("Hypothesis' explanation", "explanation"), ("noted by the test", "notes")):
+        if f[key]:
+            out += ["", f"    {heading}:", "", *_indented(_fence("\n".join(f[key])))]
+    return out + [""]
+
+
 def render(view: Mapping[str, Any]) -> str:
     head, summary = view["header"], view["summary"]
     dirty = " (dirty)" if head["dirty"] else ""
@@ -207,14 +235,17 @@ def render(view: Mapping[str, Any]) -> str:
         out += ["", "## Not PROVEN", ""]
         for c in view["not_proven"]:
             out.append(f"- **{_inline(c['id'])}** {c['verdict']}: {_inline(c['reason'])}")
-            if c["detail"]:
+            if c["detail"] and not any(w.get("failure_block") and w["failure_block"]["example"] for w in c["failing"]):
                 out.append(f"  - `{_code(c['detail'])}`")
             for w in c["failing"]:
+                if w.get("failure_block"):
+                    out += _failure(w)
                 if w["replay"]:
                     out.append(f"  - replay: `{w['replay']}`")
                 reproduce = (w.get("hypothesis") or {}).get("reproduce")
                 if reproduce:
                     out.append(f"  - reproduce: `{_code(reproduce)}`")
+                out += [f"  - reproduction{_node(r)}: `{_code(r['shown'])}`" for r in w.get("reproductions") or ()]
     if summary.get("examples"):
         out += _examples(view["cards"])
     if view["claims"]:

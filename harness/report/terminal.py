@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
+from rich.text import Text
 
 from harness.compare.render import render_terminal
 from harness.plan import timings
@@ -48,6 +49,7 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width, highlight=False)
 
 
+HEADLINE_WIDTH = 44  # columns of the results table's headline, at most (a measure fits on one line)
 SURVIVORS_SHOWN = 5  # surviving mutants listed per card; the report lists them all
 
 
@@ -122,7 +124,7 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
         ("witnesses", {"justify": "right"}),
         ("controls", {"justify": "right"}),
         ("liars", {"justify": "right"}),
-        ("headline", {"no_wrap": True}),
+        ("headline", {"overflow": "fold", "max_width": HEADLINE_WIDTH}),  # a FAILED card's check in short wraps
         ("time", {"justify": "right", "overflow": "fold"}),
         *((("examples", {"justify": "right", "no_wrap": True}),) if s.get("examples") else ()),
         *((("mutation", {"justify": "right", "no_wrap": True}),) if s.get("mutation") else ()),
@@ -149,12 +151,58 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
     _render_rest(console, view, head, s)
 
 
+def failure_rows(w: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A failed witness's failure block as (label, text) rows, in reading order (from the report view's
+    ``failure_block``): the failing check (numbered steps one a line), the shrunk example, its draws by label,
+    Hypothesis' explanation, what the test noted, the ``@reproduce_failure`` line, the replay command and the
+    reproduction scripts. Nothing is cut: a long row wraps."""
+    f = w["failure_block"]
+    check = list(f["check_lines"])
+    if f["location"]:
+        check.append(f"at {f['location']}")
+    rows = [("check" if f["assertion"] else "bound", "\n".join(check))]
+    if f["example"]:
+        rows.append(("example", f"{f['example']}\n(shrunk; seed {f['seed']}, profile {f['profile']})"))
+    if f["draws"]:
+        rows.append(("draws", "\n".join(_draw_line(d) for d in f["draws"])))
+    for label, key in (("explained", "explanation"), ("noted", "notes")):
+        if f[key]:
+            rows.append((label, "\n".join(f[key])))
+    rows += [(label, f[key]) for label, key in (("reproduce", "reproduce"), ("replay", "replay")) if f[key]]
+    rows += [("reproduction", r["shown"] + (f" {r['node']}" if r["node"] else "")) for r in w["reproductions"]]
+    return rows
+
+
+def _draw_line(d: Mapping[str, Any]) -> str:
+    comment = f"  # {d['comment']}" if d["comment"] else ""
+    return f"{d['name']}: {d['value']}{comment}"
+
+
+def render_failure(console: Console, w: Mapping[str, Any], indent: int = 4) -> None:
+    """One failed witness's block under its card's line: a heading, then :func:`failure_rows` as a two-column
+    grid whose text column wraps (never truncated) and keeps the example's indentation."""
+    console.print(
+        Text(" " * (indent - 2) + f"{w['kind']} {visible(w['id'])} failed: ", style="bold")
+        + Text(visible(w["test"]), style="dim"),
+        soft_wrap=True,
+    )
+    grid = Table.grid(padding=(0, 1), pad_edge=False)
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    for label, text in failure_rows(w):
+        grid.add_row(Text(" " * indent + label + ":"), Text(visible(text)))
+    console.print(grid)
+
+
 def _render_rest(console: Console, view: Mapping[str, Any], head: Mapping[str, Any], s: Mapping[str, Any]) -> None:
     for c in view["cards"]:
         if c["verdict"] == Verdict.PROVEN:
             continue
         console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}", soft_wrap=True)
-        if c["detail"]:
+        failed = [w for w in c["failing"] if w.get("failure_block")]
+        for w in failed:
+            render_failure(console, w)
+        if c["detail"] and not any(w["failure_block"]["example"] for w in failed):
             console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
     for c in view["cards"]:
         if c.get("mutation") and (c["mutation"]["survived"] or c["mutation"]["stale"]):

@@ -5,7 +5,12 @@ card's past verdicts from the ledger and the project root, and returns plain
 data (dicts, lists, strings, numbers) in the order it is shown. Here and only
 here are decided: the history strip and its transitions (newly FAILED,
 newly PROVEN, flaky), the source lines of each ref, the text of every bound
-check, the failure excerpt and the command that replays it, the summary bar,
+check (and which the judge left unjudged because the witness stopped early),
+each FAILED witness's failure block (its check with numbered steps one a
+line, the shrunk example, its draws by label, Hypothesis' explanation, the
+reproduction script; :func:`failure_view`), a FAILED card's headline (what
+failed: :func:`failed_headline`), the failure excerpt and the command that
+replays it, the summary bar,
 the display form of the header, each card's mutation block (score, floor,
 staleness, survivors with their diffs, equivalent and broken mutants, the
 killed ones), the examples each Hypothesis property ran (per witness and per
@@ -18,27 +23,40 @@ Reading ref sources is the only I/O; nothing here touches the clock.
 from __future__ import annotations
 
 import copy
+import os
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from harness.compare.diff import summary_counts
 from harness.compare.render import changed_measures, liars_text, verdict_text
 from harness.ledger.history import PastVerdict
 from harness.plan.subjects import split
-from harness.record.build import replay_command
+from harness.record.build import HEADLINE_KEYS, replay_command
 from harness.record.document import RunDocument
 from harness.report.svg import Bar, Point, measure_bars, trend
 from harness.select.refs import RefSite, resolve_ref
 from harness.statuses import VERDICTS, MutantStatus, Outcome, Verdict
 from harness.verdict import observed_summary
-from harness.wording import check_text, fmt_value, unevaluated_text
+from harness.wording import (
+    check_message,
+    check_parts,
+    check_text,
+    fmt_value,
+    not_judged,
+    short_check,
+    stopped_text,
+    unevaluated_text,
+)
 
 HISTORY_LIMIT = 30  # marks in a card's history strip, the current run included
 SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted
 FAILURE_LINES = 60  # lines of a failure's text shown
 VALUE_CHARS = 160  # characters of one recorded value shown
+REPRODUCTION_KEY = "reproduction"  # evidence: the standalone reproduction script kv_repro wrote for a failure
 REGIME_NAMES = {"N": "numerical", "A": "algebraic/structural", "C": "integrity", "D": "decision soundness"}
 STATUS_MARK = {Outcome.PASSED: "✓", Outcome.FAILED: "✗", Outcome.ERROR: "!", Outcome.SKIPPED: "–", Outcome.NOT_RUN: "·"}
 
@@ -154,6 +172,8 @@ def ref_source(root: Path, ref: str, max_lines: int = SOURCE_LINES) -> dict[str,
 
 
 def _check_text(c: Mapping[str, Any]) -> str:
+    if c["holds"] is None and not_judged(c.get("detail") or ""):
+        return stopped_text(c["key"], c["op"], c["limit"], c["actual"], c["detail"])
     if c["holds"] is None:
         return unevaluated_text(c["key"], c["actual"])
     return check_text(c["key"], c["op"], c["limit"], c["actual"], c.get("detail") or "")
@@ -227,13 +247,180 @@ def examples_cell(witnesses: Iterable[Mapping[str, Any]]) -> str:
     return text + (" short" if any(e.get("short") for e in runs) else "")
 
 
-def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
+# ---------------------------------------------------------------- a failing witness
+
+_COMMENT_LINE = re.compile(r"^\s*# ?(.*)$")  # a whole-line comment in a shrunk example: Hypothesis explaining it
+_DATA_ARG = re.compile(r"^\s*\w+=data\(\.\.\.\),?\s*(#.*)?$")  # st.data()'s argument: its draws are listed
+
+
+_E_LINE = re.compile(r"^E(?: |$)")  # pytest's lines of the exception in a failure text
+_EXAMPLE_NOTE = re.compile(r"^\s*(Falsifying (explicit )?example|Failing test case|Falsifying test case)\b")
+
+
+def failure_check(failure: str) -> str:
+    """The failing check's message as pytest printed it (its last ``E   `` lines, without the Hypothesis notes
+    after it), every line; "" when the failure text has none. Documents from before ``hypothesis.check`` and
+    failures outside a property have no other copy that is not cut to one line."""
+    lines = failure.splitlines()
+    end = next((i for i in range(len(lines) - 1, -1, -1) if _E_LINE.match(lines[i])), None)
+    if end is None:
+        return ""
+    start = end
+    while start > 0 and _E_LINE.match(lines[start - 1]):
+        start -= 1
+    kept = []
+    for line in textwrap.dedent("\n".join(ln[1:] for ln in lines[start : end + 1])).splitlines():
+        if _EXAMPLE_NOTE.match(line):
+            break
+        kept.append(line.rstrip())
+    return check_message("\n".join(kept).strip())
+
+
+def reproduction_view(path: str, report_path: Path | None) -> dict[str, str]:
+    """A reproduction script's path as shown and linked: ``{"path", "shown", "href"}``.
+
+    A relative path is the report folder's (kvproof's run moves the scripts into it, as ``repro/<target>/
+    <test>.py``): linked as is from index.html, shown inside ``report_path``, or, before the folder exists (the
+    terminal's view), with "(in the report folder)". An absolute one (``--kvproof-repro DIR`` in plain pytest)
+    is linked only when it lies inside ``report_path``, else shown as text (``href`` "").
+    """
+    given = Path(path)
+    if not given.is_absolute():
+        if ".." in given.parts:
+            return {"path": path, "shown": path, "href": ""}
+        shown = str(report_path / given) if report_path is not None else f"{path} (in the report folder)"
+        return {"path": path, "shown": shown, "href": quote(given.as_posix())}
+    href = ""
+    for a, b in ((given, report_path), (given.resolve(), report_path.resolve() if report_path else None)):
+        if b is None:
+            continue
+        try:
+            rel = Path(os.path.normpath(a)).relative_to(os.path.normpath(b))
+        except ValueError:
+            continue
+        href = quote(rel.as_posix()) if rel.parts else ""
+        break
+    return {"path": path, "shown": path, "href": href}
+
+
+def reproductions(w: Mapping[str, Any], report_path: Path | None) -> list[dict[str, str]]:
+    """The standalone reproduction scripts the witness's nodes recorded (evidence ``reproduction``, written by
+    the ``kv_repro`` fixture): :func:`reproduction_view` of each, with its ``node``."""
+    evidence = w.get("evidence") or {}
+    per_node = evidence if w.get("evidence_per_node") else {"": evidence}
+    return [
+        {**reproduction_view(path, report_path), "node": _node_label(node)}
+        for node, values in per_node.items()
+        if isinstance(values, Mapping) and isinstance(path := values.get(REPRODUCTION_KEY), str) and path
+    ]
+
+
+def failure_view(w: Mapping[str, Any], replay: str) -> dict[str, Any] | None:
+    """What a FAILED witness shows of its failure, in reading order; None for any other status.
+
+    ``check``: what failed, in full: the failing check's message when its test failed (Hypothesis' ``check``,
+    else as pytest printed it, :func:`failure_check`, else the node's one-line message), else the first bound
+    it broke; cut into ``head``, ``steps``, ``tail`` and ``rest`` (:func:`harness.wording.check_parts`), as
+    ``check_lines`` (the steps numbered, one a line) and in ``short``. Then the shrunk example as Hypothesis
+    printed it (its whole-line comments moved to ``explanation``, the ``data=data(...)`` argument replaced by
+    ``draws``, each by its label), ``explanation`` and the test's ``notes``, the seed, the
+    ``@reproduce_failure`` line and the command that replays the run.
+    """
+    if w["status"] != Outcome.FAILED:
+        return None
+    hyp = w.get("hypothesis") or {}
+    assertion = any(n.get("outcome") == Outcome.FAILED for n in w.get("nodes") or ())
+    broken = next((c for c in w.get("bounds") or () if c["holds"] is False), None)
+    if assertion or broken is None:
+        check = (
+            hyp.get("check")
+            or failure_check(w.get("failure") or "")
+            or check_message(w.get("message") or "")
+            or w.get("why")
+            or ""
+        )
+    else:
+        check = _check_text(broken) + (
+            f" {_node_label(broken.get('node') or '')}" if w.get("evidence_per_node") else ""
+        )
+    example = hyp.get("example") or ""
+    draws = [
+        {
+            "name": d.get("label") or f"draw {d.get('draw')}",
+            "draw": d.get("draw"),
+            "value": str(d.get("value", "")),
+            "comment": d.get("comment") or "",
+        }
+        for d in hyp.get("draws") or ()
+        if isinstance(d, Mapping)
+    ]
+    explanation = list(hyp.get("explanation") or ())
+    if "explanation" not in hyp:  # a document from before kvproof kept them apart: the example's comment lines
+        explanation = [m.group(1) for ln in example.splitlines() if (m := _COMMENT_LINE.match(ln))]
+    shown = [ln for ln in example.splitlines() if not _COMMENT_LINE.match(ln) and not (draws and _DATA_ARG.match(ln))]
+    parts = check_parts(check)
+    numbered = [f"  {k}. {step}" for k, step in enumerate(parts["steps"], 1)]
+    lines = [parts["head"], *numbered, *([parts["tail"]] if parts["steps"] else []), *parts["rest"]]
+    return {
+        "assertion": assertion or broken is None,
+        "check": check,
+        **parts,
+        "check_lines": [ln for ln in lines if ln],
+        "short": short_check(check),
+        "location": (w.get("location") or "") if assertion else "",
+        "example": "\n".join(shown),
+        "draws": draws,
+        "explanation": explanation,
+        "notes": [str(n) for n in hyp.get("notes") or ()],
+        "seed": hyp.get("seed"),
+        "profile": hyp.get("profile"),
+        "reproduce": hyp.get("reproduce") or "",
+        "replay": replay if example else "",
+    }
+
+
+def failed_headline(card: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A FAILED card's headline: what failed, never a measure that held. The first failing witness's (or
+    control's) broken bound (``examples = 7 (≥ 10)``), or, when its test failed, its check in short
+    (``handles-agree: handle 1: the rows held …``). None when no witness failed."""
+    w = next((w for w in card["witnesses"] + card["controls"] if w.get("failure_block")), None)
+    if w is None:
+        return None
+    block = w["failure_block"]
+    broken = next((c for c in w["bounds"] if c["holds"] is False), None)
+    if block["assertion"] or broken is None:
+        text = f"{w['id']}: {block['short']}" if block["short"] else f"{w['id']} failed"
+        return {"key": "", "value": None, "text": text, "witness": w["id"], "op": None, "limit": None, "holds": False}
+    labels = dict(HEADLINE_KEYS)
+    key, value = broken["key"], broken["actual"]
+    shown = float(value) if key in labels and isinstance(value, int | float) and not isinstance(value, bool) else value
+    text = check_text(key, broken["op"], broken["limit"], shown, label=labels.get(key, ""))
+    return {
+        "key": key,
+        "value": value,
+        "text": text,
+        "witness": w["id"],
+        "op": broken["op"],
+        "limit": broken["limit"],
+        "holds": False,
+    }
+
+
+def _witness_view(w: Mapping[str, Any], replay: str, report_path: Path | None) -> dict[str, Any]:
     out = copy.deepcopy(dict(w))
     out["mark"] = STATUS_MARK.get(w["status"], "?")
     out["checks"] = [
-        {"text": _check_text(c), "holds": c["holds"], "node": _node_label(c.get("node") or "")} for c in w["bounds"]
+        {
+            "text": _check_text(c),
+            "holds": c["holds"],
+            "judged": not not_judged(c.get("detail") or ""),
+            "node": _node_label(c.get("node") or ""),
+        }
+        for c in w["bounds"]
     ]
-    bounded = {c["key"] for c in w["bounds"]}
+    out["failure_block"] = failure_view(w, replay)
+    out["reproductions"] = reproductions(w, report_path)
+    bounded = {c["key"] for c in w["bounds"]} | ({REPRODUCTION_KEY} if w["status"] != Outcome.PASSED else set())
     evidence = w.get("evidence") or {}
     per_node = evidence if w.get("evidence_per_node") else {"": evidence}
     out["recorded"] = [
@@ -243,7 +430,8 @@ def _witness_view(w: Mapping[str, Any], replay: str) -> dict[str, Any]:
         for k, v in values.items()
         if k not in bounded
     ]
-    failure = (w.get("failure") or "").splitlines()
+    out["failure_text"] = w.get("failure") or ""
+    failure = out["failure_text"].splitlines()
     out["failure_excerpt"] = "\n".join(failure[-FAILURE_LINES:])
     out["failure_cut"] = max(0, len(failure) - FAILURE_LINES)
     hyp = w.get("hypothesis") or None
@@ -479,7 +667,10 @@ def card_view(
     root: Path,
     report_dir: str | None,
     replay: str,
+    report_path: Path | None = None,
 ) -> dict[str, Any]:
+    """One card as every renderer shows it. A FAILED card's ``headline`` is what failed (:func:`failed_headline`);
+    the document's own stays ``measured_headline`` (its trend is drawn from the ledger's)."""
     out = copy.deepcopy(dict(card))
     replayed = card.get("replayed_from") or None
     # the verdict's date: a replayed verdict keeps the date of the run that produced its evidence
@@ -489,8 +680,11 @@ def card_view(
     out["anchor"] = card_anchor(card["id"])
     out["regime_name"] = REGIME_NAMES.get(card["regime"], card["regime"])
     out["ref_sources"] = [ref_source(root, r) for r in card["refs"]]
-    out["witnesses"] = [_witness_view(w, replay) for w in card["witnesses"]]
-    out["controls"] = [_witness_view(w, replay) for w in card["controls"]]
+    out["witnesses"] = [_witness_view(w, replay, report_path) for w in card["witnesses"]]
+    out["controls"] = [_witness_view(w, replay, report_path) for w in card["controls"]]
+    out["measured_headline"] = card.get("headline")
+    if card["verdict"] == Verdict.FAILED:
+        out["headline"] = failed_headline(out) or card.get("headline")
     out["examples_cell"] = examples_cell(card["witnesses"] + card["controls"])
     out["failing"] = (
         [w for w in out["witnesses"] + out["controls"] if w["status"] != Outcome.PASSED]
@@ -576,19 +770,22 @@ def build_view(
     report_dir: str | None = None,
     trends: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     comparison: Any = None,
+    report_path: Path | None = None,
 ) -> dict[str, Any]:
     """Everything every report shows (terminal, HTML, Markdown, JUnit), in display order, as plain data.
 
     ``past`` maps card id -> its earlier verdicts, oldest first (this run
     not included); ``root`` is where ref paths are read from; ``report_dir``
-    the folder name this report is written to (for the history links).
-    Templates receive plain data: the document's JSON form, extended.
+    the folder name this report is written to (for the history links), and
+    ``report_path`` that folder's path once written (a reproduction script
+    inside it is linked). Templates receive plain data: the document's JSON
+    form, extended.
     """
     past = past or {}
     doc = run.to_json()
     head = doc["header"]
     cards = [
-        card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]))
+        card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]), report_path)
         for c in doc["cards"]
     ]
     for c in cards:
@@ -639,7 +836,7 @@ def trend_view(card: Mapping[str, Any], head: Mapping[str, Any], past: Sequence[
     """Inline SVG trends of the card's headline measure (against its bound) and of its duration, over the
     ledger's earlier runs and this one; '' where fewer than two runs have a value."""
 
-    h = card.get("headline") or {}
+    h = card.get("measured_headline", card.get("headline")) or {}
     replayed = bool(card.get("replayed_from"))
     now = {
         "started": head.get("started"),
