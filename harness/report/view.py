@@ -57,6 +57,7 @@ SOURCE_LINES = 40  # lines of a ref shown beside the proof; the rest is counted
 FAILURE_LINES = 60  # lines of a failure's text shown
 VALUE_CHARS = 160  # characters of one recorded value shown
 REPRODUCTION_KEY = "reproduction"  # evidence: the standalone reproduction script kv_repro wrote for a failure
+EXERCISED_KEY = "exercised"  # evidence: what a program claim's steps did (harness.targets.claims._Exercised)
 REGIME_NAMES = {"N": "numerical", "A": "algebraic/structural", "C": "integrity", "D": "decision soundness"}
 STATUS_MARK = {Outcome.PASSED: "✓", Outcome.FAILED: "✗", Outcome.ERROR: "!", Outcome.SKIPPED: "–", Outcome.NOT_RUN: "·"}
 
@@ -421,6 +422,8 @@ def _witness_view(w: Mapping[str, Any], replay: str, report_path: Path | None) -
     out["failure_block"] = failure_view(w, replay)
     out["reproductions"] = reproductions(w, report_path)
     bounded = {c["key"] for c in w["bounds"]} | ({REPRODUCTION_KEY} if w["status"] != Outcome.PASSED else set())
+    bounded |= {EXERCISED_KEY}
+    out["exercised"] = exercised_grids(w)
     evidence = w.get("evidence") or {}
     per_node = evidence if w.get("evidence_per_node") else {"": evidence}
     out["recorded"] = [
@@ -438,6 +441,26 @@ def _witness_view(w: Mapping[str, Any], replay: str, report_path: Path | None) -
     out["replay"] = replay if hyp and hyp.get("example") else ""
     out["examples_text"] = examples_text(w.get("examples") or ())
     out["examples_short"] = any(e.get("short") for e in w.get("examples") or ())
+    return out
+
+
+def exercised_grids(w: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per node (target), the grid of what a program claim exercised: ``{"node", "verbs", "rows", "never",
+    "boundaries"}``; rows are (verb before, counts of each verb after it on the same handle), ``never`` the
+    pairs never tried and ``boundaries`` (edge, count) with the count 0 ones said so."""
+    evidence = w.get("evidence") or {}
+    per_node = evidence if w.get("evidence_per_node") else {"": evidence}
+    out = []
+    for node, values in per_node.items():
+        got = values.get(EXERCISED_KEY) if isinstance(values, Mapping) else None
+        pairs = got.get("pairs") if isinstance(got, Mapping) else None
+        if not isinstance(pairs, Mapping) or not pairs:
+            continue
+        verbs = list(next(iter(pairs.values())).keys())
+        rows = [(a, [int(after.get(b, 0)) for b in verbs]) for a, after in pairs.items()]
+        never = [f"{a} → {b}" for a, counts in rows for b, n in zip(verbs, counts, strict=True) if n == 0]
+        bounds = [(k, int(n)) for k, n in (got.get("boundaries") or {}).items()]
+        out.append({"node": _node_label(node), "verbs": verbs, "rows": rows, "never": never, "boundaries": bounds})
     return out
 
 

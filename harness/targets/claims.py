@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from harness.errors import NotCapable
 from harness.targets import model
 from harness.targets.judge import Judge, Pair, batches, chunk_sizes, geometries, random_rows, seeds
+from harness.targets.protocol import Target
 from harness.targets.repro import differs
 
 # ---- TGT-READBACK ------------------------------------------------------------------------------
@@ -501,29 +502,32 @@ class _Exercised:
     of the verbs used, 0 for one never tried); ``boundaries``, how often each edge a cache has was crossed."""
 
     verbs: list[str]
+    target: Target
     pairs: dict[str, dict[str, int]] = field(default_factory=dict)
     boundaries: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pairs = {a: dict.fromkeys(self.verbs, 0) for a in self.verbs if a != "release"}  # a released one ends
-        names = (
-            "an append past the capacity",
-            "an append across a block edge",
-            "a truncate to a block edge",
-            "a truncate inside a block",
-            "an append past the window",
-            "a truncate inside a shared history",
-            "a fork of a fork",
-            "a release while a fork shares its history",
-        )
-        self.boundaries = dict.fromkeys(names, 0)
+        caps, occ = self.target.capabilities, self.target.occupancy
+        names = [
+            ("an append past the capacity", "grow" in caps),
+            ("an append across a block edge", occ is not None and occ.block > 1),
+            ("a truncate to a block edge", occ is not None and occ.block > 1 and "truncate" in self.verbs),
+            ("a truncate inside a block", occ is not None and occ.block > 1 and "truncate" in self.verbs),
+            ("an append past the window", "window" in caps and "release" not in self.verbs),
+            ("a truncate inside a shared history", "truncate" in self.verbs and "fork" in self.verbs),
+            ("a fork of a fork", "fork" in self.verbs),
+            ("a release while a fork shares its history", "release" in self.verbs and "fork" in self.verbs),
+        ]
+        self.boundaries = {name: 0 for name, applies in names if applies}  # only the edges this target has
 
     def pair(self, before: str | None, verb: str) -> None:
         if before in self.pairs and verb in self.pairs[before]:
             self.pairs[before][verb] += 1
 
     def crossed(self, name: str) -> None:
-        self.boundaries[name] += 1
+        if name in self.boundaries:
+            self.boundaries[name] += 1
 
     def evidence(self) -> dict:
         return {"pairs": self.pairs, "boundaries": self.boundaries}
@@ -683,7 +687,7 @@ def _programs(kv_target, judge: Judge, evidence, releases: bool) -> None:
     declared += ["rewind"] if "truncate" in declared else []
     declared += ["release"] if releases else []
 
-    seen = _Exercised([v for v in declared if v != "rewind"])
+    seen = _Exercised([v for v in declared if v != "rewind"], kv_target)
 
     @given(g=geometries, batch=batches, seed=seeds, program=st.integers(0, 2**32 - 1), data=st.data())
     def prop(g, batch, seed, program, data):
