@@ -270,10 +270,11 @@ SCRIPT_FUNCTIONS = (
 # ---------------------------------------------------------------- the script
 
 
-def describe(step: Step) -> str:
+def describe(step: Step, chunks=None) -> str:
     verb, h, arg = step
     if verb == "append":
-        return f"append of chunk {arg} to handle {h}"
+        size = f" ({chunks[arg][0].shape[3]} position(s))" if chunks is not None else ""
+        return f"append of chunk {arg}{size} to handle {h}"
     if verb == "fork":
         return f"fork of handle {h} (handle {arg})"
     if verb == "release":
@@ -312,7 +313,7 @@ def script(target, program: Program, claim: str, witness: str, failure: str) -> 
         f"capacity={program.capacity}) is handle 0"
     )
     chunk_sizes = [k.shape[3] for k, _ in program.chunks]
-    numbered = [f"  1. {make}"] + [f"  {i + 2}. {describe(s)}" for i, s in enumerate(program.steps)]
+    numbered = [f"  1. {make}"] + [f"  {i + 2}. {describe(s, program.chunks)}" for i, s in enumerate(program.steps)]
     doc = [
         f"{target.title}: {claim}",
         "",
@@ -334,7 +335,7 @@ def script(target, program: Program, claim: str, witness: str, failure: str) -> 
     for fn in SCRIPT_FUNCTIONS:
         out += ["", textwrap.dedent(inspect.getsource(fn)).rstrip(), ""]
     steps = ",\n".join(f"    {s!r}" for s in program.steps)
-    says = [describe(s) for s in program.steps]
+    says = [describe(s, program.chunks) for s in program.steps]
     out += [
         "",
         "STEPS = [  # (verb, handle, argument): an append's argument is the chunk it appends",

@@ -192,7 +192,7 @@ def test_handles_fails_each_planted_slip_naming_it(cls, says):
     "cls, says",
     [
         (TruncateLeaks, "storage no live handle holds is still in use"),
-        (ReleaseLeaks, "storage no live handle holds is still in use"),  # a release while another handle lives
+        (ReleaseLeaks, "what the handles held was not returned (a leak)"),  # shrunk: append, then release
     ],
     ids=["truncate-leaks", "release-leaks"],
 )
@@ -295,3 +295,25 @@ def test_a_lossy_bound_looser_than_its_quantizer_fails_numerics():
 
     said, _ = run(numerics, lossy_target(ten_times, "test.running-loose"))
     assert "the bound is looser than the quantizer it describes" in said, said
+
+
+def test_a_failing_program_is_shrunk_to_the_steps_it_needs():
+    """Hypothesis shrinks the seeds a program is drawn from; the claim drops the steps the failure does not need
+    (TruncateLeaks fails as soon as one truncate drops a position: a handful of steps, not the 3-16 drawn)."""
+    said, _ = run(occupancy_claim, target(TruncateLeaks, "test.shrunk"))
+    steps = said.split(": test.shrunk")[0].split("; ")
+    assert len(steps) <= 4, said  # make, an append, the truncate (and at most one more)
+    assert any("truncate(" in s for s in steps), said
+
+
+def test_a_step_is_dropped_only_when_the_rest_still_runs():
+    from harness.targets.claims import Step, _valid, _without
+
+    steps = [Step("append", 0, 3), Step("fork", 0, 1), Step("truncate", 1, 2), Step("fork", 0, 2), Step("append", 2, 1)]
+    assert _without(steps, 1) is None  # handle 1 is truncated later
+    assert _without(steps, 2) == [Step("append", 0, 3), Step("fork", 0, 1), Step("fork", 0, 2), Step("append", 2, 1)]
+    dropped = _without([Step("append", 0, 3), Step("fork", 0, 1), Step("fork", 0, 2), Step("append", 2, 1)], 1)
+    assert dropped == [Step("append", 0, 3), Step("fork", 0, 1), Step("append", 1, 1)]  # handle 2 is now 1
+    assert not _valid([Step("truncate", 0, 1)], 1, None)  # nothing to truncate
+    assert not _valid([Step("append", 0, 5)], 1, 4)  # past a capacity that does not grow
+    assert _valid([Step("append", 0, 5)], 1, None)
