@@ -175,7 +175,7 @@ def _run_parser(sub) -> None:
         metavar="SPEC",
         default=None,
         help="also prove the cards tagged `targets` on other engines' caches: target names, groups (own, "
-        "transformers, all) or globs, comma-separated; impl's own targets gate, third-party ones are a survey "
+        "transformers, project, all) or globs, comma-separated; impl's own targets gate, third-party ones are a survey "
         "(docs/targets.md)",
     )
     run.add_argument(

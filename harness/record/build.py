@@ -396,12 +396,13 @@ def not_applicable(card: CardResult) -> bool:
 
 
 def required_cell(card: CardResult, subjects: Iterable[SubjectInfo]) -> bool:
-    """Does the cell ``card`` (id ``CARD@SUBJECT``) count for the gate? Cells of a configuration marked
-    ``required: false`` do not, nor cells the card does not apply to (:func:`not_applicable`), in a
-    ``--matrix`` or ``--target`` run; every other cell does."""
+    """Does the cell ``card`` (id ``CARD@SUBJECT``, or a card of a plain run) count for the gate? Cells of a
+    configuration marked ``required: false`` do not, nor cards the run's path does not apply to
+    (:func:`not_applicable`: KERNEL-ACC where no C kernel is loaded), in any run: a plain run agrees with the
+    matrix. Every other cell does; a gate with no counted cell fails."""
     _, name = split(card.id)
     subjects = tuple(subjects)
-    if subjects and not_applicable(card):
+    if not_applicable(card):
         return False
     return next((s.required for s in subjects if s.name == name), True)
 

@@ -218,8 +218,10 @@ def _render_rest(console: Console, view: Mapping[str, Any], head: Mapping[str, A
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
     what = f"cell(s) of {len(view['grid']['rows'])} card(s)" if view.get("grid") else "card(s)"
+    na = s.get("not_applicable") or []
+    na_text = f"; n/a here, not counted: {', '.join(na)}" if na and not view.get("grid") else ""
     console.print(
-        f"gate {gate}: {counts} of {s['total']} {what}{replayed} in {head['duration']} "
+        f"gate {gate}: {counts} of {s['total']} {what}{replayed}{escape(na_text)} in {head['duration']} "
         f"(profile {head['profile']}, seed {head['seed']})"
     )
 

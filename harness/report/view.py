@@ -444,6 +444,15 @@ def _witness_view(w: Mapping[str, Any], replay: str, report_path: Path | None) -
     return out
 
 
+def card_not_applicable(c: Mapping[str, Any]) -> bool:
+    """The card does not apply on this run's path (as :func:`harness.record.build.not_applicable` decides it on
+    the document): every witness or control that did not pass skipped saying ``n/a: ...``."""
+    rest = [w for w in c.get("witnesses", []) + c.get("controls", []) if w.get("status") != Outcome.PASSED]
+    return bool(rest) and all(
+        w.get("status") == Outcome.SKIPPED and str(w.get("message", "")).startswith("n/a:") for w in rest
+    )
+
+
 def exercised_grids(w: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per node (target), the grid of what a program claim exercised: ``{"node", "verbs", "rows", "never",
     "boundaries"}``; rows are (verb before, counts of each verb after it on the same handle), ``never`` the
@@ -828,6 +837,7 @@ def build_view(
         {"id": c["id"], "anchor": c["anchor"], "verdict": c["verdict"], **c["change"]} for c in cards if c["change"]
     ]
     not_proven = [c for c in cards if c["verdict"] != Verdict.PROVEN]
+    na = [c["id"] for c in cards if c["verdict"] == Verdict.UNVERIFIED and card_not_applicable(c)]
     return {
         "title": f"kvproof {summary['gate']} — {display_date(head.get('started'))}",
         "header": _header_view(head),
@@ -840,6 +850,7 @@ def build_view(
             "changes": changes,
             "proven": sum(c["verdict"] == Verdict.PROVEN for c in cards),
             "not_proven": len(not_proven),
+            "not_applicable": na,
             "replayed": sum(1 for c in cards if c["replayed"]),
             "flaky": sum(1 for ch in changes if ch["flaky"]),
             "mutation": any(c["mutation"] for c in cards),

@@ -370,3 +370,48 @@ def test_every_hint_names_the_command_the_way_the_user_called_it(project, tmp_pa
         assert says in text, (args, text)
         other = "run_obligations.py" if called == "kvproof" else "kvproof "
         assert f"`{other}" not in text, (args, text)
+
+
+NA_WITNESS = '''import pytest
+
+
+def test_needs_a_path_this_machine_lacks(evidence):
+    pytest.skip("n/a: the path this card is about is absent here")
+
+
+def test_a_plain_skip(evidence):
+    pytest.skip("an optional dependency is missing")
+'''
+
+NA_CARD = """id: {id}
+title: a card about a path {id}
+module: fakeimpl.arith
+regime: A
+theorem: On the path, something holds.
+proof: Acc.push adds x to the stored sum.
+refs: [fakeimpl/arith.py::Acc.push]
+witnesses:
+  - id: w
+    test: witnesses/test_na.py::{test}
+version: 1
+"""
+
+
+def test_a_card_whose_path_is_absent_is_na_and_not_counted_but_a_plain_skip_still_fails(tmp_path):
+    """A plain run agrees with the matrix: a card whose every witness skips ``n/a: ...`` is shown n/a and does
+    not fail the gate (KERNEL-ACC without the C kernel); a plain skip is UNVERIFIED and does; a run where
+    nothing is counted fails."""
+    root = _copy_project(tmp_path / "project")
+    (root / "witnesses" / "test_na.py").write_text(NA_WITNESS)
+    cards = root / "cards-na"
+    cards.mkdir()
+    shutil.copy(root / "obligations" / next(p.name for p in (root / "obligations").glob("*.yaml")), cards)
+    (cards / "na.yaml").write_text(NA_CARD.format(id="FX-NA", test="test_needs_a_path_this_machine_lacks"))
+    proc = kvproof(root, "run", "--cards", "cards-na")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "n/a here, not counted: FX-NA" in proc.stdout, proc.stdout
+    (cards / "skip.yaml").write_text(NA_CARD.format(id="FX-SKIP", test="test_a_plain_skip"))
+    proc = kvproof(root, "run", "--cards", "cards-na")
+    assert proc.returncode == 1 and "UNVERIFIED FX-SKIP" in proc.stdout, proc.stdout + proc.stderr
+    proc = kvproof(root, "run", "FX-NA", "--cards", "cards-na")
+    assert proc.returncode == 1, proc.stdout  # nothing counted: no gate passes on n/a alone
