@@ -236,7 +236,7 @@ def main() -> int:
                 f"hf prefill {a.prefill:<6d}    {hf['prefill']:8.1f} tok/s  ({a.prefill / hf['prefill']:.2f} s)"
                 f" -> impl/hf = {pre / hf['prefill']:.2f}x"
             )
-    print("targets (issue 15):")
+    print("targets:")
     c0 = contexts[0]
     print(
         f"  decode @{c0} >= 80% of limit        {'met ' if dec[c0] >= 0.8 * lim else 'MISSED'}  ({dec[c0] / lim:.0%})"

@@ -318,6 +318,17 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+def _command_hint(argv: list[str], exc: Exception) -> str:
+    """When a word taken as a card id (``kvproof stauts``) matches no card but is close to a command, say so."""
+    import difflib
+
+    word = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else ""
+    if not word or "matches no card" not in str(exc):
+        return ""
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    return f"; or did you mean the command `{program()} {close[0]}`?" if close else ""
+
+
 def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     empty = empty_value(argv)
@@ -328,7 +339,8 @@ def _main(argv: list[str] | None = None) -> int:
         from harness.oracle.cli import main as oracle_main
 
         return oracle_main(argv[1:])
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+    implicit = not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"))
+    if implicit:
         argv = ["run", *argv]
     parser = _parser()
     previous = signal.getsignal(signal.SIGTERM)
@@ -353,7 +365,7 @@ def _main(argv: list[str] | None = None) -> int:
         )
         return 2
     except HarnessError as exc:
-        print(f"{program()}: error: {exc}", file=sys.stderr)
+        print(f"{program()}: error: {exc}{_command_hint(argv if implicit else [], exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{program()}: interrupted", file=sys.stderr)

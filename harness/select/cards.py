@@ -338,8 +338,17 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
                 add(f"covers[{i}]", f, f"no such file under the project root {root}")
     for i, name in enumerate(card.liars):
         if name not in liars:
-            known = ", ".join(sorted(liars)) or "none registered in witnesses/liars/"
-            add(f"liars[{i}]", name, f"unknown liar{did_you_mean(name, liars)}; known: {known}")
+            hint = did_you_mean(name, liars)
+            group = name.split(".")[0] + "."
+            near = sorted(n for n in liars if n.startswith(group)) or sorted(liars)
+            known = (
+                "none registered in witnesses/liars/"
+                if not liars
+                else f"known {'in ' + group + '*' if near != sorted(liars) else 'liars'}: "
+                + ", ".join(near[:8])
+                + (f" and {len(near) - 8} more in witnesses/liars/" if len(near) > 8 else "")
+            )
+            add(f"liars[{i}]", name, f"unknown liar{hint}" if hint else f"unknown liar; {known}")
             continue
         site = liars[name]
         module, _, qual = site.target.partition(":")
@@ -384,6 +393,21 @@ def find_card_files(cards_dir: Path) -> list[Path]:
     )
 
 
+_ID_LINE = re.compile(r"""^id:[ \t]*["']?([A-Za-z0-9][A-Za-z0-9_.-]*)""", re.M)
+
+
+def _id_of_unreadable(path: Path) -> str:
+    """The id a card file that does not parse means: its ``id:`` line, else its file name (``KV-T9.yaml``)."""
+    found = None
+    try:
+        if path.is_file():  # never a FIFO or a device: reading one would block or never end
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                found = _ID_LINE.search(fh.read(1 << 16))
+    except OSError:
+        found = None
+    return found.group(1) if found else path.name.split(".")[0]
+
+
 def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:
     """Load and validate every card under ``cards_dir``; never stops at the first problem.
 
@@ -397,8 +421,8 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
     for path in find_card_files(cards_dir):
         card, probs, card_id = load_card(path, root)
         problems += probs
-        if card is None and card_id is not None:
-            broken_ids[display_path(path, root)] = card_id
+        if card is None:  # named by its id, or the id its text or file name gives: `run ID` must say it is broken
+            broken_ids[display_path(path, root)] = card_id or _id_of_unreadable(path)
         if card_id is not None:
             shown = display_path(path, root)
             line = card.line_of("id") if card else 0
