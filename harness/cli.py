@@ -42,7 +42,9 @@ from harness.report import terminal
 from harness.report.terminal import console
 from harness.wire.safetext import guarded_streams
 
-SUBCOMMANDS = ("run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "oracle")
+SUBCOMMANDS = (
+    "run", "mutate", "list", "validate", "show", "status", "history", "compare", "timings", "new", "init", "oracle",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- parser
@@ -296,6 +298,13 @@ def _reading_parsers(sub) -> None:
     new = sub.add_parser("new", help="scaffold a card and a witness module that fails until written")
     new.add_argument("id", metavar="ID")
     _cards_opt(new)
+    init = sub.add_parser(
+        "init",
+        help="make a new kvproof project in DIR (default: here): an example cache, its target adapter, a witness "
+        "module of kvproof's shipped claims, a liar and a card that `run` proves; then replace the example with "
+        "your cache (docs/prove-your-own-cache.md)",
+    )
+    init.add_argument("dir", nargs="?", default=".", metavar="DIR")
 
 
 def _parser() -> argparse.ArgumentParser:

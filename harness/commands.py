@@ -42,7 +42,7 @@ from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
 from harness.request import MutateOptions, RunRequest
 from harness.select.cards import Card, Problem, did_you_mean, display_path, load_cards, select
-from harness.select.scaffold import scaffold
+from harness.select.scaffold import init_project, scaffold
 from harness.select.selection import load
 from harness.targets import known, pyproject, registry
 from harness.wire.safetext import escape as visible
@@ -620,6 +620,21 @@ def _timings_rows(cards: Sequence[Card], got: _LedgerTimings, hinted: Mapping[st
 
 
 # ---------------------------------------------------------------- new
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+
+    dest = Path(args.dir)
+    written = init_project(dest)
+    console = make_console()
+    for path in written:
+        console.print(f"wrote {os.path.relpath(path)}")
+    here = "" if dest.resolve() == Path.cwd().resolve() else f"cd {args.dir} && "
+    console.print(
+        f"next: `{here}{program()} run` proves EXAMPLE-HANDLES on the example cache; then replace example_cache.py "
+        "with your cache and map its calls in example_kvproof.py (docs/prove-your-own-cache.md)"
+    )
+    return 0
 
 
 def cmd_new(args: argparse.Namespace) -> int:
