@@ -474,11 +474,15 @@ def _choose(verb: str, i: int, s: _Shape, shapes: list[_Shape], pick, releases: 
     return [Step(verb, i, arg)]
 
 
-def _capacity(kv_target, work: int, pick, evidence) -> int:
-    """A capacity at or above the work; for a target that grows, also below it (down to 1)."""
-    kinds = ["at", "above"] + (["below"] if "grow" in kv_target.capabilities and work > 1 else [])
+def _capacity(kv_target, work: int, first: int, pick, evidence) -> int:
+    """A capacity at or above the work; for a target that grows, also below it: anywhere in 1..work-1, or (as
+    often) at most half the first append, so that one append needs more than twice the storage there is (a
+    growth that only doubles, whatever the append needs, is caught there and nowhere else)."""
+    kinds = ["at", "above"] + (["below", "tiny"] if "grow" in kv_target.capabilities and work > 1 else [])
     kind = kinds[int(pick.integers(len(kinds)))]
-    evidence.count(f"capacity_{kind}")
+    evidence.count(f"capacity_{'below' if kind == 'tiny' else kind}")
+    if kind == "tiny":
+        return int(pick.integers(1, max(1, first // 2) + 1))
     if kind == "below":
         return int(pick.integers(1, work))
     return work if kind == "at" else work + int(pick.integers(1, 17))
@@ -511,6 +515,7 @@ class _Exercised:
         caps, occ = self.target.capabilities, self.target.occupancy
         names = [
             ("an append past the capacity", "grow" in caps),
+            ("an append past twice the storage", "grow" in caps),
             ("an append across a block edge", occ is not None and occ.block > 1),
             ("a truncate to a block edge", occ is not None and occ.block > 1 and "truncate" in self.verbs),
             ("a truncate inside a block", occ is not None and occ.block > 1 and "truncate" in self.verbs),
@@ -577,6 +582,8 @@ class _Program:
         if step.verb == "append":
             if n <= self.capacity < n + step.arg:
                 seen.crossed("an append past the capacity")
+            if n + step.arg > 2 * max(n, self.capacity):
+                seen.crossed("an append past twice the storage")
             if b and (n // b != (n + step.arg - 1) // b or (n + step.arg) % b == 0):
                 seen.crossed("an append across a block edge")
             if p.h.window is not None and n <= p.h.window < n + step.arg:
@@ -777,7 +784,7 @@ def _programs(kv_target, judge: Judge, evidence, releases: bool) -> None:
             window = data.draw(st.none() | st.integers(2, 4), label="window")
         usable = [v for v in declared if not (window is not None and v in ("truncate", "rewind"))]  # a ring forgets
         steps, work = _plan(usable, weight, pick, batch, releases)
-        capacity = _capacity(kv_target, work, pick, evidence)
+        capacity = _capacity(kv_target, work, steps[0].arg, pick, evidence)
 
         def attempt(steps: list[Step]) -> _Program:
             run = _Program(judge, g, batch, window, capacity, np.random.default_rng(seed), releases, seen)

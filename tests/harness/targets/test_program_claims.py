@@ -125,6 +125,17 @@ class GrowForgets(Buf):
         self.v = np.zeros_like(self.k)
 
 
+class GrowDoublesOnly(Buf):
+    """Doubles its storage, whatever the append needs: wrong only when one append needs more than twice it."""
+
+    def _grow(self, need):
+        cap = 2 * self.k.shape[3]
+        k = np.zeros(self.k.shape[:3] + (cap,) + self.k.shape[4:], np.float32)
+        v = np.zeros_like(k)
+        k[:, :, :, : self.n], v[:, :, :, : self.n] = self.k[:, :, :, : self.n], self.v[:, :, :, : self.n]
+        self.k, self.v = k, v
+
+
 class TruncateLeaks(Buf):
     def truncate(self, n):
         if not 0 <= n <= self.n:
@@ -179,8 +190,9 @@ def test_the_clean_cache_is_proven_and_crosses_its_capacity(claim):
         (ReadView, "changed since it was returned"),
         (KeepsInput, "nan"),
         (GrowForgets, "values differ"),
+        (GrowDoublesOnly, "raised ValueError"),
     ],
-    ids=["read-view", "keeps-input", "grow-forgets"],
+    ids=["read-view", "keeps-input", "grow-forgets", "grow-doubles-only"],
 )
 def test_handles_fails_each_planted_slip_naming_it(cls, says):
     said, _ = run(handles_claim, target(cls, f"test.{cls.__name__.lower()}"))
