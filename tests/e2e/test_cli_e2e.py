@@ -372,7 +372,7 @@ def test_every_hint_names_the_command_the_way_the_user_called_it(project, tmp_pa
         assert f"`{other}" not in text, (args, text)
 
 
-NA_WITNESS = '''import pytest
+NA_WITNESS = """import pytest
 
 
 def test_needs_a_path_this_machine_lacks(evidence):
@@ -381,7 +381,7 @@ def test_needs_a_path_this_machine_lacks(evidence):
 
 def test_a_plain_skip(evidence):
     pytest.skip("an optional dependency is missing")
-'''
+"""
 
 NA_CARD = """id: {id}
 title: a card about a path {id}

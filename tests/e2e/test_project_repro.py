@@ -180,13 +180,13 @@ TARGET = Target(
 )
 '''
 
-WITNESSES = '''from harness.targets.claims import (  # noqa: F401
+WITNESSES = """from harness.targets.claims import (  # noqa: F401
     test_every_live_handle_agrees_after_every_step,
     test_occupancy_is_bounded_by_what_live_handles_hold,
 )
-'''
+"""
 
-LIARS = '''from harness import liar
+LIARS = """from harness import liar
 
 
 @liar("pc.fork_without_counts", target="pagecache:Sequence.fork", why="a fork that never counts its blocks")
@@ -196,7 +196,7 @@ def fork(self):
     s = Sequence(self.pool)
     s.table, s.n = list(self.table), self.n
     return s
-'''
+"""
 
 
 def card(cid: str, test: str, bounds: str) -> str:
