@@ -141,19 +141,44 @@ class _Bar:
     """The export's one progress bar: a tick per model load, prompt forward and greedy token; a description
     saying what runs now."""
 
+    LINE_EVERY_S = 10.0  # off a terminal (a CI log): a plain line when the step changes, at most this often
+
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.steps = 2 + len(REFERENCE_PROMPTS) * (1 + GREEDY_NEW_TOKENS) + 2 * GREEDY_NEW_TOKENS
         self.task = progress.add_task("loading transformers", total=self.steps)
+        self.done_steps, self.desc, self.t0, self.last = 0, "loading transformers", time.perf_counter(), None
+        self._line(force=True)
+
+    def _line(self, force: bool = False) -> None:
+        """Off a terminal the bar draws nothing: say where the export is in a plain line instead (a log that sat on
+        "exporting" for five minutes looked hung)."""
+        console = self.progress.console
+        now = time.perf_counter()
+        if console.is_terminal or not (force or self.last is None or now - self.last >= self.LINE_EVERY_S):
+            return
+        self.last = now
+        console.print(
+            f"oracle export: {self.done_steps}/{self.steps} {self.desc} ({now - self.t0:.0f} s)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def say(self, desc: str) -> None:
         self.progress.update(self.task, description=desc)
+        self.desc = desc
+        self._line()
 
     def advance(self, desc: str | None = None) -> None:
         self.progress.update(self.task, advance=1, **({"description": desc} if desc else {}))
+        self.done_steps += 1
+        self.desc = desc or self.desc
+        self._line()
 
     def done(self) -> None:
         self.progress.update(self.task, completed=self.steps, description="done")
+        self.done_steps, self.desc = self.steps, "done"
+        self._line(force=True)
 
 
 def _export_prompts(ref: _Reference, writer: ExportWriter, bar: _Bar) -> list[dict[str, Any]]:
