@@ -36,7 +36,7 @@ from harness.plan.status import DEFAULT_ONLY, status_exit_code, status_rows
 from harness.plan.subjects import split
 from harness.project import program, project_root
 from harness.record.provenance import utc_now
-from harness.report import terminal
+from harness.report import github, terminal
 from harness.report.terminal import TerminalReporter
 from harness.report.terminal import console as make_console
 from harness.report.view import history_marks
@@ -220,7 +220,10 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
             "(e.g. --baseline latest, or a release's verdicts.json)"
         )
     reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
-    return prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)).exit_code
+    proof = prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root))
+    if github.wanted():  # a GitHub Actions job: annotations on the cards, verdicts.md as the job summary
+        github.publish(proof.doc, proof.report_dir)
+    return proof.exit_code
 
 
 def _matrix(args: Any) -> tuple[str, ...] | None:

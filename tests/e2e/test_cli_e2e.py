@@ -415,3 +415,25 @@ def test_a_card_whose_path_is_absent_is_na_and_not_counted_but_a_plain_skip_stil
     assert proc.returncode == 1 and "UNVERIFIED FX-SKIP" in proc.stdout, proc.stdout + proc.stderr
     proc = kvproof(root, "run", "FX-NA", "--cards", "cards-na")
     assert proc.returncode == 1, proc.stdout  # nothing counted: no gate passes on n/a alone
+
+
+def test_in_a_github_job_each_card_not_proven_is_annotated_and_the_summary_written(tmp_path, monkeypatch):
+    """GITHUB_ACTIONS=true: an ::error at each card that is not PROVEN (and at a failed witness's line), and the
+    report's verdicts.md appended to $GITHUB_STEP_SUMMARY; outside a job, neither."""
+    root = _copy_project(tmp_path / "project")
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    proc = kvproof(root, "run", "--cards", "cards-mixed")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("::error ")]
+    assert any("file=cards-mixed/02-falsified.yaml,line=1" in ln and "FAILED" in ln for ln in errors), errors
+    assert any(ln.startswith("::error file=witnesses/") and ",line=" in ln for ln in errors), errors
+    assert not any("01-proven" in ln for ln in errors), errors
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n") and "| card |" in text, text[:500]
+
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    proc = kvproof(root, "run", "--cards", "cards-mixed")
+    assert "::error" not in proc.stdout
