@@ -62,6 +62,19 @@ def _reports_opt(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _selection_opts(run: argparse.ArgumentParser) -> None:
+    """--tag and -k: which cards, besides the ids."""
+    run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
+    run.add_argument(
+        "-k",
+        dest="keyword",
+        default="",
+        metavar="EXPR",
+        help="only cards whose id, title or a tag matches EXPR, as pytest's -k: words matched as case-insensitive "
+        "substrings, with and / or / not and parentheses (e.g. -k 'fork and not paged')",
+    )
+
+
 def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     """The options ``run`` and ``mutate`` share (``mutate``'s --seed picks mutants)."""
 
@@ -101,7 +114,7 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     run.add_argument(
         "--oracle-dir", metavar="DIR", help="oracle export folder (passed to witnesses as KVPROOF_ORACLE_DIR)"
     )
-    run.add_argument("--tag", action="append", default=[], metavar="T", help="only cards with this tag (repeatable)")
+    _selection_opts(run)
     run.add_argument(
         "--timeout",
         type=argtypes.seconds,
@@ -167,6 +180,7 @@ def _run_parser(sub) -> None:
     )
     which.add_argument(
         "--rerun-failed",
+        "--lf",
         action="store_true",
         help="run only the cards whose latest verdict is not PROVEN (or whose bound files changed "
         "since); replay the others' latest PROVEN verdict, marked as replayed",

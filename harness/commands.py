@@ -193,6 +193,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         reports_source=source,
         ids=tuple(args.ids),
         tags=tuple(args.tag),
+        keyword=getattr(args, "keyword", "") or "",
         profile=args.profile,
         seed=hypothesis_seed
         if hypothesis_seed is not None

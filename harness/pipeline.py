@@ -237,7 +237,8 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
 
 def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proof:
     loaded = load(req.root, req.cards_dir, shown_cards or str(req.cards_dir))
-    cards = expand(runnable(loaded, req.ids, req.tags, reporter), subs := resolve_subjects(req, reporter))
+    chosen = runnable(loaded, req.ids, req.tags, reporter, req.keyword)
+    cards = expand(chosen, subs := resolve_subjects(req, reporter))
     marks = equivalence_marks(req, loaded, reporter) if req.mutate is not None else {}
     check_outputs(req)
     baseline = load_baseline(req)  # a baseline that names nothing is a UsageError before anything runs

@@ -42,6 +42,7 @@ class RunRequest:
     reports_source: str  # how the reports folder was named, for messages: "--reports=...", ...
     ids: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    keyword: str = ""  # -k EXPR: cards whose id, title or a tag matches (pytest's keyword expressions)
     profile: str = "ci"
     seed: int | None = 0
     liars: bool = True

@@ -40,7 +40,32 @@ def load(root: Path, folder: Path, shown: str) -> Loaded:
     return Loaded(result, sites, extra)
 
 
-def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: Reporter | None) -> list[Card]:
+def matching(cards: Sequence[Card], keyword: str) -> list[Card]:
+    """The cards whose id, title or a tag matches ``keyword`` as pytest's ``-k`` does (case-insensitive
+    substrings, and / or / not, parentheses); UsageError for an expression that does not parse or matches
+    no card."""
+    if not keyword:
+        return list(cards)
+    from _pytest.mark.expression import Expression  # pytest's own -k grammar (its errors: SyntaxError, or ParseError)
+
+    try:
+        expr = Expression.compile(keyword)
+    except Exception as exc:  # noqa: BLE001 (the grammar's error class differs between pytest versions)
+        raise UsageError(f"-k {keyword!r}: {exc}; e.g. -k 'fork and not paged'") from None
+
+    def hit(card: Card):
+        text = " ".join([card.id, card.title, *card.tags]).lower()
+        return lambda word, **_kw: word.lower() in text
+
+    out = [c for c in cards if expr.evaluate(hit(c))]
+    if not out:
+        raise UsageError(f"-k {keyword!r} matches no card's id, title or tag; `{program()} list` shows them")
+    return out
+
+
+def runnable(
+    loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: Reporter | None, keyword: str = ""
+) -> list[Card]:
     """The cards a run may use, or CardInvalid.
 
     ``validate`` and ``run`` refuse the same things: a full run (no ids, no
@@ -52,7 +77,7 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
     result, liar_problems = loaded.result, loaded.liar_problems
     broken = list(result.load_problems) + list(liar_problems)
     if not broken:
-        return select(result.cards, ids, tags)
+        return matching(select(result.cards, ids, tags), keyword)
     if not ids and not tags:
         raise CardInvalid(broken)
     hit = [
@@ -63,7 +88,7 @@ def runnable(loaded: Loaded, ids: Sequence[str], tags: Sequence[str], reporter: 
     hit += [p for p in liar_problems if p.field != "name"]  # an unreadable liar module may hold any name
     if hit:
         raise CardInvalid(hit)
-    selected = select(result.cards, ids, tags)
+    selected = matching(select(result.cards, ids, tags), keyword)
     named = {n for c in selected for n in c.liars}
     hit = [p for p in liar_problems if p.field == "name" and p.value.strip("'\"") in named]
     if hit:

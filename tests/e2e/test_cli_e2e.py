@@ -437,3 +437,16 @@ def test_in_a_github_job_each_card_not_proven_is_annotated_and_the_summary_writt
     monkeypatch.delenv("GITHUB_ACTIONS")
     proc = kvproof(root, "run", "--cards", "cards-mixed")
     assert "::error" not in proc.stdout
+
+
+def test_k_selects_by_id_title_or_tag_as_pytest_does_and_lf_is_rerun_failed(project):
+    proc = kvproof(project, "run", "-k", "acc and not add", "--json", "k.json", "--force")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    ids = [c["id"] for c in json.loads((project / "k.json").read_text())["cards"]]
+    assert ids and all("ACC" in i or "acc" in i.lower() for i in ids) and "FX-ADD" not in ids, ids
+    bad = kvproof(project, "run", "-k", "acc and")
+    assert bad.returncode == 2 and "-k 'acc and'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    none = kvproof(project, "run", "-k", "nothing-has-this")
+    assert none.returncode == 2 and "matches no card" in none.stderr, none.stderr
+    lf = kvproof(project, "run", "--lf", "--json", "lf.json", "--force")
+    assert lf.returncode in (0, 1) and (project / "lf.json").is_file(), lf.stdout + lf.stderr
