@@ -34,6 +34,7 @@ from urllib.parse import quote
 from harness.compare.diff import summary_counts
 from harness.compare.render import changed_measures, liars_text, verdict_text
 from harness.ledger.history import PastVerdict
+from harness.liars import scan
 from harness.plan.subjects import split
 from harness.record.build import HEADLINE_KEYS, replay_command
 from harness.record.document import RunDocument
@@ -444,6 +445,26 @@ def _witness_view(w: Mapping[str, Any], replay: str, report_path: Path | None) -
     return out
 
 
+def link_sources(cards: list[dict[str, Any]], root: Path, report_path: Path | None) -> None:
+    """Each witness's test file and each liar's module as a link from the report folder (when it is written),
+    and each liar's registered ``why`` (what it does wrong), read from the liar index without importing."""
+    try:
+        sites, _ = scan(root)
+    except Exception:  # noqa: BLE001 (a report is still written when the liar index cannot be read now)
+        sites = {}
+
+    def href(path: Path) -> str | None:
+        return os.path.relpath(path, report_path) if report_path is not None and path.is_file() else None
+
+    for c in cards:
+        for w in c["witnesses"] + c["controls"]:
+            w["source_href"] = href(root / w["test"].split("::")[0]) if w.get("test") else None
+        for liar in c["liars"]:
+            site = sites.get(liar["name"])
+            liar["does"] = site.why if site is not None else ""
+            liar["source_href"] = href(site.path) if site is not None else None
+
+
 def card_not_applicable(c: Mapping[str, Any]) -> bool:
     """The card does not apply on this run's path (as :func:`harness.record.build.not_applicable` decides it on
     the document): every witness or control that did not pass skipped saying ``n/a: ...``."""
@@ -820,6 +841,7 @@ def build_view(
         card_view(c, head, past.get(c["id"], ()), root, report_dir, replay_command(run.header, c["id"]), report_path)
         for c in doc["cards"]
     ]
+    link_sources(cards, root, report_path)
     for c in cards:
         c["trend"] = trend_view(c, head, (trends or {}).get(c["id"], ()))
     baseline = baseline_view(comparison, cards) if comparison is not None else None
