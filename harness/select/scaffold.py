@@ -21,7 +21,7 @@ CARD_TEMPLATE = """\
 # yaml-language-server: $schema={schema}
 id: {id}
 title: TODO one line saying what is claimed
-module: impl                # the module under proof, e.g. impl.kv
+module: {module}{pad}# the module under proof, e.g. {example}
 regime: N                   # N numerical, A algebraic/structural, C integrity, D decision soundness
 theorem: >
   TODO: state the claim so that it could be false.
@@ -53,6 +53,22 @@ def test_claim(evidence):
 '''
 
 
+def project_module(root: Path) -> str:
+    """The module a new card of this project is most likely about: ``impl`` in kvproof's own checkout, else the
+    project's distribution name as a module (pyproject.toml ``[project] name``), else the folder's name."""
+    if (root / "impl" / "__init__.py").is_file():
+        return "impl"
+    name = root.resolve().name
+    try:
+        import tomllib
+
+        with open(root / "pyproject.toml", "rb") as fh:
+            name = str(tomllib.load(fh).get("project", {}).get("name") or name)
+    except (OSError, ValueError):
+        pass
+    return re.sub(r"\W", "_", name.replace("-", "_")).strip("_") or "impl"
+
+
 def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
     """Write the card and its witness module; returns (card path, witness path relative to root).
 
@@ -76,7 +92,12 @@ def scaffold(root: Path, folder: Path, card_id: str) -> tuple[Path, str]:
     witness_path.parent.mkdir(parents=True, exist_ok=True)
     test = f"{witness_rel}::test_claim"
     schema = os.path.relpath(SCHEMA_PATH, folder)
-    card_path.write_text(CARD_TEMPLATE.format(id=card_id, test=test, schema=schema), encoding="utf-8")
+    module = project_module(root)
+    example = "impl.kv" if module == "impl" else f"{module}.cache"
+    text = CARD_TEMPLATE.format(
+        id=card_id, test=test, schema=schema, module=module, pad=" " * max(1, 20 - len(module)), example=example
+    )
+    card_path.write_text(text, encoding="utf-8")
     witness_path.write_text(
         WITNESS_TEMPLATE.format(id=card_id, test=test, card=display_path(card_path, root)), encoding="utf-8"
     )
