@@ -51,6 +51,7 @@ as in every mutation tool; :mod:`harness.mutation.score`.)
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,13 +66,16 @@ from harness.wording import NOT_JUDGED, check_text, not_judged, reason_value, st
 
 
 NOT_APPLICABLE_PREFIX = "n/a:"  # a node that skips with this says the card does not apply to its subject
+# a target lacking a capability the witness needs (harness.targets.fixture): not a path of the claim at all;
+# a target "not runnable here" is a path left unchecked, so it never drops out beside the others
+LACKS_CAPABILITY = re.compile(r"n/a: target \S+ lacks capability ")
 
 
 def not_applicable_nodes(nodes: tuple[NodeResult, ...]) -> list[NodeResult]:
-    """The nodes to leave out of a witness's judgement: those that skipped ``n/a: ...`` (a target lacking a
-    capability the witness needs is not a path of its claim), when another node did not. When every node
-    skipped n/a, none is left out: the witness is skipped (UNVERIFIED, or an n/a cell)."""
-    na = [n for n in nodes if n.outcome == Outcome.SKIPPED and n.message.startswith(NOT_APPLICABLE_PREFIX)]
+    """The nodes to leave out of a witness's judgement: those that skipped because their target lacks a
+    capability the witness needs, when another node did not. When every node skipped so, none is left out:
+    the witness is skipped (UNVERIFIED, or an n/a cell)."""
+    na = [n for n in nodes if n.outcome == Outcome.SKIPPED and LACKS_CAPABILITY.match(n.message)]
     return na if len(na) < len(nodes) else []
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from harness.record.build import not_applicable
+from harness.record.build import required_cell
 from harness.record.document import CardResult, RunDocument
 from harness.statuses import Verdict
 
@@ -27,11 +27,12 @@ def _escape(text: str, prop: bool = False) -> str:
     return out.replace(":", "%3A").replace(",", "%2C") if prop else out
 
 
-def annotations(cards: Iterable[CardResult]) -> list[str]:
-    """The ``::error`` lines for the cards that are not PROVEN and count (n/a cards do not)."""
+def annotations(cards: Iterable[CardResult], subjects=()) -> list[str]:
+    """The ``::error`` lines for the cards (cells) that are not PROVEN and count for the gate (n/a cards and
+    cells of a configuration marked ``required: false`` do not)."""
     out = []
     for c in cards:
-        if c.verdict == Verdict.PROVEN or not_applicable(c):
+        if c.verdict == Verdict.PROVEN or not required_cell(c, subjects):
             continue
         title = _escape(f"{c.id} {c.verdict}", prop=True)
         out.append(f"::error file={_escape(c.card_path, True)},line=1,title={title}::{_escape(c.reason)}")
@@ -48,7 +49,7 @@ def annotations(cards: Iterable[CardResult]) -> list[str]:
 def publish(doc: RunDocument, report_dir: Path | None, out: TextIO | None = None) -> None:
     """Print the annotations and append the report's verdicts.md to ``$GITHUB_STEP_SUMMARY`` (when set)."""
     out = out or sys.stdout
-    for line in annotations(doc.cards):
+    for line in annotations(doc.cards, doc.header.subjects):
         print(line, file=out, flush=True)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     md = report_dir / "verdicts.md" if report_dir is not None else None

@@ -405,7 +405,7 @@ def _id_of_unreadable(path: Path) -> str:
                 found = _ID_LINE.search(fh.read(1 << 16))
     except OSError:
         found = None
-    return found.group(1) if found else path.name.split(".")[0]
+    return found.group(1) if found else re.sub(r"\.ya?ml$", "", path.name)
 
 
 def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None = None) -> LoadResult:

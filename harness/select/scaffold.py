@@ -62,8 +62,9 @@ def project_module(root: Path) -> str:
     try:
         import tomllib
 
-        with open(root / "pyproject.toml", "rb") as fh:
-            name = str(tomllib.load(fh).get("project", {}).get("name") or name)
+        if (root / "pyproject.toml").is_file():  # never a FIFO: reading one would block
+            with open(root / "pyproject.toml", "rb") as fh:
+                name = str(tomllib.load(fh).get("project", {}).get("name") or name)
     except (OSError, ValueError):
         pass
     return re.sub(r"\W", "_", name.replace("-", "_")).strip("_") or "impl"
@@ -277,7 +278,12 @@ def init_project(dest: Path) -> list[Path]:
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"init {dest}: not a folder; name a folder to make the project in")
     pyproject = dest / "pyproject.toml"
-    text = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    if pyproject.exists() and not pyproject.is_file():  # a folder, a FIFO (reading it would block), a device
+        raise UsageError(f"init {dest}: {pyproject} is not a regular file; remove it or init another folder")
+    try:
+        text = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"init {dest}: {pyproject} cannot be read ({exc}); fix it or init another folder") from None
     has_table = bool(re.search(r"^\[tool\.kvproof\]", text, re.M))
     if has_table or (dest / "obligations").exists():
         why = "[tool.kvproof] in pyproject.toml" if has_table else "an obligations/ folder"

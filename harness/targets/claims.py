@@ -223,6 +223,7 @@ def batch_op(kv_target, kv_repro, evidence, verb: str, draw_arg) -> None:
         judge.append(p, *random_rows(g, batch, a, rng))
         judge.call(p.h, f"{verb}({arg!r}) at batch {batch}", lambda: getattr(p.h, verb)(arg))
         getattr(p.ref, verb)(arg)
+        p.follow(verb, arg)
         judge.agree(p, f"after {verb}({arg!r}): ")
         judge.append(p, *random_rows(g, p.ref.batch, b, rng))
         judge.agree(p, f"after {verb}({arg!r}) and {b} more: ")
@@ -365,15 +366,18 @@ def test_random_programs_agree_with_the_list_of_rows_reference(kv_target, kv_rep
                 idx = data.draw(st.lists(st.integers(0, b - 1), min_size=b, max_size=b), label="idx")
                 judge.call(p.h, f"reorder({idx})", lambda p=p, idx=idx: p.h.reorder(idx))
                 p.ref.reorder(idx)
+                p.follow("reorder", idx)
             elif verb == "select":
                 b = p.ref.batch
                 idx = data.draw(st.lists(st.integers(0, b - 1), min_size=1, max_size=b, unique=True), label="idx")
                 judge.call(p.h, f"select({idx})", lambda p=p, idx=idx: p.h.select(idx))
                 p.ref.select(idx)
+                p.follow("select", idx)
             else:
                 r = data.draw(st.integers(1, 2), label="r") if p.ref.batch <= 3 else 1
                 judge.call(p.h, f"repeat({r})", lambda p=p, r=r: p.h.repeat(r))
                 p.ref.repeat(r)
+                p.follow("repeat", r)
             judge.agree(p, f"after {verb}: ")
             evidence.count("steps")
         evidence.count("examples")
@@ -384,7 +388,7 @@ def test_random_programs_agree_with_the_list_of_rows_reference(kv_target, kv_rep
 # ---- TGT-HANDLES and TGT-OCCUPANCY: programs over many live handles ----------------------------
 
 MAX_HANDLES = 4  # live handles at once: a source, its forks, forks of forks
-KEPT = 8  # earlier reads whose values are checked after every later step (aliasing)
+KEPT = 3 * MAX_HANDLES + 8  # earlier results checked after every later step (aliasing): ~3 steps of reads, 8 appends
 
 
 @dataclass(frozen=True)
@@ -449,7 +453,9 @@ def _choose(verb: str, i: int, s: _Shape, shapes: list[_Shape], pick, releases: 
         s.length += t
         return [Step("append", i, t)]
     if verb == "truncate":
-        n = int(pick.integers(0, s.length + 1))  # any n alike: a block edge may be any of them
+        # any n alike (a block edge may be any of them), and a quarter of the time an end: 0 (emptied, crop(0))
+        # or len (nothing dropped), where a cache's bookkeeping has its own branch
+        n = int(pick.choice([0, s.length])) if pick.random() < 0.25 else int(pick.integers(0, s.length + 1))
         s.length = n
         return [Step("truncate", i, n)]
     if verb == "fork":
@@ -538,6 +544,10 @@ class _Exercised:
         return {"pairs": self.pairs, "boundaries": self.boundaries}
 
 
+def _copies(rows) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(rows.k), np.array(rows.v)
+
+
 class _Program:
     """Runs a planned program on a target and the list-of-rows reference, checking after every step.
 
@@ -556,7 +566,8 @@ class _Program:
         self.block = occ.block if occ is not None and occ.block > 1 else None
         self.handles: list[Pair] = [judge.pair(g, batch, window=window, capacity=capacity)]
         self.live = [True]
-        self.kept: list[_Kept] = []
+        self.kept: list[_Kept] = []  # results of earlier steps, with copies made when they were returned
+        self.fresh: list[_Kept] = []  # this step's
         self.done: list[str] = [f"make(batch={batch}, window={window}, capacity={capacity}) is handle 0"]
         self.occupancy = judge.target.occupancy if occupancy else None
         self.start = self._occupied() if occupancy else 0
@@ -608,7 +619,9 @@ class _Program:
             if p.calib is None:
                 p.calib = (k.copy(), v.copy())
             vis = judge.append(p, k, v)
-            self._keep(f"the rows step {len(self.done) - 1} handed attention", vis.k, vis.v)
+            self.fresh.append(
+                _Kept(f"the rows step {len(self.done) - 1} handed attention", vis.k, vis.v, *_copies(vis))
+            )
             k.fill(np.nan)  # the caller reuses its buffers once append returns (an engine's scratch K/V): a handle
             v.fill(np.nan)  # that kept them instead of a copy reads back NaN from here on
         elif step.verb == "fork":
@@ -628,16 +641,23 @@ class _Program:
                 judge.evidence.count("truncates_inside_a_shared_history")  # the case a kept shared block corrupts
             judge.call(p.h, step.says(), lambda: getattr(p.h, step.verb)(step.arg))
             getattr(p.ref, step.verb)(step.arg)
-
-    def _keep(self, what: str, k: np.ndarray, v: np.ndarray) -> None:
-        self.kept = [*self.kept[-(KEPT - 1) :], _Kept(what, k, v, np.array(k), np.array(v))]
+            p.follow(step.verb, step.arg)
 
     def _check(self, step: Step) -> None:
+        """Earlier results first (this step's append result too, after the caller overwrote what it appended),
+        then every live handle against its reference; the reads join the kept results after the comparison."""
+        self._unchanged(step, [*self.kept, *self.fresh])
         for j, (q, live) in enumerate(zip(self.handles, self.live, strict=True)):
             if live:
                 rows = self.judge.agree(q, f"handle {j}: ")
-                self._keep(f"the rows read from handle {j} after step {len(self.done) - 1}", rows.k, rows.v)
-        for kept in self.kept[:-1]:
+                what = f"the rows read from handle {j} after step {len(self.done) - 1}"
+                self.fresh.append(_Kept(what, rows.k, rows.v, *_copies(rows)))
+        self.kept, self.fresh = [*self.kept, *self.fresh][-KEPT:], []
+        if self.occupancy is not None:
+            self._check_occupancy(step)
+
+    def _unchanged(self, step: Step, results: list[_Kept]) -> None:
+        for kept in results:
             for name, now, then in (("K", kept.k, kept.k0), ("V", kept.v, kept.v0)):
                 if not np.array_equal(now, then, equal_nan=True):
                     self.judge.fail(
@@ -646,8 +666,6 @@ class _Program:
                         f"{kept.what} changed since it was returned ({name}: {differs(now, then)}): the handle "
                         "handed out storage a later verb wrote over; rows a verb returns are the caller's",
                     )
-        if self.occupancy is not None:
-            self._check_occupancy(step)
 
     def _occupied(self) -> int:
         h = self.handles[0].h
@@ -821,10 +839,11 @@ def test_every_live_handle_agrees_after_every_step(kv_target, kv_repro, evidence
     reorder, select, repeat) on one live handle, the first step a fork of the source, and after every step
     *every* live handle holds what its own list-of-rows reference holds. What one handle does (truncate then
     append, a batch verb) never reaches another's rows: a block a truncate kept while a fork still shares it,
-    stores two handles share, a fork's copy of only part of its source. Rows a verb returned (the last 8 reads
-    and append results) keep their values through every later step, and the rows an append was given may be
-    overwritten by the caller once it returns (aliasing either way fails). The capacity is at or above the
-    most positions any handle holds, and below it for a target that grows.
+    stores two handles share, a fork's copy of only part of its source. Rows a verb returned (every live
+    handle's reads of the last three steps and the last appends' results) keep their values through every later
+    step, and the rows an append was given may be overwritten by the caller once it returns (aliasing either way
+    fails). The capacity is at or above the most positions any handle holds, and below it for a target that
+    grows.
 
     The program is drawn from a seed (every choice uniform); a failure names each step it took."""
     claim = "every live handle agrees with its list-of-rows reference after every step of every handle"

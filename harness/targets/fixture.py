@@ -134,7 +134,7 @@ class ReproSink:
         """Record that ``check`` fails on ``handle`` (a traced or recorded one; others are ignored) here."""
         program = getattr(handle, "program", None)
         if isinstance(program, Program):
-            self.programs.append(ProgramFailure(program.snapshot(), claim, check.says))
+            self.programs.append(ProgramFailure(program.snapshot(), claim, check.says, "occupancy" in verbs))
             return
         trace = getattr(handle, "trace", None)
         if trace is None:
@@ -157,9 +157,9 @@ class ReproSink:
         does not find the problem: a failure that needs two histories compared has no one-program script)."""
         if self.programs:
             last = self.programs[-1]
-            if not replays(self.target, last.program):
+            if not replays(self.target, last.program, last.occupancy):
                 return ""
-            return replay_script(self.target, last.program, last.claim, self.witness, last.says)
+            return replay_script(self.target, last.program, last.claim, self.witness, last.says, last.occupancy)
         if not self.failures:
             return ""
         last = self.failures[-1]
@@ -173,6 +173,7 @@ class ProgramFailure:
     program: Program
     claim: str
     says: str
+    occupancy: bool = False  # the claim checked occupancy: so does the script
 
 
 def repro_folder(config: pytest.Config) -> Path | None:

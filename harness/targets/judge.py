@@ -60,6 +60,17 @@ class Pair:
     def fork(self) -> Pair:
         return Pair(self.h.fork(), self.ref.fork(), self.calib, list(self.history))
 
+    def follow(self, verb: str, arg) -> None:
+        """Do batch ``verb`` (reorder, select, repeat; already done to both handles) to what a lossy bound is
+        computed from too, so element i's bound is computed from element i's own calibration and history."""
+        if verb not in ("reorder", "select", "repeat") or (self.calib is None and not self.history):
+            return
+        batch = (self.calib or self.history[0])[0].shape[1]
+        idx = [b for b in range(batch) for _ in range(int(arg))] if verb == "repeat" else [int(i) for i in arg]
+        if self.calib is not None:
+            self.calib = (self.calib[0][:, idx], self.calib[1][:, idx])
+        self.history = [(k[:, idx], v[:, idx]) for k, v in self.history]
+
 
 class Judge:
     """The checks of one witness on one target; ``claim`` and ``verbs`` say what a reproduction claims."""

@@ -117,22 +117,23 @@ def record(handle, geometry, batch: int, window: int | None, capacity: int) -> R
 # ---------------------------------------------------------------- the replay (copied into every script)
 
 
-def model_replay(target, geometry, batch, window, capacity, steps, chunks, says, kept_max=8):
+def model_replay(target, geometry, batch, window, capacity, steps, chunks, says, occupancy=False, kept_max=20):
     """Replay ``steps`` through ``target`` and a list-of-rows model; the first problem found, or "".
 
     The model is each verb's definition on (L, B, H, n, D) arrays of every position appended. After every
-    step: each live handle's length and rows (held_rows_differ; a window keeps at least its last W - 1
-    positions), the rows each append handed attention (visible_differs), that the last ``kept_max`` results
-    still hold their values, and, for a target stating an Occupancy, its bound. The rows an append was given
-    are overwritten once it returns, as a caller reusing its buffers would."""
+    step: the results kept so far still hold the values they were returned with (the last ``kept_max``: each
+    handle's recent reads, the append results), then each live handle's length and rows (held_rows_differ; a
+    window keeps at least its last W - 1 positions), the rows each append handed attention (visible_differs),
+    and, with ``occupancy`` (the claim that failed checks it), the target's Occupancy bound. The rows an append
+    was given are overwritten once it returns, as a caller reusing its buffers would."""
     import numpy as np
 
-    run = {"target": target, "window": window, "calib": {}, "hist": {0: []}, "kept": [], "kept_max": kept_max}
+    run = {"target": target, "calib": {}, "hist": {0: []}, "kept": [], "fresh": [], "kept_max": kept_max}
     run["live"] = {0: True}
     run["hs"] = {0: target.make(geometry, batch, window, capacity)}
     run["ms"] = {0: (np.zeros(geometry.rows_shape(batch, 0), np.float32),) * 2}
-    occ = getattr(target, "occupancy", None)
-    run["start"] = run["hs"][0].occupancy() if occ is not None else 0
+    run["occ"] = getattr(target, "occupancy", None) if occupancy else None
+    run["start"] = run["hs"][0].occupancy() if run["occ"] is not None else 0
     for i, (verb, h, arg) in enumerate(steps):
         at = f"step {i + 2} ({says[i]})"
         try:
@@ -153,17 +154,15 @@ def _replay_step(run, verb, h, arg, chunks, at):
     mk, mv = ms[h]
     if verb == "append":
         k, v = np.array(chunks[arg][0]), np.array(chunks[arg][1])
-        run["calib"].setdefault(h, chunks[arg])
+        if run["calib"].get(h) is None:  # the first chunk this handle's history got (a fork of an empty one: its own)
+            run["calib"][h] = chunks[arg]
         run["hist"][h] = [*run["hist"][h], chunks[arg]]
         vis = hs[h].append(k, v)
         ms[h] = np.concatenate([mk, k], axis=3), np.concatenate([mv, v], axis=3)
-        bk, bv = _bounds(run["target"].numerics, run["calib"].get(h), run["hist"][h], *ms[h])
-        args = (vis.mask_length, vis.mask_offset, *ms[h], bk, bv, mk.shape[3], run["window"])
+        bk, bv = _bounds(run["target"].numerics, run["calib"][h], run["hist"][h], *ms[h])
+        args = (vis.mask_length, vis.mask_offset, *ms[h], bk, bv, mk.shape[3], hs[h].window)
         problem = visible_differs(vis.k, vis.v, vis.positions, *args)
-        run["kept"] = [
-            *run["kept"][-run["kept_max"] + 1 :],
-            (f"the rows {at} handed attention", vis.k, np.array(vis.k)),
-        ]
+        run["fresh"].append((f"the rows {at} handed attention", vis.k, vis.v, np.array(vis.k), np.array(vis.v)))
         k.fill(np.nan)  # the caller reuses its buffers once append returns
         v.fill(np.nan)
         return f"{at}: the rows handed to attention: {problem}" if problem else ""
@@ -188,30 +187,37 @@ def _replay_step(run, verb, h, arg, chunks, at):
         getattr(hs[h], verb)(arg)
         idx = [b for b in range(mk.shape[1]) for _ in range(arg)] if verb == "repeat" else list(arg)
         ms[h] = mk[:, idx], mv[:, idx]
+        calib = run["calib"].get(h)  # a bound's calibration and history follow the batch verb too
+        run["calib"][h] = None if calib is None else (calib[0][:, idx], calib[1][:, idx])
+        run["hist"][h] = [(c[0][:, idx], c[1][:, idx]) for c in run["hist"][h]]
     return ""
 
 
 def _replay_checks(run, at, step):
-    """Every live handle against its model, the kept results against their copies, occupancy against its bound."""
+    """The kept results against their copies, every live handle against its model, occupancy against its
+    bound; this step's reads join the kept results after the comparison."""
     import numpy as np
 
-    hs, ms, window = run["hs"], run["ms"], run["window"]
+    hs, ms = run["hs"], run["ms"]
+    for what, k_now, v_now, k_then, v_then in [*run["kept"], *run["fresh"]]:
+        for name, now, then in (("K", k_now, k_then), ("V", v_now, v_then)):
+            if not np.array_equal(now, then, equal_nan=True):
+                return f"{at}: {what} changed since it was returned ({name}: {differs(now, then)})"
     for j in [j for j in hs if run["live"][j]]:
         jk, jv = ms[j]
         if len(hs[j]) != jk.shape[3]:
             return f"{at}: handle {j} has length {len(hs[j])}, expected {jk.shape[3]}"
         rows = hs[j].read()
+        window = hs[j].window
         need = jk.shape[3] if window is None else min(jk.shape[3], window - 1)
         bk, bv = _bounds(run["target"].numerics, run["calib"].get(j), run["hist"][j], jk, jv)
         problem = held_rows_differ((rows.k, rows.v, rows.positions), jk, jv, bk, bv, need)
         if problem:
             return f"{at}: handle {j}: the rows held: {problem}"
         what = f"the rows read from handle {j} after step {step}"
-        run["kept"] = [*run["kept"][-run["kept_max"] + 1 :], (what, rows.k, np.array(rows.k))]
-    for what, now, then in run["kept"][:-1]:
-        if not np.array_equal(now, then, equal_nan=True):
-            return f"{at}: {what} changed since it was returned: {differs(now, then)}"
-    occ = getattr(run["target"], "occupancy", None)
+        run["fresh"].append((what, rows.k, rows.v, np.array(rows.k), np.array(rows.v)))
+    run["kept"], run["fresh"] = [*run["kept"], *run["fresh"]][-run["kept_max"] :], []
+    occ = run["occ"]
     if occ is not None:
         used = hs[0].occupancy()
         held = [ms[j][0].shape[3] for j in hs if run["live"][j] for _ in range(ms[j][0].shape[1])]
@@ -246,13 +252,15 @@ def load_rows(blob):
 def find_target(module, name):
     """The Target called ``name`` among ``module``'s globals (a Target, or a dict, list or tuple of them)."""
     import importlib
+    import sys
 
     for value in vars(importlib.import_module(module)).values():
         found = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
         for t in found:
             if getattr(t, "name", None) == name and callable(getattr(t, "make", None)):
                 return t
-    raise SystemExit(f"no target {name!r} in module {module}: the adapter changed since this script was written")
+    print(f"no target {name!r} in module {module}: the adapter changed since this script was written", file=sys.stderr)
+    raise SystemExit(2)  # not 1: 1 says the problem is present
 
 
 SCRIPT_FUNCTIONS = (
@@ -302,8 +310,9 @@ def module_root(module: str) -> Path | None:
     return root
 
 
-def script(target, program: Program, claim: str, witness: str, failure: str) -> str:
-    """The standalone reproduction of ``program`` on ``target`` (found by ``witness``, which said ``failure``)."""
+def script(target, program: Program, claim: str, witness: str, failure: str, occupancy: bool = False) -> str:
+    """The standalone reproduction of ``program`` on ``target`` (found by ``witness``, which said ``failure``;
+    ``occupancy``: the claim checked occupancy, so the script does too)."""
     module = target.build.__module__
     root = module_root(module)
     kvproof = Path(__file__).resolve().parents[2]
@@ -348,7 +357,7 @@ def script(target, program: Program, claim: str, witness: str, failure: str) -> 
         f"    geometry = Geometry{g!r}",
         f"    says = {says!r}",
         f"    problem = model_replay(target, geometry, {program.batch}, {program.window!r}, {program.capacity}, "
-        "STEPS, load_rows(ROWS), says)",
+        f"STEPS, load_rows(ROWS), says, occupancy={occupancy})",
         "    if problem:",
         '        print("PROBLEM:", problem)',
         f'        print("the claim does not hold on {target.binding()}")',
@@ -366,10 +375,10 @@ def script(target, program: Program, claim: str, witness: str, failure: str) -> 
     return "\n".join(out)
 
 
-def replays(target, program: Program) -> str:
+def replays(target, program: Program, occupancy: bool = False) -> str:
     """What the script of ``program`` finds (its problem, "" when none), run here: the check that it reproduces."""
     says = [describe(s) for s in program.steps]
     return model_replay(
         target, Geometry(*program.geometry), program.batch, program.window, program.capacity,
-        program.steps, [(np.array(k), np.array(v)) for k, v in program.chunks], says,
+        program.steps, [(np.array(k), np.array(v)) for k, v in program.chunks], says, occupancy,
     )  # fmt: skip

@@ -448,5 +448,8 @@ def test_k_selects_by_id_title_or_tag_as_pytest_does_and_lf_is_rerun_failed(proj
     assert bad.returncode == 2 and "-k 'acc and'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     none = kvproof(project, "run", "-k", "nothing-has-this")
     assert none.returncode == 2 and "matches no card" in none.stderr, none.stderr
-    lf = kvproof(project, "run", "--lf", "--json", "lf.json", "--force")
-    assert lf.returncode in (0, 1) and (project / "lf.json").is_file(), lf.stdout + lf.stderr
+    proven = {c["id"] for c in json.loads((project / "k.json").read_text())["cards"] if c["verdict"] == "PROVEN"}
+    lf = kvproof(project, "run", "--lf", *sorted(proven), "--json", "lf.json", "--force")
+    assert lf.returncode == 0, lf.stdout + lf.stderr
+    again = json.loads((project / "lf.json").read_text())["cards"]
+    assert proven and all(c["replayed_from"] for c in again), again  # --lf: what was PROVEN is replayed, not run

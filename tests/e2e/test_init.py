@@ -44,3 +44,23 @@ def test_init_adds_the_table_to_an_existing_pyproject_and_refuses_to_overwrite(t
     assert refused.returncode == 2 and "witnesses/conftest.py already exist" in refused.stderr, refused.stderr
     assert (other / "witnesses" / "conftest.py").read_text() == "# mine\n"
     assert not (other / "pyproject.toml").exists() and not (other / "obligations").exists()
+
+
+def test_init_refuses_a_pyproject_that_is_no_regular_file_without_writing_anything(tmp_path):
+    import os
+
+    import pytest
+
+    from harness.errors import UsageError
+    from harness.select.scaffold import init_project
+
+    for kind in ("fifo", "folder"):
+        dest = tmp_path / kind
+        dest.mkdir()
+        if kind == "fifo":
+            os.mkfifo(dest / "pyproject.toml")  # reading it would block forever
+        else:
+            (dest / "pyproject.toml").mkdir()
+        with pytest.raises(UsageError, match="is not a regular file"):
+            init_project(dest)
+        assert sorted(p.name for p in dest.iterdir()) == ["pyproject.toml"], kind

@@ -433,3 +433,12 @@ def test_every_node_na_or_a_plain_skip_is_still_unverified(other):
     first = _node("t[a]", "skipped", NA) if other.message == NA else _node("t[a]", examples=50)
     v = evaluate(_card(witnesses=(("w1", COUNTED),)), CardOutcomes((wo("w1", first, other),)))
     assert v.verdict == UNVERIFIED, v.reason
+
+
+def test_a_target_not_runnable_here_is_never_left_out_beside_the_others():
+    """Only a target lacking a capability is not a path of the claim; one that cannot run here is a path left
+    unchecked: the witness is skipped (UNVERIFIED), not judged on the other targets alone."""
+    card = _card(witnesses=(("w1", COUNTED),))
+    ran = _node("t[impl.paged]", examples=50)
+    absent = _node("t[transformers.quantized-hqq]", "skipped", "n/a: target x is not runnable here: hqq is missing")
+    assert evaluate(card, CardOutcomes((wo("w1", ran, absent),))).verdict == UNVERIFIED

@@ -167,11 +167,14 @@ TARGETS: dict[str, Target] = {}
 def run(claim, tgt):
     """(the AssertionError's text or "", the evidence) of ``claim`` on ``tgt``."""
     evidence = Evidence()
+    before = settings._current_profile  # restored after: the ci profile must not leak into other tests
     settings.load_profile("ci")  # registered by harness.plugin (the tests' conftest loads it)
     try:
         claim(tgt, ReproSink(tgt, "test", None), evidence)
     except AssertionError as e:
         return str(e), evidence.values
+    finally:
+        settings.load_profile(before or "default")
     return "", evidence.values
 
 
