@@ -36,7 +36,7 @@ from harness.compare.render import changed_measures, liars_text, verdict_text
 from harness.ledger.history import PastVerdict
 from harness.liars import scan
 from harness.plan.subjects import split
-from harness.record.build import HEADLINE_KEYS, replay_command
+from harness.record.build import HEADLINE_KEYS, not_applicable, replay_command
 from harness.record.document import RunDocument
 from harness.report.svg import Bar, Point, measure_bars, trend
 from harness.select.refs import RefSite, resolve_ref
@@ -465,15 +465,6 @@ def link_sources(cards: list[dict[str, Any]], root: Path, report_path: Path | No
             liar["source_href"] = href(site.path) if site is not None else None
 
 
-def card_not_applicable(c: Mapping[str, Any]) -> bool:
-    """The card does not apply on this run's path (as :func:`harness.record.build.not_applicable` decides it on
-    the document): every witness or control that did not pass skipped saying ``n/a: ...``."""
-    rest = [w for w in c.get("witnesses", []) + c.get("controls", []) if w.get("status") != Outcome.PASSED]
-    return bool(rest) and all(
-        w.get("status") == Outcome.SKIPPED and str(w.get("message", "")).startswith("n/a:") for w in rest
-    )
-
-
 def exercised_grids(w: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per node (target), the grid of what a program claim exercised: ``{"node", "verbs", "rows", "never",
     "boundaries"}``; rows are (verb before, counts of each verb after it on the same handle), ``never`` the
@@ -859,7 +850,7 @@ def build_view(
         {"id": c["id"], "anchor": c["anchor"], "verdict": c["verdict"], **c["change"]} for c in cards if c["change"]
     ]
     not_proven = [c for c in cards if c["verdict"] != Verdict.PROVEN]
-    na = [c["id"] for c in cards if c["verdict"] == Verdict.UNVERIFIED and card_not_applicable(c)]
+    na = [c.id for c in run.cards if not_applicable(c)]  # as the gate decides it (harness.record.build)
     return {
         "title": f"kvproof {summary['gate']} — {display_date(head.get('started'))}",
         "header": _header_view(head),
