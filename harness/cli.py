@@ -6,7 +6,11 @@ bound to has the same sha256 as then (see :mod:`harness.ledger.history`); ``-j N
 runs N witness processes at a time (:mod:`harness.execute.schedule`), longest expected
 chain first; ``timings`` shows those expected times and where they come from
 (the ledger, else the committed ``obligations/timings.json`` that ``timings
---write`` makes from it: :mod:`harness.plan.timings`).
+--write`` makes from it: :mod:`harness.plan.timings`). As pytest: ``-k EXPR``
+and ``--lf`` select; ``-x`` / ``--maxfail N`` stop after the N-th card that fails
+the gate, the rest recorded as not run (:func:`harness.pipeline.watcher`);
+``-v`` / ``-q`` say more or less on the terminal only; ``run --watch`` runs
+again the cards whose bound files change (:mod:`harness.plan.watching`).
 
 Exit codes: 0 every selected card PROVEN (or the command succeeded),
 1 some selected card is not PROVEN, 2 bad usage, invalid cards, or a run
@@ -37,7 +41,7 @@ from typing import Any
 from harness import argtypes
 from harness.errors import CardInvalid, HarnessError
 from harness.mutation.score import DEFAULT_MAX_MUTANTS
-from harness.project import program
+from harness.project import program, runner
 from harness.report import terminal
 from harness.report.terminal import console
 from harness.wire.safetext import guarded_streams
@@ -154,6 +158,59 @@ def _run_options(run: argparse.ArgumentParser, *, mutate: bool = False) -> None:
     )
     _cards_opt(run)
     _reports_opt(run)
+    _verbosity_opts(run)
+
+
+def _verbosity_opts(run: argparse.ArgumentParser) -> None:
+    """-v / -q, counted as pytest's: how much the terminal shows, never what the run writes."""
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="show more: -v each card's verdict as it is known and, under each card, its witnesses' node ids, "
+        "outcomes and bound checks, and its liars; -vv every node and the recorded evidence too",
+    )
+    run.add_argument(
+        "-q",
+        "--quiet",
+        action="count",
+        default=0,
+        help="show less: -q only the cards that are not PROVEN (with their failures), the gate line and the "
+        "report; -qq one line per card that is not PROVEN and the gate line",
+    )
+
+
+def _stop_and_watch_opts(run: argparse.ArgumentParser) -> None:
+    """-x / --maxfail N and --watch (``run`` only)."""
+    run.add_argument(
+        "-x",
+        "--exitfirst",
+        dest="maxfail",
+        action="store_const",
+        const=1,
+        default=0,
+        help="stop after the first card that fails the gate (any verdict but PROVEN): = --maxfail 1",
+    )
+    run.add_argument(
+        "--maxfail",
+        dest="maxfail",
+        type=argtypes.positive_int,
+        default=0,
+        metavar="N",
+        help="stop after the N-th card that fails the gate (FAILED, ERROR, VACUOUS or UNVERIFIED); the cards not "
+        "finished then are listed and recorded as not run (ERROR), and the run exits 1",
+    )
+    run.add_argument(
+        "--watch",
+        action="store_true",
+        help="after the run, poll every file each card is bound to (card, witnesses, liars, support modules, "
+        "covered and read files, refs) about once a second and run again the cards whose files changed, "
+        "saying which file; Ctrl-C stops (exit 130)",
+    )
+    # test hooks of --watch (docs/cli.md): seconds between polls, and the number of runs after which it returns
+    run.add_argument("--watch-interval", type=argtypes.seconds, default=1.0, help=argparse.SUPPRESS)
+    run.add_argument("--watch-runs", type=argtypes.positive_int, default=None, help=argparse.SUPPRESS)
 
 
 def _matrix_opt(parser: argparse.ArgumentParser, more: str = "") -> None:
@@ -186,6 +243,7 @@ def _run_parser(sub) -> None:
         "since); replay the others' latest PROVEN verdict, marked as replayed",
     )
     _matrix_opt(run)
+    _stop_and_watch_opts(run)
     run.add_argument(
         "--target",
         metavar="SPEC",
@@ -349,7 +407,7 @@ def _command_hint(argv: list[str], exc: Exception) -> str:
     if not word or "matches no card" not in str(exc):
         return ""
     close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
-    return f"; or did you mean the command `{program()} {close[0]}`?" if close else ""
+    return f"; or did you mean the command `{runner()} {close[0]}`?" if close else ""
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -384,7 +442,7 @@ def _main(argv: list[str] | None = None) -> int:
         terminal.render_problems(
             console(stderr=True),
             exc.problems,
-            f"cannot run: {len(exc.problems)} problem(s) in the cards (`{program()} validate` lists every problem):",
+            f"cannot run: {len(exc.problems)} problem(s) in the cards (`{runner()} validate` lists every problem):",
         )
         return 2
     except HarnessError as exc:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,17 +26,17 @@ from harness import outputs
 from harness.compare.diff import compare, thresholds_from_cards
 from harness.compare.render import render_terminal, to_html, to_json, to_markdown
 from harness.compare.runs import load_ref, open_ledger
-from harness.errors import UsageError
+from harness.errors import CardInvalid, HarnessError, UsageError
 from harness.execute.executor import RAY, ExecutorSpec
 from harness.execute.schedule import default_jobs
 from harness.ledger.history import FILENAME, Ledger
 from harness.mutation import generate as mutants
 from harness.mutation.marks import load_marks
 from harness.pipeline import prove
-from harness.plan import timings
+from harness.plan import timings, watching
 from harness.plan.status import DEFAULT_ONLY, status_exit_code, status_rows
 from harness.plan.subjects import split
-from harness.project import program, project_root
+from harness.project import project_root, runner, shown_path
 from harness.record.provenance import utc_now
 from harness.report import github, terminal
 from harness.report.terminal import TerminalReporter
@@ -82,13 +84,13 @@ def _open_ledger(args: argparse.Namespace, root: Path):
 
 def _shown(path: Path, root: Path) -> str:
     """``path`` relative to the project root when inside it; a folder ends in ``/``."""
-    return _shown_dir(path, root) if path.is_dir() else display_path(path, root)
+    return _shown_dir(path, root) if path.is_dir() else shown_path(path, root)
 
 
 def _shown_dir(path: Path, root: Path) -> str:
     """A folder as messages show it: relative to the root when inside it, control characters visible."""
     try:
-        shown = path.relative_to(root).as_posix() + "/"
+        shown = shown_path(path, root).removesuffix("/") + "/"
     except ValueError:
         shown = str(path) + "/"
     return visible(shown, lines=False)
@@ -173,7 +175,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
     oracle_dir = Path(args.oracle_dir).expanduser().resolve() if args.oracle_dir else None
     if oracle_dir is not None and not oracle_dir.is_dir():
         raise UsageError(
-            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `{program()} oracle export`"
+            f"--oracle-dir={args.oracle_dir!r} is not a folder; export one with `{runner()} oracle export`"
         )
     json_path = None
     if args.json:
@@ -205,7 +207,7 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         json_path=json_path,
         json_arg=args.json or "",
         oracle_dir=oracle_dir,
-        argv=tuple(args.argv),
+        argv=recorded_argv(args.argv),
         mutate=mutate,
         rerun_failed=getattr(args, "rerun_failed", False),
         baseline=getattr(args, "baseline", None),
@@ -214,17 +216,132 @@ def _prove(args: argparse.Namespace, mutate=None) -> int:
         force=args.force,
         matrix=_matrix(args),
         targets=getattr(args, "target", None),
+        maxfail=getattr(args, "maxfail", 0) or 0,
     )
     if req.fail_on_regression and not req.baseline:
         raise UsageError(
             "--fail-on-regression needs --baseline REF: the run it must not regress against "
             "(e.g. --baseline latest, or a release's verdicts.json)"
         )
-    reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root))
-    proof = prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root))
+    verbosity = getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+    reporter = TerminalReporter(make_console(), make_console(stderr=True), lambda p: _shown(p, root), verbosity)
+    if getattr(args, "watch", False):
+        return _watch(req, reporter, _shown_dir(req.cards_dir, root), _Watching(args.watch_interval, args.watch_runs))
+    return _published(prove(req, reporter, shown_cards=_shown_dir(req.cards_dir, root)))
+
+
+def _published(proof) -> int:
+    """The run's exit code, once a GitHub Actions job has its annotations and summary (when it is one)."""
     if github.wanted():  # a GitHub Actions job: annotations on the cards, verdicts.md as the job summary
         github.publish(proof.doc, proof.report_dir)
     return proof.exit_code
+
+
+# ---------------------------------------------------------------- run: what is recorded, --watch
+
+TERMINAL_ONLY = ("--verbose", "--quiet", "--watch")  # options that change only the terminal, or whether it watches
+WATCH_HOOKS = ("--watch-interval", "--watch-runs")  # --watch's test hooks (they take a value)
+
+
+def recorded_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command line a run records (report header, replay hints): as typed, less ``-v`` / ``-q`` (counted,
+    clustered as ``-vv`` or ``-xv``), ``--watch`` and its hooks, so that how much the terminal shows, or a watch,
+    changes nothing the run writes. Long options as argparse takes them, abbreviated too."""
+    out: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = token.partition("=")
+        if len(name) > 2 and name.startswith("--"):
+            hook = [o for o in WATCH_HOOKS if o.startswith(name)]
+            if len(hook) == 1 and name not in TERMINAL_ONLY:
+                skip = not eq
+                continue
+            if not eq and any(o.startswith(name) for o in TERMINAL_ONLY):
+                continue
+        if re.fullmatch(r"-[vqx]+", token):
+            kept = token.replace("v", "").replace("q", "")
+            out += [kept] if kept != "-" else []
+            continue
+        out.append(token)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Watching:
+    interval: float = 1.0  # seconds between polls
+    runs: int | None = None  # return after this many runs (a test hook); None: until Ctrl-C
+
+
+def _watch(req: RunRequest, reporter: TerminalReporter, shown_cards: str, how: _Watching) -> int:
+    """``run --watch``: run, then poll the files each card is bound to (:mod:`harness.plan.watching`) and run again
+    the cards whose files changed, naming the file. A run that cannot start (a card broken by the edit) is said
+    and the watch goes on. Returns the last run's exit code after ``how.runs`` runs; Ctrl-C ends it (exit 130)."""
+    proof = prove(req, reporter, shown_cards=shown_cards)  # the first run refuses bad usage at once (exit 2)
+    code, files = _published(proof), watching.card_files(proof.doc)
+    seen = watching.snapshot(req.root, {p for paths in files.values() for p in paths})
+    runs = 1
+    while how.runs is None or runs < how.runs:
+        reporter.announce(
+            f"watch: watching {len(seen)} file(s) of {len(files)} card(s), every {how.interval:g} s; Ctrl-C stops"
+        )
+        hit, now = _wait_for_change(req.root, files, seen, how.interval)
+        ids = list(dict.fromkeys(split(cid)[0] for cid in hit))
+        reporter.announce(watching.trigger_text(hit, ids))
+        seen = dict(now)  # taken before the run: an edit while it runs is seen by the next poll
+        argv = _rerun_argv(req.argv, req.ids, ids)
+        again = replace(req, ids=tuple(ids), tags=(), keyword="", changed=False, rerun_failed=False, argv=argv)
+        code, done = _run_again(again, reporter, shown_cards)
+        runs += 1
+        if done is not None:
+            new = watching.card_files(done)
+            files.update(new)
+            fresh = {p for paths in new.values() for p in paths if p not in seen}
+            seen.update(watching.snapshot(req.root, fresh))
+    return code
+
+
+def _wait_for_change(
+    root: Path, files: Mapping[str, Sequence[str]], seen: Mapping[str, Any], interval: float
+) -> tuple[dict[str, tuple[str, ...]], dict[str, Any]]:
+    """Poll every ``interval`` seconds until some card's files changed; (card id -> the files that changed, the
+    snapshot that saw it), once two polls a short while apart agree (an editor's save is often two writes)."""
+    while True:
+        time.sleep(interval)
+        now = watching.snapshot(root, seen)
+        hit = watching.touched(seen, now, files)
+        if not hit:
+            continue
+        for _ in range(10):
+            time.sleep(min(interval, 0.2))
+            settled = watching.snapshot(root, seen)
+            if settled == now:
+                break
+            now = settled
+        return watching.touched(seen, now, files) or hit, now
+
+
+def _rerun_argv(argv: Sequence[str], given: Sequence[str], ids: Sequence[str]) -> tuple[str, ...]:
+    """The command a watch's later run records: the first one's with the ids of the cards it runs again instead of
+    the ids (or globs) ``given`` to it."""
+    return (*(t for t in argv if t not in set(given)), *ids)
+
+
+def _run_again(req: RunRequest, reporter: TerminalReporter, shown_cards: str):
+    """(exit code, the run's document or None) of one of a watch's later runs; one that cannot start is said."""
+    try:
+        proof = prove(req, reporter, shown_cards=shown_cards)
+    except CardInvalid as exc:
+        terminal.render_problems(
+            reporter.err, exc.problems, f"cannot run: {len(exc.problems)} problem(s) in the cards; still watching:"
+        )
+        return 2, None
+    except HarnessError as exc:
+        reporter.error(f"error: {exc}; still watching")
+        return 2, None
+    return _published(proof), proof.doc
 
 
 def _matrix(args: Any) -> tuple[str, ...] | None:
@@ -264,7 +381,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         terminal.render_problems(
             make_console(stderr=True),
             broken,
-            f"{len(broken)} problem(s) kept some cards or liars from loading (`{program()} validate` explains each):",
+            f"{len(broken)} problem(s) kept some cards or liars from loading (`{runner()} validate` explains each):",
         )
         return 2
     return 0
@@ -307,9 +424,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     card = next((c for c in result.cards if c.id == args.id), None)
     if card is None:
         ids = [c.id for c in result.cards]
-        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `{program()} list` shows the ids")
+        raise UsageError(f"no card with id={args.id!r}{did_you_mean(args.id, ids)}; `{runner()} list` shows the ids")
     console = make_console()
-    last, note = None, f"never run (run it with `{program()} run {card.id}`)"
+    last, note = None, f"never run (run it with `{runner()} run {card.id}`)"
     ledger = _open_ledger(args, root)
     if ledger is not None:
         with ledger:
@@ -344,8 +461,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     terminal.render_status(console, rows)
     if ledger is None:
         console.print(
-            f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: "
-            f"run the obligations once (`{program()} run`)"
+            f"no ledger in {_shown_dir(reports_dir(args, root), root)} yet: run the obligations once (`{runner()} run`)"
         )
     if result.load_problems:
         terminal.render_problems(
@@ -373,7 +489,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             if card_id not in known:
                 raise UsageError(
                     f"card id {card_id!r} has no recorded verdict{did_you_mean(card_id, sorted(known))}; "
-                    f"`{program()} history` lists the runs"
+                    f"`{runner()} history` lists the runs"
                 )
             past = ledger.history(card_id)
             terminal.render_history(
@@ -544,7 +660,7 @@ def _timings_write(
         )
         raise UsageError(
             f"timings --write: nothing to write, {where}; run the obligations once on this machine "
-            f"(`{program()} run`), then `{program()} timings --write`"
+            f"(`{runner()} run`), then `{runner()} timings --write`"
         )
     try:
         timings.write(folder, {cid: r.expected for cid, r in measured.items()}, source, utc_now())
@@ -596,7 +712,7 @@ def _timings_show(
         else f"ledger: no entry for these cards in {reports} (a fresh clone: timings.json decides)"
     ]
     if hints is None:
-        lines.append(f"{shown_file}: none (`{program()} timings --write` writes it from the ledger)")
+        lines.append(f"{shown_file}: none (`{runner()} timings --write` writes it from the ledger)")
     else:
         used = sum(1 for s in sources.values() if s == timings.FILE)
         lines.append(
@@ -635,8 +751,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         console.print(f"wrote {os.path.relpath(path)}")
     here = "" if dest.resolve() == Path.cwd().resolve() else f"cd {args.dir} && "
     console.print(
-        f"next: `{here}{program()} run` proves EXAMPLE-HANDLES on the example cache; then replace example_cache.py "
-        "with your cache and map its calls in example_kvproof.py (docs/prove-your-own-cache.md)"
+        f"next: `{here}{runner(absolute=bool(here))} run` proves EXAMPLE-HANDLES on the example cache; then replace "
+        "example_cache.py with your cache and map its calls in example_kvproof.py (docs/prove-your-own-cache.md)"
     )
     return 0
 
@@ -648,7 +764,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(f"created {display_path(card_path, root)} and {witness_rel}")
     console.print(
-        f"next: fill in the card, write the witness, then `{program()} run {args.id}` "
-        f"(it is FAILED until the witness is written)"
+        f"next: replace the card's TODO placeholders and list the symbols its proof cites under refs, write the "
+        f"witness, then `{runner()} run {args.id}` (ERROR while a placeholder is left, FAILED until the witness "
+        "is written)"
     )
     return 0

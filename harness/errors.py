@@ -17,8 +17,55 @@ EXHAUSTED = {
 }
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a file system (or its quota) that is full
+
+
+# a witness process whose own write (its event stream, its account) found the disk full exits with this code: its
+# stderr is on that disk too, so the exit code is all that reaches the runner (EX_IOERR of sysexits.h)
+NO_SPACE_EXIT = 74
+
+
+def no_space_in(exc: BaseException | None) -> bool:
+    """Does ``exc``, or an exception it was raised from, say a file system is full?"""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def no_space(path: object = None) -> str:
+    """A full file system in words, with the fix: ``no space left on PATH (TMPDIR=...): free space or point
+    TMPDIR elsewhere``. ``path``: the file or folder a write failed on, else the temp folder (where witnesses and
+    the runner's job folders write)."""
+    import os
+    import tempfile
+
+    tmp = os.environ.get("TMPDIR")
+    where = f"TMPDIR={tmp}" if tmp else f"TMPDIR unset: the temp folder is {tempfile.gettempdir()}"
+    return f"no space left on {path or tempfile.gettempdir()} ({where}): free space or point TMPDIR elsewhere"
+
+
+def exhausted_prefix(why: str) -> str:
+    """What starts the message of a test that ran out of a resource (``why``, from :data:`EXHAUSTED` or
+    :func:`no_space`): a full disk names itself and its fix, anything else is "resource exhausted (...)"."""
+    return f"{why}: " if why.startswith("no space left on ") else f"resource exhausted ({why}): "
+
+
 class HarnessError(Exception):
     """Root of every error the harness raises on purpose."""
+
+
+class NoSpace(HarnessError, OSError):
+    """A write of the harness itself (a job folder, the report, --json) found its file system full (exit code 2)."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc.errno, no_space(exc.filename))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class UsageError(HarnessError, ValueError):

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import verdict
-from harness.compare.diff import compare, thresholds_from_cards
+from harness.compare.diff import bound_file_changes, compare, thresholds_from_cards
 from harness.compare.runs import load_ref, open_ledger
-from harness.errors import LedgerError, RunNotRecorded
+from harness.errors import NO_SPACE, HarnessError, LedgerError, NoSpace, RunNotRecorded, no_space
 from harness.execute import forkserver
 from harness.execute.cluster import check_reachable, close_session, import_ray
 from harness.execute.executor import RAY
@@ -47,19 +48,20 @@ from harness.execute.watch import INHERITED_PYTEST_VARS
 from harness.mutation.score import judges
 from harness.mutation.stage import measure, traced_files
 from harness.plan import subjects, timings
-from harness.plan.binding import read_files
+from harness.plan.binding import BoundFile, read_files
 from harness.plan.cells import expand, resolve_subjects
 from harness.plan.planning import RunPlan, check_outputs, plan
-from harness.project import program
+from harness.plan.subjects import Subject
+from harness.project import runner, shown_path
 from harness.record import build, provenance
-from harness.record.document import CardResult, Claim, MutationResult, RunDocument, SubjectInfo
+from harness.record.document import CardResult, Claim, MutationResult, RunDocument, SinceProven, SubjectInfo
 from harness.report import folder as report_folder
 from harness.report import jsonfile
 from harness.report.view import build_view
 from harness.request import Proof, Reporter, RunRequest
-from harness.select.cards import card_bytes, display_path
+from harness.select.cards import Card, card_bytes
 from harness.select.selection import equivalence_marks, load, runnable
-from harness.statuses import Verdict
+from harness.statuses import Outcome, Verdict
 
 # the stages in code; the types they hand over live below them (harness.request, harness.plan.planning), never here
 __all__ = ["execute", "judge", "load_baseline", "prove", "record"]
@@ -71,7 +73,10 @@ __all__ = ["execute", "judge", "load_baseline", "prove", "record"]
 def execute(
     req: RunRequest, the_plan: RunPlan, reporter: Reporter | None, launcher: str | None = None
 ) -> tuple[dict[str, CardRun], str]:
-    """Run every card that is not replayed; (card id -> its runs, where they ran: the executor's description)."""
+    """Run every card that is not replayed; (card id -> its runs, where they ran: the executor's description).
+
+    With ``req.maxfail`` (``-x`` / ``--maxfail N``) the run stops once that many cards fail the gate
+    (:func:`watcher`); the cards it did not finish come back not run (ERROR, "not run: the run stopped ...")."""
     cfg = RunConfig(
         root=req.root,
         profile=req.profile,
@@ -87,8 +92,11 @@ def execute(
     to_run = the_plan.to_run
     total = sum(count_jobs(c, cfg, the_plan.links[c.id]) for c in to_run)
     ex = make_executor(req.executor, cfg, req.jobs)
+    on_card, stopped = watcher(req, the_plan, reporter)
     if reporter is None:
-        runs = run_cards(to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected, executor=ex)
+        runs = run_cards(
+            to_run, cfg, the_plan.links, jobs=req.jobs, expected=the_plan.expected, executor=ex, on_card=on_card
+        )
     else:
         with reporter.progress(total) as (on_start, on_done):
             runs = run_cards(
@@ -100,8 +108,73 @@ def execute(
                 on_start=on_start,
                 on_done=on_done,
                 executor=ex,
+                on_card=on_card,
             )
+        if stopped[0]:
+            reporter.stopped(req.maxfail, [r.card.id for r in runs if r.outcomes.link_problems == (stopped[0],)])
     return {r.card.id: r for r in runs}, ex.describe()
+
+
+def stop_reason(maxfail: int) -> str:
+    """Why a card was not run when the run stopped at ``-x`` / ``--maxfail N`` (its verdict: ERROR, "not run: ...")."""
+    return f"the run stopped after {maxfail} failing card(s) (-x/--maxfail {maxfail})"
+
+
+def watcher(
+    req: RunRequest, the_plan: RunPlan, reporter: Reporter | None
+) -> tuple[Callable[[CardRun], str], list[str]]:
+    """(what :func:`run_cards` calls as each card's run is complete, [the stop reason once it stopped]).
+
+    It judges the card as :func:`judge` will (:func:`card_verdict`), tells the reporter (``-v`` prints it), and
+    counts the cards that fail the gate (:func:`fails_gate`: every verdict but PROVEN, as the gate counts them);
+    at the ``req.maxfail``-th it returns :func:`stop_reason` and the run stops.
+    """
+    failing: list[str] = []
+    stopped = [""]
+
+    def on_card(run: CardRun) -> str:
+        v = card_verdict(the_plan, run, floors=req.profile == "release", profile=req.profile)
+        if reporter is not None:
+            reporter.card_done(run.card.id, v.verdict, v.reason, run.duration)
+        if not req.maxfail or stopped[0] or not fails_gate(run.card, v, the_plan.subjects):
+            return ""
+        failing.append(run.card.id)
+        if len(failing) >= req.maxfail:
+            stopped[0] = stop_reason(req.maxfail)
+        return stopped[0]
+
+    return on_card, stopped
+
+
+def card_verdict(
+    the_plan: RunPlan,
+    run: CardRun,
+    measured: MutationResult | None = None,
+    *,
+    floors: bool = False,
+    profile: str | None = None,
+) -> verdict.CardVerdict:
+    """A card's verdict from its run (:func:`judge` has the rules): the mutation score measured in this run
+    (``measured``), else the ledger's, judges its floor when it may; floors judge the default cells only."""
+    c = run.card
+    past = the_plan.mutations.get(c.id)
+    use = next((x for x in (measured, past) if x is not None and judges(x)), measured or past)
+    return verdict.evaluate(c, run.outcomes, use, floors=floors and c.subject == subjects.DEFAULT, profile=profile)
+
+
+def fails_gate(card: Card, v: verdict.CardVerdict, subs: Sequence[Subject]) -> bool:
+    """Does this verdict fail the gate? Every verdict but PROVEN does, in a cell that counts for it: a
+    configuration not ``required: false``, and not a card the run's path does not apply to (every witness that
+    did not pass skipped ``n/a: ...``), as :func:`harness.record.build.required_cell` decides on the document."""
+    if v.verdict == Verdict.PROVEN:
+        return False
+    if not next((s.required for s in subs if s.name == card.subject), True):
+        return False
+    rest = [w for w in v.witnesses + v.controls if w.status != Outcome.PASSED]
+    n_a = bool(rest) and all(
+        w.status == Outcome.SKIPPED and w.why.startswith(verdict.NOT_APPLICABLE_PREFIX) for w in rest
+    )
+    return not (v.verdict == Verdict.UNVERIFIED and n_a)
 
 
 def judge(
@@ -140,9 +213,7 @@ def judge(
                 c,
                 runs[c.id],
                 # a mutation score measures the witnesses, on the default configuration: floors judge its cells
-                verdict.evaluate(
-                    c, runs[c.id].outcomes, use, floors=floors and c.subject == subjects.DEFAULT, profile=profile
-                ),
+                card_verdict(the_plan, runs[c.id], now, floors=floors, profile=profile),
                 # bound to its named files and environment, and to every project file its processes read
                 read_files(the_plan.bound[c.id], runs[c.id].reads, the_plan.scope),
                 m,
@@ -188,7 +259,7 @@ def record(
         except OSError as exc:
             ok = False
             if reporter is not None:
-                reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {exc}")
+                reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {_os_text(exc, req.json_path)}")
     try:
         final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison, extra=repro_dir(req))
         if reporter is not None:
@@ -199,14 +270,15 @@ def record(
             reporter.error(
                 f"error: this run was not recorded in the ledger: {exc.cause}. Nothing measured is lost: its "
                 f"report is kept in {exc.kept}/ (index.html, verdicts.json){also}; compare it with "
-                f"`{program()} compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
+                f"`{runner()} compare latest {exc.kept}`. It is in no history, so `--changed` cannot replay "
                 "it and the run exits 2: fix the ledger as said and run again"
             )
         return False, None  # said in full: the generic line below would tell the user to fix the output location
     except (OSError, LedgerError) as exc:
         ok = False
         if reporter is not None:
-            reporter.error(f"error: the report and ledger row could not be written to {req.reports_dir}: {exc}")
+            why = _os_text(exc, req.reports_dir) if isinstance(exc, OSError) else exc
+            reporter.error(f"error: the report and ledger row could not be written to {req.reports_dir}: {why}")
     if not ok and reporter is not None:
         reporter.error(
             "error: this run's evidence was not recorded, so its verdicts do not count (exit 2); "
@@ -224,15 +296,35 @@ def prove(req: RunRequest, reporter: Reporter | None = None, *, shown_cards: str
     ray`` without ``--ray-address``) is stopped when it returns or raises.
     """
     if req.executor.kind != RAY:
-        return _prove(req, reporter, shown_cards)
+        with full_disk_named():
+            return _prove(req, reporter, shown_cards)
 
     import_ray()  # UsageError with the install hint before anything else
     if req.executor.address:
         check_reachable(req.executor.address)  # a wrong address is refused in seconds, before anything runs
     try:
-        return _prove(req, reporter, shown_cards)
+        with full_disk_named():
+            return _prove(req, reporter, shown_cards)
     finally:
         close_session()
+
+
+@contextmanager
+def full_disk_named() -> Iterator[None]:
+    """A write of the run's own (a job folder in the temp folder, a witness's plan) that finds its file system
+    full ends the run as NoSpace: the place and the fix (:func:`harness.errors.no_space`), exit 2, never a
+    traceback or a verdict."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in NO_SPACE and not isinstance(exc, HarnessError):
+            raise NoSpace(exc) from exc
+        raise
+
+
+def _os_text(exc: OSError, path: Path) -> str:
+    """An OSError of a write in words: a full file system names the place and the fix."""
+    return no_space(exc.filename or path) if exc.errno in NO_SPACE else str(exc)
 
 
 def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proof:
@@ -258,7 +350,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
             )
         if the_plan.to_run:
             reporter.note(
-                timings.schedule_line(the_plan.schedule_from, display_path(timings.path_in(req.cards_dir), req.root))
+                timings.schedule_line(the_plan.schedule_from, shown_path(timings.path_in(req.cards_dir), req.root))
             )
     runs, where = execute(req, the_plan, reporter, launcher)
     measured: Mapping[str, MutationResult] = {}
@@ -292,6 +384,7 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
         wall_s=time.monotonic() - t0,
         claims=claims,
     )
+    doc = since_proven(req, doc)
     comparison = None
     if baseline is not None:
         now = {c.id: raw.decode("utf-8") for c in doc.cards if (raw := card_bytes(c.fingerprint)) is not None}
@@ -309,6 +402,38 @@ def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proo
             reporter.baseline(comparison)
     recorded, final = record(req, doc, reporter, comparison)
     return Proof(doc, recorded, final, comparison, req.fail_on_regression)
+
+
+def since_proven(req: RunRequest, doc: RunDocument) -> RunDocument:
+    """``doc`` with each card that is not PROVEN saying which of its bound files changed since the newest run of
+    the ledger's history in which it was PROVEN (:func:`harness.compare.diff.bound_file_changes`), or that it
+    never was (no ledger yet: never). A ledger that cannot be read leaves them unsaid: recording the run says
+    what is wrong with it."""
+    if all(c.verdict == Verdict.PROVEN for c in doc.cards):
+        return doc
+    try:
+        ledger = open_ledger(req.reports_dir)
+    except (LedgerError, OSError):
+        return doc
+    try:
+        cards = []
+        for c in doc.cards:
+            if c.verdict == Verdict.PROVEN:
+                cards.append(replace(c, since_proven=None))
+                continue
+            past = ledger.last_with(c.id, Verdict.PROVEN) if ledger is not None else None
+            if past is None:
+                cards.append(replace(c, since_proven=SinceProven(None)))
+                continue
+            then = [BoundFile(**f) for f in ledger.bound_files(past.run_id, c.id)]
+            files = tuple(bound_file_changes(then, c.bound_files))
+            cards.append(replace(c, since_proven=SinceProven(past.run_id, past.started, past.report_dir, files)))
+    except (LedgerError, OSError):
+        return doc
+    finally:
+        if ledger is not None:
+            ledger.close()
+    return replace(doc, cards=tuple(cards))
 
 
 def load_baseline(req: RunRequest):

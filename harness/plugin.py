@@ -59,7 +59,7 @@ from typing import Any
 
 import pytest
 
-from harness.errors import EXHAUSTED, LiarError
+from harness.errors import EXHAUSTED, NO_SPACE, LiarError, exhausted_prefix, no_space
 from harness.statuses import Outcome
 from harness.wire import messages
 from harness.wire.evidence import Evidence
@@ -189,6 +189,8 @@ def _exhausted(exc: BaseException) -> str:
         seen.add(id(exc))
         if isinstance(exc, MemoryError):
             return "out of memory"
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            return no_space(exc.filename)
         if isinstance(exc, OSError) and exc.errno in EXHAUSTED:
             return EXHAUSTED[exc.errno]
         exc = exc.__cause__ or exc.__context__
@@ -538,7 +540,7 @@ class _Recorder:
             )
         exhausted = _exhausted(exc) if exc is not None else ""
         if exhausted:
-            prefix = f"resource exhausted ({exhausted}): " + prefix
+            prefix = exhausted_prefix(exhausted) + prefix
         state.message = _clip_line(prefix + first, _MESSAGE_LIMIT)
         state.failure = _clip(report.longreprtext)
         if call.excinfo is not None:

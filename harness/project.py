@@ -13,8 +13,11 @@ Two roots, kept apart on purpose:
   ``obligations/`` folder (so kvproof runs on any project, from anywhere
   inside it). Paths in cards are relative to it.
 
-And how the user called kvproof (:func:`program`): every message that names a
-command to type says it the same way.
+And how the user called kvproof (:func:`program`: the name in ``kvproof: error:``
+and usage lines); every hint that names a command to type says it with
+:func:`command`, which runs as printed from the working directory, and every
+path a message prints goes through :func:`shown_path` (relative to the working
+directory inside the project, else absolute).
 """
 
 from __future__ import annotations
@@ -91,3 +94,74 @@ def program() -> str:
     (``kvproof validate`` lists every problem) say it this way; the two are the same command.
     """
     return "kvproof" if Path(sys.argv[0]).name == "kvproof" else "run_obligations.py"
+
+
+# ---------------------------------------------------------------- what the terminal prints
+
+
+def _home_parent(path: Path) -> Path:
+    """``path`` absolute with its folders resolved but not its last part (``.venv/bin/python`` stays the venv's)."""
+    path = Path(os.path.abspath(path))
+    return path.parent.resolve() / path.name
+
+
+def shown_path(path: Path | str, root: Path | None = None, *, cwd: Path | None = None) -> str:
+    """A path as a message prints it: relative to the working directory when that is inside the project
+    ``root`` (default :func:`project_root`) and the path is too (``../reports/2026-.../index.html`` from a
+    subfolder), so it can be typed or clicked from there; else absolute. Every path the terminal names goes
+    through here (the project's files, the report folder, the interpreter in a command: :func:`command`)."""
+    target = _home_parent(Path(path))
+    try:
+        here = (cwd if cwd is not None else Path.cwd()).resolve()
+        base = (root if root is not None else project_root(here)).resolve()
+    except (OSError, UsageError):  # no working directory, or no project around it: absolute says it everywhere
+        return str(target)
+    if not here.is_relative_to(base) or not target.is_relative_to(base):
+        return str(target)
+    return Path(os.path.relpath(target, here)).as_posix()
+
+
+def _typed(path: Path, absolute: bool = False) -> str:
+    """An executable's path as typed from the working directory (``./x`` rather than ``x``, which PATH would
+    look up; the absolute path with ``absolute``), quoted for the shell when it needs it."""
+    import shlex
+
+    shown = str(path.absolute()) if absolute else shown_path(path, KVPROOF_HOME)
+    if "/" not in shown:
+        shown = f"./{shown}"
+    return shlex.quote(shown)
+
+
+def runner(absolute: bool = False) -> str:
+    """The start of a command that runs as printed from the working directory, whatever PATH holds (with
+    ``absolute``, from any directory: for a hint that changes directory first):
+
+    - ``kvproof`` when the user called the console script from PATH, or when this install's own ``kvproof``
+      (beside this interpreter) is on PATH;
+    - the console script's path (``.venv/bin/kvproof``) when they called it by path;
+    - else this interpreter and run_obligations.py by path, relative to the working directory inside the
+      checkout (``.venv/bin/python run_obligations.py``; ``../.venv/bin/python ../run_obligations.py`` from a
+      subfolder), absolute outside it.
+    """
+    import shutil
+
+    on_path = shutil.which("kvproof")
+    here_bin = _home_parent(Path(sys.executable)).parent
+    called = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if called is not None and called.name == "kvproof":
+        if on_path and _home_parent(Path(on_path)) == _home_parent(called):
+            return "kvproof"
+        return _typed(called, absolute)
+    if on_path and _home_parent(Path(on_path)).parent == here_bin:
+        return "kvproof"
+    script = KVPROOF_HOME / "run_obligations.py"
+    if not script.is_file():  # an installed kvproof without its checkout: the console script is the way in
+        return "kvproof"
+    return f"{_typed(Path(sys.executable), absolute)} {_typed(script, absolute).removeprefix('./')}"
+
+
+def command(args: str = "") -> str:
+    """``args`` (``run FX-ADD --profile ci``) as a whole command that runs as printed from the working directory
+    (:func:`runner`): what every hint that names a command to type says (the terminal, the reports, verdict
+    reasons, mutation and replay hints)."""
+    return f"{runner()} {args}".rstrip()

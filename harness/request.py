@@ -61,6 +61,7 @@ class RunRequest:
     force: bool = False  # --json may replace an existing file that is not a previous verdicts document
     matrix: tuple[str, ...] | None = None  # run --matrix [NAME ...]: every card under these configurations (() all)
     targets: str | None = None  # run --target SPEC: cards tagged `targets` under each selected target too
+    maxfail: int = 0  # run -x / --maxfail N: stop after the N-th card that fails the gate (0: never stop)
 
 
 class Reporter(Protocol):
@@ -76,6 +77,8 @@ class Reporter(Protocol):
     def error(self, text: str) -> None: ...
     def note(self, text: str) -> None: ...
     def baseline(self, comparison: Any) -> None: ...
+    def card_done(self, card_id: str, verdict: str, reason: str, duration: float) -> None: ...
+    def stopped(self, maxfail: int, not_run: Sequence[str]) -> None: ...
 
 
 @dataclass(frozen=True)

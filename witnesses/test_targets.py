@@ -14,6 +14,7 @@ A target lacking a capability a witness needs is n/a (skipped, naming it).
 """
 
 from harness.targets.claims import (  # noqa: F401 (pytest collects the test functions imported here)
+    test_a_quantized_cache_decodes_within_the_bound_derived_from_its_own,
     test_any_chunking_gives_the_same_cache,
     test_append_then_read_back_at_their_positions,
     test_decode_with_the_cache_equals_recomputing_the_prefix,

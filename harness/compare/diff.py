@@ -38,7 +38,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.record.document import CardResult, CheckResult, LiarResult, RunDocument
+from harness.plan.binding import BoundFile
+from harness.record.document import CardResult, ChangedFile, CheckResult, LiarResult, RunDocument
 from harness.statuses import LiarStatus, Verdict
 
 VERDICT_RANK = {Verdict.PROVEN: 0, Verdict.UNVERIFIED: 1, Verdict.VACUOUS: 2, Verdict.ERROR: 3, Verdict.FAILED: 4}
@@ -271,18 +272,25 @@ def newly_surviving(a: CardResult | None, b: CardResult) -> Iterable[str]:
             yield li.name
 
 
-def changed_bound_files(a: CardResult, b: CardResult) -> Iterable[str]:
-    """Bound files whose bytes differ between the runs, or that are bound in one run only: "path (role)"."""
-    fa = {f.path: f for f in a.bound_files}
-    fb = {f.path: f for f in b.bound_files}
+def bound_file_changes(before: Iterable[BoundFile], after: Iterable[BoundFile]) -> Iterable[ChangedFile]:
+    """Bound files whose bytes differ between two bindings (``changed``; a file now missing too), or that are
+    bound in one only (``newly bound``, ``no longer bound``): the after binding's order, then the dropped ones."""
+    fa = {f.path: f for f in before}
+    fb = {f.path: f for f in after}
     for path in list(fb) + [p for p in fa if p not in fb]:
         x, y = fa.get(path), fb.get(path)
         if x is None:
-            yield f"{path} ({y.role}, newly bound)"  # type: ignore[union-attr]
+            yield ChangedFile(path, y.role, "newly bound")  # type: ignore[union-attr]
         elif y is None:
-            yield f"{path} ({x.role}, no longer bound)"
+            yield ChangedFile(path, x.role, "no longer bound")
         elif x.sha256 != y.sha256:
-            yield f"{path} ({y.role})"
+            yield ChangedFile(path, y.role, "changed")
+
+
+def changed_bound_files(a: CardResult, b: CardResult) -> Iterable[str]:
+    """Bound files whose bytes differ between the runs, or that are bound in one run only: "path (role)"."""
+    for f in bound_file_changes(a.bound_files, b.bound_files):
+        yield f"{f.path} ({f.role})" if f.change == "changed" else f"{f.path} ({f.role}, {f.change})"
 
 
 def _checks(c: CardResult | None) -> dict[tuple[str, str, str], CheckResult]:

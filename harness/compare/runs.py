@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.errors import DocumentInvalid, InputRefused, UsageError
 from harness.inputs import CARD_LIMIT, DOCUMENT_LIMIT, HINTS_LIMIT, read_text, what_it_is
 from harness.ledger.history import FILENAME, Ledger
-from harness.project import program
+from harness.project import runner
 from harness.record.document import RunDocument, check_document
 
 VERDICTS_FILE = "verdicts.json"
@@ -109,7 +109,7 @@ def _from_ledger(ledger: Ledger | None, run_id: int, ref: str, reports: Path) ->
         ids = [r["run_id"] for r in ledger.runs(5)]
         raise UsageError(
             f"compare reference {ref!r}: no run {run_id} in {reports / FILENAME} (newest: "
-            f"{', '.join(map(str, ids)) or 'none'}); `{program()} history` lists the runs"
+            f"{', '.join(map(str, ids)) or 'none'}); `{runner()} history` lists the runs"
         )
     header_json, started, report_dir = row
     if report_dir and (reports / report_dir / VERDICTS_FILE).is_file():  # the whole document, timing included
@@ -159,10 +159,10 @@ def load_ref(ref: str, reports: Path, ledger: Ledger | None, *, cwd: Path | None
     if other is not None:
         raise UsageError(
             f"compare reference {ref!r}: {path} is {other}, not a report folder or a verdicts.json; give a "
-            f"run id (`{program()} history` lists them), latest/previous, a report folder or a verdicts.json"
+            f"run id (`{runner()} history` lists them), latest/previous, a report folder or a verdicts.json"
         )
     raise UsageError(
-        f"compare reference {ref!r} is neither a run id (`{program()} history` lists them), "
+        f"compare reference {ref!r} is neither a run id (`{runner()} history` lists them), "
         f"latest/previous, nor an existing report folder or verdicts.json"
     )
 

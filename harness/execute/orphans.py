@@ -44,7 +44,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.errors import EXHAUSTED
+from harness.errors import EXHAUSTED, NO_SPACE, NO_SPACE_EXIT, no_space
 
 WATCHDOG_ENV = "KVPROOF_WATCHDOG_FD"
 RUN_PREFIX = "kvproof-run-"
@@ -85,6 +85,9 @@ _EXHAUSTED_TEXT = (
     ("MemoryError", EXHAUSTED[errno.ENOMEM]),
 )
 FULL_BELOW = 1 << 20  # bytes: a file system with less than this free is full for a witness process
+_NO_SPACE_TEXT = tuple(os.strerror(code) for code in NO_SPACE)
+# an OSError's own line names the file: "[Errno 28] No space left on device: '/tmp/x/fill.bin'"
+_NO_SPACE_FILE = re.compile("(?:" + "|".join(map(re.escape, _NO_SPACE_TEXT)) + r"): '([^'\n]+)'")
 
 
 def exhausted(output: str, folders: Sequence[Path], code: int | None = None) -> str:
@@ -92,12 +95,14 @@ def exhausted(output: str, folders: Sequence[Path], code: int | None = None) -> 
 
     A witness that fills the disk often cannot even say so: its event stream and its stderr live on the disk it
     filled. So the file systems of ``folders`` (the job's folder, the temporary folder) are checked for free
-    space too, besides the errors its output names.
+    space too, besides the errors its output names. A full disk is named with its fix (:func:`no_space`): the
+    file the output says a write failed on, else the full folder, else the temp folder.
     """
-    found = [why for text, why in _EXHAUSTED_TEXT if text in output]
+    found = [why for text, why in _EXHAUSTED_TEXT if text in output and text not in _NO_SPACE_TEXT]
     if code is not None and code == -signal.SIGXFSZ:
         found.append(EXHAUSTED[errno.EFBIG])
     devices: set[int] = set()
+    full: list[tuple[Path, int]] = []
     for folder in folders:
         try:
             device, free = os.stat(folder).st_dev, shutil.disk_usage(folder).free
@@ -107,7 +112,13 @@ def exhausted(output: str, folders: Sequence[Path], code: int | None = None) -> 
             continue
         devices.add(device)
         if free < FULL_BELOW:
-            found.append(f"the disk holding {folder} is full ({free // 1024} KiB free)")
+            full.append((folder, free))
+    named = _NO_SPACE_FILE.search(output)
+    said = code == NO_SPACE_EXIT  # the witness process's own write found the disk full (harness.execute.pytest_main)
+    if said or named or full or any(text in output for text in _NO_SPACE_TEXT):
+        where = named.group(1) if named else (full[0][0] if full else None)
+        left = f" ({full[0][1] // 1024} KiB free)" if full else ""
+        found.insert(0, no_space(where) + left)
     return "; ".join(dict.fromkeys(found))
 
 

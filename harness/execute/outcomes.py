@@ -139,5 +139,6 @@ def assemble(
 
 
 def not_run(card: Card, link_problems: tuple[str, ...]) -> CardRun:
-    """A card with link problems is ERROR without starting a process."""
+    """A card with link problems, or one a stopped run (``-x`` / ``--maxfail``) did not finish, is ERROR ("not
+    run: ...") without a process of its own."""
     return CardRun(card, CardOutcomes(link_problems=link_problems), 0.0)

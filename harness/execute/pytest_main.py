@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import NO_SPACE_EXIT, no_space_in
 from harness.execute.orphans import kill_descendants, watch_runner
 from harness.execute.reads import ReadLog
 from harness.wire.messages import ACCOUNT_ENV, CALL_FAILED, CALL_PASSED, CALL_SKIPPED, Account
@@ -163,9 +164,16 @@ def main(args: Sequence[str]) -> int:
 
     Writes pytest's own :class:`~harness.wire.messages.Account` where
     ``KVPROOF_ACCOUNT`` says (removed from the environment first), with every file of the project (the
-    working folder) this process read from here on (:mod:`harness.execute.reads`).
+    working folder) this process read from here on (:mod:`harness.execute.reads`). A write of its own that finds
+    the disk full (the event stream, the account) exits :data:`~harness.errors.NO_SPACE_EXIT`: its stderr is
+    on that disk too, and the runner names the full disk from the exit code.
     """
-    return run(args, AccountKeeper(account_path(), ReadLog.install(os.getcwd())))
+    try:
+        return run(args, AccountKeeper(account_path(), ReadLog.install(os.getcwd())))
+    except Exception as exc:
+        if no_space_in(exc):
+            return NO_SPACE_EXIT
+        raise
 
 
 if __name__ == "__main__":

@@ -175,7 +175,11 @@ class _Queue:
         if self.cfg.liars:
             self.settled += len(st.card.liars) - len(st.honest.liars)
 
-    def card_runs(self) -> list[CardRun]:
+    def card_runs(self, stopped: str = "") -> list[CardRun]:
+        """Every card's run in card order; after a stop (``stopped``: why), a card that did not finish is not run."""
+        if stopped:
+            for st in self.states:
+                self.results.setdefault(st.index, not_run(st.card, (stopped,)))
         assert len(self.results) == len(self.states), "every card must have finished"
         return [self.results[i] for i in range(len(self.states))]
 
@@ -186,13 +190,19 @@ def _drive(
     pop: Callable[[], Any],
     finished: Callable[[Any, JobResult], None],
     on_start: Callable[[Job, Sequence[Running]], None] | None,
+    halt: Callable[[], bool] | None = None,
 ) -> None:
     """Keep ``ex`` full with jobs from ``pop`` while ``ready()``; book each result with ``finished``.
 
-    On any exception (Ctrl-C first of all) every running job is cancelled before it is re-raised.
+    On any exception (Ctrl-C first of all) every running job is cancelled before it is re-raised. Once
+    ``halt()`` is true (``-x`` / ``--maxfail``) no job starts and every running one is cancelled, as on Ctrl-C,
+    and it returns.
     """
     try:
         while ready() or ex.busy:
+            if halt is not None and halt():
+                ex.stop()
+                return
             while ready() and ex.busy < ex.capacity:
                 item = pop()
                 ex.start(item, item.job, item.folder)
@@ -217,6 +227,7 @@ def run_cards(
     on_start: Callable[[Job, Sequence[Running]], None] | None = None,
     on_done: Callable[[Job, int], None] | None = None,
     executor: ExecutorSpec | None = None,
+    on_card: Callable[[CardRun], str] | None = None,
 ) -> list[CardRun]:
     """Run every card; returns their :class:`CardRun` in the order of ``cards``.
 
@@ -230,19 +241,35 @@ def run_cards(
     longer run (finished, plus liars skipped because the honest run did not
     hold). Raises KeyboardInterrupt (after killing every process) when
     interrupted.
+
+    ``on_card(run)`` is called as each card's run is complete (a card with
+    link problems at once, before anything starts); when it returns a reason
+    (``-x`` / ``--maxfail``: enough cards failed) the run stops: nothing more
+    starts, the running processes are cancelled, and every card that did not
+    finish comes back not run for that reason (:func:`harness.execute.outcomes.not_run`).
     """
     jobs = max(1, int(jobs))
     cfg = blas_config(cfg, jobs > 1)
     with make_executor(executor, cfg, jobs) as ex:
         todo = _Queue(cards, cfg, ex.capacity, expected or {}, link_problems or {})
+        told: set[int] = set()
+        stop = [""]
+
+        def tell() -> None:
+            for i in sorted(todo.results.keys() - told):
+                told.add(i)
+                why = on_card(todo.results[i]) if on_card is not None else ""
+                stop[0] = stop[0] or why
 
         def finished(item: _Ready, res: JobResult) -> None:
             todo.finished(item, res)
             if on_done:
                 on_done(item.job, todo.settled)
+            tell()
 
-        _drive(ex, lambda: bool(todo.ready), todo.pop, finished, on_start)
-    return todo.card_runs()
+        tell()
+        _drive(ex, lambda: bool(todo.ready), todo.pop, finished, on_start, lambda: bool(stop[0]))
+    return todo.card_runs(stop[0])
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.errors import Cancelled
+from harness.errors import Cancelled, exhausted_prefix
 from harness.execute import forkserver, ingress, orphans
 from harness.execute.jobs import CAUGHT_EARLIER, Job, JobResult, RunConfig, WarmCard
 from harness.execute.launcher import Launcher
@@ -361,7 +361,7 @@ def _blame(out: JobResult, watch: _Watch, stacks: Path) -> None:
     elif watch.running is not None:
         nodeid = watch.running[0]
         ran_out = orphans.exhausted(out.output_tail, (Path(tempfile.gettempdir()), stacks.parent), out.exit_code)
-        prefix = f"resource exhausted ({ran_out}): " if ran_out else ""
+        prefix = exhausted_prefix(ran_out) if ran_out else ""
         out.results[nodeid] = NodeResult(
             nodeid,
             Outcome.ERROR,

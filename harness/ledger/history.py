@@ -213,6 +213,16 @@ class Ledger(LedgerFile):
         return _past(row) if row else None
 
     @guarded
+    def last_with(self, card_id: str, verdict: str = Verdict.PROVEN) -> PastVerdict | None:
+        """The newest run in which the card had ``verdict`` (a replay of it included: the card was that there),
+        or None when it never had."""
+        row = self.conn.execute(
+            f"{_PAST} WHERE v.card_id = ? AND v.verdict = ? ORDER BY r.started DESC, v.run_id DESC LIMIT 1",
+            (card_id, verdict),
+        ).fetchone()
+        return _past(row) if row else None
+
+    @guarded
     def last_matching(
         self, card_id: str, digest: str, verdict: str = Verdict.PROVEN, profile: str | None = None
     ) -> PastVerdict | None:

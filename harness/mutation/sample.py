@@ -36,6 +36,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.project import command as run_command
+
 # NOTE: bump when generate.py, cgen.py or generate.sample change which mutants a (seed, max_mutants) draws or
 # what a key names, or when a FLOOR constant below changes: every score measured before then stops judging.
 SAMPLER_VERSION = 1
@@ -134,8 +136,8 @@ OLDER = "measured on another sample (by an older kvproof, which did not record i
 
 
 def command(card_id: str) -> str:
-    """The command that measures a card's score on its floor's sample."""
-    return f"run_obligations.py mutate {card_id}"
+    """The command that measures a card's score on its floor's sample, as it runs here (project.command)."""
+    return run_command(f"mutate {card_id}")
 
 
 __all__ = [

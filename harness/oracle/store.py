@@ -39,7 +39,8 @@ from harness.errors import OracleCorrupt, OracleMissing, OracleStale
 from harness.execute.orphans import pid_alive
 from harness.files import sha256_file
 from harness.oracle.prompts import EVICTION_SEGMENTS, REFERENCE_PROMPTS
-from harness.project import KVPROOF_HOME, program
+from harness.project import KVPROOF_HOME
+from harness.project import command as run_command
 
 FORMAT = "kvproof-oracle"
 FORMAT_VERSION = 1
@@ -64,9 +65,9 @@ def resolve_oracle_dir(path: str | os.PathLike | None = None) -> Path:
 
 
 def export_command(root: Path) -> str:
-    """The command that (re)creates the export at ``root``, as the user runs kvproof (:func:`program`; a witness
-    process cannot tell, and says :data:`EXPORT_COMMAND`)."""
-    command = "kvproof oracle export" if program() == "kvproof" else EXPORT_COMMAND
+    """The command that (re)creates the export at ``root``, as it runs from the working directory
+    (:func:`harness.project.command`)."""
+    command = run_command("oracle export")
     if root.absolute() == resolve_oracle_dir(None):
         return command
     return f"{command} --oracle-dir {root}"

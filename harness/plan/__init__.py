@@ -12,4 +12,6 @@
   the ledger's replays and times: :class:`RunPlan`.
 - ``status``: ``run_obligations.py status``: each cell's last verdict, or
   STALE when a bound input changed.
+- ``watching``: ``run --watch``: each card's bound files and their state
+  (mtime, size); which cards a change touches.
 """

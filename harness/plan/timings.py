@@ -57,7 +57,7 @@ from harness import schemas
 from harness.errors import HarnessError, InputRefused
 from harness.inputs import HINTS_LIMIT, read_text
 from harness.plan.subjects import split
-from harness.project import KVPROOF_HOME, program
+from harness.project import KVPROOF_HOME, runner
 from harness.record.document import CardResult
 from harness.select.cards import display_path
 from harness.select.problems import Problem
@@ -72,7 +72,7 @@ SCHEMA_PATH = KVPROOF_HOME / "obligations" / "timings.schema.json"
 
 def fix() -> str:
     """What to do about a malformed file, with the command as the user runs it (:func:`harness.project.program`)."""
-    return f"delete it or rewrite it with `{program()} timings --write`"
+    return f"delete it or rewrite it with `{runner()} timings --write`"
 
 
 # where a card's expected times came from

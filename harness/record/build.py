@@ -17,6 +17,7 @@ from typing import Any
 from harness.execute.outcomes import CardRun
 from harness.plan.binding import BoundFile, digest
 from harness.plan.subjects import split
+from harness.project import command, shown_path
 from harness.record.document import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -350,18 +351,21 @@ def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None
 
 
 def replay_command(settings: RunSettings | RunHeader, card_id: str) -> str:
-    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default):
-    ``kvproof run ...`` when the run was started by the ``kvproof`` console script (a project without
-    run_obligations.py), else ``python run_obligations.py run ...``."""
+    """The command that reruns one card with this run's profile and seed (and its cards folder if not the default),
+    as it runs from the working directory (:func:`harness.project.command`: ``kvproof run ...`` or
+    ``.venv/bin/python run_obligations.py run ...``); the cards folder relative to the working directory inside
+    the project, else to the project root."""
     cards = ""
     root, folder = settings.root, settings.cards_dir
     if root and folder and Path(folder) != Path(root) / "obligations":
-        try:
-            cards = f" --cards {Path(folder).relative_to(root).as_posix()}"
-        except ValueError:
-            cards = f" --cards {folder}"
-    program = "kvproof" if (settings.command or "").split(" ", 1)[0] == "kvproof" else "python run_obligations.py"
-    return f"{program} run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}"
+        shown = shown_path(folder, Path(root))
+        if Path(shown).is_absolute():  # not typed from inside the project: say it as the project names it
+            try:
+                shown = Path(folder).relative_to(root).as_posix()
+            except ValueError:
+                shown = folder
+        cards = f" --cards {shown}"
+    return command(f"run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}")
 
 
 @dataclass(frozen=True)

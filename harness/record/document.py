@@ -143,6 +143,26 @@ class ReplayedFrom:
 
 
 @dataclass(frozen=True)
+class ChangedFile:
+    """A bound file whose bytes differ from a past run's (:func:`harness.compare.diff.bound_file_changes`)."""
+
+    path: str
+    role: str  # card | witness | ref | liar | ... (harness.plan.binding.BoundFile.role)
+    change: str  # "changed" (other bytes, or now missing) | "newly bound" | "no longer bound"
+
+
+@dataclass(frozen=True)
+class SinceProven:
+    """For a card that is not PROVEN: which of its bound files changed since the newest run of the ledger's
+    history in which it was PROVEN (``run_id`` None: never PROVEN in this history, ``files`` empty)."""
+
+    run_id: int | None
+    started: str = ""
+    report_dir: str | None = None
+    files: tuple[ChangedFile, ...] = ()
+
+
+@dataclass(frozen=True)
 class MutantResult:
     """One mutant of a card's claimed code and what the card's witnesses made of it (:mod:`harness.mutation.score`)."""
 
@@ -242,6 +262,8 @@ class CardResult:
     bound_digest: str = ""  # harness.plan.binding.digest(bound_files)
     mutation: MutationResult | None = None  # its mutation score: measured by mutate, or from the ledger
     honest_node: str = ""  # the cluster node the honest process ran on ("" on the local executor)
+    # not PROVEN: its bound files changed since its last PROVEN run in the ledger (None: PROVEN, or no ledger read)
+    since_proven: SinceProven | None = None
 
     def to_json(self) -> dict[str, Any]:
         return _CONVERTER.unstructure(self)

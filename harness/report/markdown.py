@@ -235,6 +235,8 @@ def render(view: Mapping[str, Any]) -> str:
         out += ["", "## Not PROVEN", ""]
         for c in view["not_proven"]:
             out.append(f"- **{_inline(c['id'])}** {c['verdict']}: {_inline(c['reason'])}")
+            if c.get("since_proven"):
+                out.append(f"  - {_inline(c['since_proven']['text'])}")
             if c["detail"] and not any(w.get("failure_block") and w["failure_block"]["example"] for w in c["failing"]):
                 out.append(f"  - `{_code(c['detail'])}`")
             for w in c["failing"]:

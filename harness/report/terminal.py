@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from harness.plan.timings import Expected, chain_s
 from harness.project import program
 from harness.record.build import fraction, liars_fraction
 from harness.report.view import examples_text, mutation_view, replayed_text
-from harness.statuses import VERDICTS, CardState, Gate, Verdict
+from harness.statuses import VERDICTS, CardState, Gate, Outcome, Verdict
 from harness.wire.safetext import escape as visible
 
 
@@ -107,13 +108,37 @@ def render_grid(console: Console, grid: Mapping[str, Any]) -> None:
         console.print(f"  [bold]{escape(sub['name'])}[/] ({escape(sub['settings_text'])}): {what}", soft_wrap=True)
 
 
-def render_run(console: Console, view: Mapping[str, Any]) -> None:
+@dataclass(frozen=True)
+class Shown:
+    """How much of a run the terminal shows (never what the run writes): ``verbosity`` is ``-v`` minus ``-q``
+    (:data:`VERBOSITY`), ``maxfail`` and ``not_run`` the ``-x`` / ``--maxfail`` stop, if it stopped."""
+
+    verbosity: int = 0
+    maxfail: int = 0
+    not_run: tuple[str, ...] = ()
+
+
+VERBOSITY = {
+    -2: "-qq: one line per card that is not PROVEN, the -x stop, the gate line",
+    -1: "-q: each card that is not PROVEN with its failure, mutation survivors, the -x stop, the gate line, the report",
+    0: "the start line, the results table, the cards that are not PROVEN, the gate line, the time per card",
+    1: "-v: also each card's verdict as it is known, and under each card its witnesses, node ids, checks and liars",
+    2: "-vv: also every node of a parametrized witness, the evidence recorded beside the bounds, each liar's witnesses",
+}
+
+
+def render_run(console: Console, view: Mapping[str, Any], shown: Shown | None = None) -> None:
     """The results table (a ``--matrix`` run: the card x configuration grid), then one or two lines per card
-    or cell that is not PROVEN, then the gate (from the report view)."""
+    or cell that is not PROVEN, then the gate (from the report view); ``shown``: how much (:class:`Shown`)."""
     head, s = view["header"], view["summary"]
+    shown = shown or Shown()
+    if shown.verbosity < 0:
+        _render_rest(console, view, head, s, shown)
+        return
     if view.get("grid"):
         render_grid(console, view["grid"])
-        _render_rest(console, view, head, s)
+        render_details(console, view, shown.verbosity)
+        _render_rest(console, view, head, s, shown)
         return
     table = Table(title=None, show_lines=False, header_style="bold", pad_edge=False)
     for name, kw in (
@@ -136,7 +161,7 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
             escape(c["id"]),
             escape(c["title"]),
             c["regime"],
-            verdict_text(c["verdict"]),
+            verdict_text(c["verdict"]) + (" [dim](not run)[/]" if c["id"] in shown.not_run else ""),
             fraction(n["witnesses_passed"], n["witnesses_total"]),
             fraction(n["controls_held"], n["controls_total"]),
             liars_fraction(n),
@@ -148,7 +173,8 @@ def render_run(console: Console, view: Mapping[str, Any]) -> None:
             *((_mutation_cell(c["mutation"]),) if s.get("mutation") else ()),
         )
     console.print(table)
-    _render_rest(console, view, head, s)
+    render_details(console, view, shown.verbosity)
+    _render_rest(console, view, head, s, shown)
 
 
 def failure_rows(w: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -194,16 +220,17 @@ def render_failure(console: Console, w: Mapping[str, Any], indent: int = 4) -> N
     console.print(grid)
 
 
-def _render_rest(console: Console, view: Mapping[str, Any], head: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    for c in view["cards"]:
-        if c["verdict"] == Verdict.PROVEN:
-            continue
-        console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}", soft_wrap=True)
-        failed = [w for w in c["failing"] if w.get("failure_block")]
-        for w in failed:
-            render_failure(console, w)
-        if c["detail"] and not any(w["failure_block"]["example"] for w in failed):
-            console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
+def _render_rest(
+    console: Console,
+    view: Mapping[str, Any],
+    head: Mapping[str, Any],
+    s: Mapping[str, Any],
+    shown: Shown,
+) -> None:
+    _render_not_proven(console, view, shown)
+    if shown.verbosity < -1:
+        _gate_line(console, view, head, s, shown)
+        return
     for c in view["cards"]:
         if c.get("mutation") and (c["mutation"]["survived"] or c["mutation"]["stale"]):
             render_mutation(console, c["id"], c["mutation"])
@@ -214,16 +241,100 @@ def _render_rest(console: Console, view: Mapping[str, Any], head: Mapping[str, A
             f"{escape(claims['surviving_summary'])} (tables in index.html)",
             soft_wrap=True,
         )
+    _gate_line(console, view, head, s, shown)
+
+
+def _render_not_proven(console: Console, view: Mapping[str, Any], shown: Shown) -> None:
+    """One or two lines (and each failed witness's block) per card that is not PROVEN; ``-qq``: one line each.
+    The cards a ``-x`` / ``--maxfail`` stop left not run are one line for all, after them."""
+    for c in view["cards"]:
+        if c["verdict"] == Verdict.PROVEN or c["id"] in shown.not_run:
+            continue
+        console.print(f"{verdict_text(c['verdict'])} [bold]{escape(c['id'])}[/]: {escape(c['reason'])}", soft_wrap=True)
+        if shown.verbosity < -1:
+            continue
+        if c["verdict"] == Verdict.FAILED and c.get("since_proven"):
+            console.print(f"    {escape(c['since_proven']['text'])}", soft_wrap=True)
+        failed = [w for w in c["failing"] if w.get("failure_block")]
+        for w in failed:
+            render_failure(console, w)
+        if c["detail"] and not any(w["failure_block"]["example"] for w in failed):
+            console.print(f"    {escape(c['detail'])}", soft_wrap=True, style="dim")
+    if shown.maxfail:
+        console.print(stopped_text(shown.maxfail, shown.not_run), soft_wrap=True, markup=False, highlight=False)
+
+
+def stopped_text(maxfail: int, not_run: Sequence[str]) -> str:
+    """The line a run stopped by ``-x`` / ``--maxfail`` ends its cards with: how many failed, which did not run."""
+    names = f": {', '.join(visible(i) for i in not_run)}" if not_run else ""
+    return f"stopped after {maxfail} failing card(s) (-x/--maxfail); {len(not_run)} card(s) not run{names}"
+
+
+def _gate_line(
+    console: Console, view: Mapping[str, Any], head: Mapping[str, Any], s: Mapping[str, Any], shown: Shown
+) -> None:
     counts = ", ".join(f"{k['n']} {k['verdict']}" for k in s["counts"] if k["n"])
     gate = "[bold green]PASS[/]" if s["gate"] == Gate.PASS else "[bold red]FAIL[/]"
     replayed = f" ({s['replayed']} replayed)" if s.get("replayed") else ""
     what = f"cell(s) of {len(view['grid']['rows'])} card(s)" if view.get("grid") else "card(s)"
     na = s.get("not_applicable") or []
     na_text = f"; n/a here, not counted: {', '.join(na)}" if na and not view.get("grid") else ""
+    stopped = f"; {len(shown.not_run)} of them not run (ERROR: -x/--maxfail)" if shown.not_run else ""
     console.print(
-        f"gate {gate}: {counts} of {s['total']} {what}{replayed}{escape(na_text)} in {head['duration']} "
+        f"gate {gate}: {counts} of {s['total']} {what}{replayed}{escape(na_text)}{stopped} in {head['duration']} "
         f"(profile {head['profile']}, seed {head['seed']})"
     )
+
+
+def render_details(console: Console, view: Mapping[str, Any], verbosity: int) -> None:
+    """``-v``: under each card (or cell) its verdict and reason, then each witness and control (its outcome, test
+    node id and time; the node ids of a parametrized one, at most :data:`NODES_SHOWN` unless ``-vv``; each bound
+    check), then each liar and what caught it; ``-vv`` adds the evidence recorded beside the bounds and, under each
+    liar, its witnesses' outcomes."""
+    if verbosity < 1:
+        return
+    for c in view["cards"]:
+        replayed = f" [cyan]({replayed_text(c['replayed_from']['started'])})[/]" if c.get("replayed_from") else ""
+        console.print(
+            f"[bold]{escape(c['id'])}[/] {verdict_text(c['verdict'])}{replayed}: {escape(c['reason'])}", soft_wrap=True
+        )
+        for w in c["witnesses"] + c["controls"]:
+            _render_witness(console, w, verbosity, "  ")
+        for liar in c.get("liars") or ():
+            who = f"caught by {', '.join(liar['caught_by'])}" if liar["caught"] else f"{liar['status']}: {liar['why']}"
+            console.print(f"  liar [bold]{escape(liar['name'])}[/] {escape(who)}", soft_wrap=True)
+            if verbosity >= 2:
+                for w in liar.get("witnesses") or ():
+                    console.print(f"    {w['kind']} {escape(w['id'])} {w['status']}", soft_wrap=True)
+
+
+NODES_SHOWN = 5  # -v: node ids listed per parametrized witness; -vv lists them all
+CHECK_MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[yellow]?[/]"}
+
+
+def _render_witness(console: Console, w: Mapping[str, Any], verbosity: int, indent: str) -> None:
+    """One witness or control under its card (:func:`render_details`)."""
+    style = "green" if w["status"] == Outcome.PASSED else "red"
+    console.print(
+        f"{indent}{w['kind']} [bold]{escape(w['id'])}[/] [{style}]{w['status']}[/] {escape(w['test'])} "
+        f"({w['duration_s']:.2f} s)" + (f": {escape(w['why'])}" if w["why"] else ""),
+        soft_wrap=True,
+    )
+    nodes = list(w.get("nodes") or ())
+    if len(nodes) > 1 or verbosity >= 2:
+        limit = len(nodes) if verbosity >= 2 else NODES_SHOWN
+        for n in nodes[:limit]:
+            console.print(f"{indent}    {escape(n['nodeid'])} {n['outcome']} ({n['duration_s']:.2f} s)", soft_wrap=True)
+        if len(nodes) > limit:
+            console.print(f"{indent}    … {len(nodes) - limit} more node(s) (-vv lists them)", style="dim")
+    for check in w.get("checks") or ():
+        node = f" {escape(check['node'])}" if check.get("node") else ""
+        mark = CHECK_MARK.get(check["holds"], "?")
+        console.print(f"{indent}    {mark} {escape(check['text'])}{node}", soft_wrap=True)
+    if verbosity >= 2:
+        for r in w.get("recorded") or ():
+            node = f" {escape(r['node'])}" if r["node"] else ""
+            console.print(f"{indent}    recorded {escape(r['key'])} = {escape(r['text'])}{node}", soft_wrap=True)
 
 
 def render_timing(console: Console, timing: dict[str, Any]) -> None:
@@ -469,15 +580,24 @@ PLAIN_PROGRESS_S = 30.0  # without a terminal (a log, CI): a progress line at mo
 
 
 class TerminalReporter:
-    """The :class:`harness.request.Reporter` of the command line: progress bar, results, where files went."""
+    """The :class:`harness.request.Reporter` of the command line: progress bar, results, where files went.
 
-    def __init__(self, console: Console, err: Console, shown: Callable[[Path], str]) -> None:
+    ``verbosity`` (``-v`` counts up, ``-q`` down; :data:`VERBOSITY`) decides how much of it is printed, never what
+    the run writes; warnings and errors go to ``err`` at every level.
+    """
+
+    def __init__(self, console: Console, err: Console, shown: Callable[[Path], str], verbosity: int = 0) -> None:
         self.console, self.err, self.shown = console, err, shown
+        self.verbosity = max(-2, min(2, verbosity))
+        self.stop = Shown(self.verbosity)  # this run's -x / --maxfail stop, when it stopped
 
     def warning(self, problems, title: str) -> None:
         render_problems(self.err, problems, title)
 
     def starting(self, req, selected, replayed, to_run) -> None:
+        self.stop = Shown(self.verbosity)  # a new run (run --watch starts many)
+        if self.verbosity < 0:
+            return
         threads = "" if req.jobs == 1 else " (1 BLAS thread each)"
         where = f"-j {req.jobs}{threads}"
         ex = getattr(req, "executor", None)
@@ -534,7 +654,8 @@ class TerminalReporter:
             def on_done(job, settled: int) -> None:
                 bar.update(task, completed=settled)  # liars that did not need to run count as done
                 now = time.monotonic()
-                if not self.console.is_terminal and (now - last[0] >= PLAIN_PROGRESS_S or settled >= total):
+                plain = not self.console.is_terminal and self.verbosity >= 0
+                if plain and (now - last[0] >= PLAIN_PROGRESS_S or settled >= total):
                     last[0] = now  # no bar in a log: a line now and then, so a long run shows it is alive
                     self.console.print(
                         f"progress: {settled}/{total} process(es) done, {bar.tasks[0].elapsed or 0:.0f} s",
@@ -544,22 +665,43 @@ class TerminalReporter:
             yield on_start, on_done
 
     def note(self, text: str) -> None:
-        """A line about what the run is doing (the mutation stage's plan, for one)."""
+        """A line about what the run is doing (the mutation stage's plan, for one); not with ``-q``."""
+        if self.verbosity >= 0:
+            self.console.print(escape(text), soft_wrap=True)
+
+    def announce(self, text: str) -> None:
+        """A line printed at every verbosity (``run --watch``: what changed, what runs again)."""
         self.console.print(escape(text), soft_wrap=True)
 
+    def card_done(self, card_id: str, verdict: str, reason: str, duration: float) -> None:
+        """A card's verdict as soon as it is known, during the run; printed with ``-v``."""
+        if self.verbosity < 1:
+            return
+        why = f": {escape(reason)}" if verdict != Verdict.PROVEN else ""
+        line = f"{verdict_text(verdict)} [bold]{escape(card_id)}[/] ({duration:.2f} s){why}"
+        self.console.print(line, soft_wrap=True)
+
+    def stopped(self, maxfail: int, not_run: Sequence[str]) -> None:
+        """The run stopped at ``-x`` / ``--maxfail``: said with the results, beside the gate line."""
+        self.stop = Shown(self.verbosity, maxfail, tuple(not_run))
+
     def results(self, view: Mapping[str, Any]) -> None:
-        render_run(self.console, view)
-        render_timing(self.console, view["timing"])
+        render_run(self.console, view, self.stop)
+        if self.verbosity >= 0:
+            render_timing(self.console, view["timing"])
 
     def baseline(self, comparison) -> None:
-        """The 'vs baseline' section: what changed against --baseline, and the regressions."""
-
+        """The 'vs baseline' section: what changed against --baseline, and the regressions (not with ``-qq``)."""
+        if self.verbosity < -1:
+            return
         self.console.print("[bold]vs baseline[/]")
         render_terminal(self.console, comparison)
 
     def wrote(self, what: str, path: Path) -> None:
+        if self.verbosity < -1:
+            return
         self.console.print(
-            f"{'wrote' if what == 'json' else what} {escape(self.shown(path) if what != 'json' else str(path))}",
+            f"{'wrote' if what == 'json' else what} {escape(self.shown(path))}",
             soft_wrap=True,
         )
 

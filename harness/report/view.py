@@ -701,6 +701,40 @@ def claims_view(claims: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+# ---------------------------------------------------------------- since the last PROVEN
+
+NEVER_PROVEN = "never PROVEN in this history"
+
+
+def since_proven_view(sp: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A card that is not PROVEN: which of its bound files changed since its last PROVEN run (the document's
+    ``since_proven``), as ``{"text", "never", "run_id", "started", "report_dir", "files"}``; ``text`` is the
+    one line every renderer prints (``changed since last PROVEN (run 12, 2026-12-03T10:00:00Z): impl/paged.py,
+    witnesses/test_paged_fork.py``). None when the document does not say (PROVEN, or no ledger read)."""
+    if not sp:
+        return None
+    if sp.get("run_id") is None:
+        return {"text": NEVER_PROVEN, "never": True, "files": [], "run_id": None, "started": "", "report_dir": None}
+    files = [
+        {**f, "shown": f["path"] if f["change"] == "changed" else f"{f['path']} ({f['change']})"}
+        for f in sp.get("files") or ()
+    ]
+    run = f"run {sp['run_id']}, {sp.get('started') or '?'}"
+    text = (
+        f"changed since last PROVEN ({run}): " + ", ".join(f["shown"] for f in files)
+        if files
+        else f"no bound file changed since last PROVEN ({run}): same bytes as then"
+    )
+    return {
+        "text": text,
+        "never": False,
+        "files": files,
+        "run_id": sp["run_id"],
+        "started": sp.get("started") or "",
+        "report_dir": sp.get("report_dir"),
+    }
+
+
 # ---------------------------------------------------------------- the view
 
 
@@ -750,6 +784,7 @@ def card_view(
     out["change"] = change if change and change["kind"] != "first" else None
     out["runs_seen"] = len(past) + 1
     out["mutation"] = mutation_view(card.get("mutation"))
+    out["since_proven"] = since_proven_view(card.get("since_proven")) if card["verdict"] != Verdict.PROVEN else None
     return out
 
 

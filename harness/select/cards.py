@@ -10,8 +10,16 @@ Two kinds of :class:`Problem`:
 - ``load``: the card cannot be used at all (YAML syntax, schema, duplicate
   ids, a tolerance without a reason). ``run`` refuses to start (exit 2).
 - ``link``: the card is well formed but points at something that does not
-  exist (ref, test node, liar, covered file). ``run`` gives that card ERROR
-  without running it; ``validate`` reports it like any other problem.
+  exist (ref, test node, liar, covered file), or is still a scaffold
+  (``kvproof new``'s placeholder TODO in its title, theorem, proof or a
+  reason; ``refs: []``). ``run`` gives that card ERROR without running it;
+  ``validate`` reports it like any other problem.
+
+One pass: every check runs on every part of a card that has the shape it
+reads, so a card the schema refuses still has its refs, tests, liars and
+bounds checked, and ``validate`` names every problem of every card at once,
+each card's sorted by line. A card with a ``load`` problem is not built, and
+every problem of it then counts as ``load``.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +36,12 @@ import yaml
 from harness.errors import InputRefused, UsageError, YamlAliasRefused
 from harness.inputs import CARD_LIMIT, read_bytes
 from harness.liars import LiarSite
-from harness.project import SCHEMA_PATH, program  # noqa: F401  (SCHEMA_PATH re-exported for the scaffold, tests)
+from harness.project import SCHEMA_PATH, runner  # noqa: F401  (SCHEMA_PATH re-exported for the scaffold, tests)
 from harness.select.problems import (
     Problem,
+    entries_of,
+    field_path,
+    items_of,
     line_index,
     load_schema,  # noqa: F401  (re-exported: harness.select.schemadoc reads it here)
     parse_yaml,
@@ -202,12 +213,18 @@ def default_covers(refs: Iterable[str], witnesses: Iterable[Witness]) -> tuple[s
     return tuple(dict.fromkeys(files))
 
 
-def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str | None]:
-    """Load one card file. Returns (card or None, load problems, the id if readable).
+def load_card(
+    path: Path, root: Path, liars: Mapping[str, LiarSite] | None = None
+) -> tuple[Card | None, list[Problem], str | None]:
+    """Load one card file. Returns (card or None, every problem found, sorted by line, the id if readable).
 
     In steps: its name (:func:`_unnamable`), its bytes (:func:`_read_card`), its YAML (:func:`_parse_card`), its
-    form (duplicate keys, the schema), its meaning (:func:`harness.select.problems.semantic_problems`), then the
-    :class:`Card` (:func:`_build_card`).
+    form (duplicate keys, the schema), its meaning (:func:`harness.select.problems.semantic_problems`), what it
+    points at (:func:`_link_checks`: only when ``liars``, the liar index, is given), then the :class:`Card`
+    (:func:`_build_card`). One pass: a step never stops the next ones; each check reads the parts of the card that
+    have the shape it needs, so a misspelt field does not hide a ref that does not resolve. A card with a ``load``
+    problem is not built, and then every problem of it is ``load`` (the card is not used at all). A built card
+    comes with its ``link`` problems (``run`` makes it ERROR without running it).
     """
     shown = display_path(path, root)
     refused = _unnamable(shown)
@@ -226,15 +243,37 @@ def load_card(path: Path, root: Path) -> tuple[Card | None, list[Problem], str |
         Problem(shown, line, f, "", "duplicate key; YAML would silently keep only the last one") for f, line in dups
     ]
     problems += schema_problems(data, shown, values, keys)
-    problems.sort(key=lambda p: p.line)
+    problems += semantic_problems(data, shown, values, root)
     card_id = data.get("id") if isinstance(data.get("id"), str) else None
-    if problems:
-        return None, problems, card_id
-    problems = semantic_problems(data, shown, values, root)
-    if problems:
-        problems.sort(key=lambda p: p.line)
-        return None, problems, card_id
-    return _build_card(data, path, shown, raw_bytes, values), [], card_id
+    if liars is not None:
+        problems += _link_checks(shown, values, root, liars, **_linked(data, problems))
+    card = None
+    if any(p.kind == "load" for p in problems):
+        problems = [p if p.kind == "load" else replace(p, kind="load") for p in problems]
+    else:
+        card = _build_card(data, path, shown, raw_bytes, values)
+    problems.sort(key=lambda p: (p.line, p.field))
+    return card, problems, card_id
+
+
+def _linked(data: dict, problems: Iterable[Problem]) -> dict[str, list[tuple[str, str]]]:
+    """What :func:`_link_checks` resolves in a card's fields: each ref, test node, explicit cover and liar name
+    that is text and has no problem yet (a ref the schema refuses, or one leading out of the root, is not read)."""
+    taken = [p.field for p in problems]
+
+    def clean(parts: tuple) -> bool:
+        fp = field_path(parts)
+        return not any(f == fp or f.startswith((fp + ".", fp + "[")) for f in taken)
+
+    def texts(key: str) -> list[tuple[str, str]]:
+        return [(field_path((key, i)), v) for i, v in items_of(data, key) if isinstance(v, str) and clean((key, i))]
+
+    tests = [
+        (field_path((g, i, "test")), w["test"])
+        for g, i, w in entries_of(data)
+        if isinstance(w.get("test"), str) and clean((g, i, "test"))
+    ]
+    return {"refs": texts("refs"), "tests": tests, "covers": texts("covers"), "names": texts("liars")}
 
 
 def _unnamable(shown: str) -> Problem | None:
@@ -317,26 +356,50 @@ def _build_card(data: Mapping[str, Any], path: Path, shown: str, raw_bytes: byte
 
 
 def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list[Problem]:
-    """Refs, test nodes, covered files and liars that do not exist (kind='link')."""
+    """Refs, test nodes, covered files and liars of a loaded card that do not exist (kind='link')."""
+    groups = (("witnesses", card.witnesses), ("controls", card.controls))
+    return _link_checks(
+        card.display_path,
+        card.lines,
+        root,
+        liars,
+        refs=[(f"refs[{i}]", r) for i, r in enumerate(card.refs)],
+        tests=[(f"{g}[{i}].test", w.test) for g, ws in groups for i, w in enumerate(ws)],
+        covers=[(f"covers[{i}]", f) for i, f in enumerate(card.covers)] if card.explicit_covers else [],
+        names=[(f"liars[{i}]", n) for i, n in enumerate(card.liars)],
+    )
+
+
+def _link_checks(
+    shown: str,
+    lines: Mapping[str, int],
+    root: Path,
+    liars: Mapping[str, LiarSite],
+    *,
+    refs: Iterable[tuple[str, str]],
+    tests: Iterable[tuple[str, str]],
+    covers: Iterable[tuple[str, str]],
+    names: Iterable[tuple[str, str]],
+) -> list[Problem]:
+    """Which of these ``(field, value)`` refs, test nodes, covered files and liar names do not exist
+    (kind='link'), each with the line ``lines`` gives its field."""
     out = []
 
     def add(fp: str, value: str, msg: str) -> None:
-        out.append(Problem(card.display_path, card.line_of(fp), fp, short(value), msg, kind="link"))
+        out.append(Problem(shown, lines.get(fp, 0), fp, short(value), msg, kind="link"))
 
-    for i, ref in enumerate(card.refs):
+    for fp, ref in refs:
         site = resolve_ref(root, ref)
         if isinstance(site, str):
-            add(f"refs[{i}]", ref, f"ref does not resolve: {site}")
-    for group, items in (("witnesses", card.witnesses), ("controls", card.controls)):
-        for i, w in enumerate(items):
-            site = resolve_test(root, w.test)
-            if isinstance(site, str):
-                add(f"{group}[{i}].test", w.test, f"test node does not exist: {site}")
-    if "covers" in card.lines:
-        for i, f in enumerate(card.covers):
-            if not (root / f).is_file():
-                add(f"covers[{i}]", f, f"no such file under the project root {root}")
-    for i, name in enumerate(card.liars):
+            add(fp, ref, f"ref does not resolve: {site}")
+    for fp, test in tests:
+        site = resolve_test(root, test)
+        if isinstance(site, str):
+            add(fp, test, f"test node does not exist: {site}")
+    for fp, f in covers:
+        if not (root / f).is_file():
+            add(fp, f, f"no such file under the project root {root}")
+    for fp, name in names:
         if name not in liars:
             hint = did_you_mean(name, liars)
             group = name.split(".")[0] + "."
@@ -348,7 +411,7 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
                 + ", ".join(near[:8])
                 + (f" and {len(near) - 8} more in witnesses/liars/" if len(near) > 8 else "")
             )
-            add(f"liars[{i}]", name, f"unknown liar{hint}" if hint else f"unknown liar; {known}")
+            add(fp, name, f"unknown liar{hint}" if hint else f"unknown liar; {known}")
             continue
         site = liars[name]
         module, _, qual = site.target.partition(":")
@@ -357,12 +420,8 @@ def link_problems(card: Card, root: Path, liars: Mapping[str, LiarSite]) -> list
             file = module.replace(".", "/") + "/__init__.py"
         found = resolve_symbol(root, file, qual)
         if isinstance(found, str):
-            shown = display_path(site.path, root)
-            add(
-                f"liars[{i}]",
-                name,
-                f"the liar's target {site.target!r} ({shown}:{site.line}) does not resolve: {found}",
-            )
+            where = display_path(site.path, root)
+            add(fp, name, f"the liar's target {site.target!r} ({where}:{site.line}) does not resolve: {found}")
     return out
 
 
@@ -419,16 +478,16 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
     first_seen: dict[str, tuple[str, int]] = {}
     broken_ids: dict[str, str] = {}
     for path in find_card_files(cards_dir):
-        card, probs, card_id = load_card(path, root)
-        problems += probs
+        card, probs, card_id = load_card(path, root, liars)  # every problem of the card, sorted by line
         if card is None:  # named by its id, or the id its text or file name gives: `run ID` must say it is broken
             broken_ids[display_path(path, root)] = card_id or _id_of_unreadable(path)
         if card_id is not None:
             shown = display_path(path, root)
             line = card.line_of("id") if card else 0
-            if card_id in first_seen:
+            if card_id in first_seen:  # this card is not used: each of its problems keeps it out too
                 where = "{}:{}".format(*first_seen[card_id])
-                problems.append(
+                probs = [replace(p, kind="load") for p in probs]
+                probs.append(
                     Problem(
                         shown,
                         line,
@@ -437,11 +496,12 @@ def load_cards(cards_dir: Path, root: Path, liars: Mapping[str, LiarSite] | None
                         f"duplicate card id (first defined at {where}); give this card its own id",
                     )
                 )
+                problems += sorted(probs, key=lambda p: (p.line, p.field))
                 continue
             first_seen[card_id] = (shown, line)
+        problems += probs
         if card is not None:
             cards.append(card)
-            problems += link_problems(card, root, liars) if liars is not None else []
     return LoadResult(tuple(cards), tuple(problems), broken_ids)
 
 
@@ -462,7 +522,7 @@ def select(cards: Iterable[Card], patterns: Iterable[str] = (), tags: Iterable[s
     for pat in patterns:
         if not any(fnmatchcase(i, pat) for i in ids):
             raise UsageError(
-                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `{program()} list` shows the ids"
+                f"card id {pat!r} matches no card{did_you_mean(pat, ids)}; `{runner()} list` shows the ids"
             )
     all_tags = {t for c in cards for t in c.tags}
     for tag in tags:

@@ -5,7 +5,10 @@ are the YAML line index (so each problem names its line), the JSON-Schema
 problems (worded by :mod:`harness.schemas`) with their lines, and the
 checks the schema cannot express: finite bound limits and timeouts, paths
 that stay inside the project root, no control characters, a reason for
-every tolerance above zero, unique witness ids. :mod:`harness.select.cards` calls
+every tolerance above zero, unique witness ids, no placeholder that
+``kvproof new`` wrote left in a card that claims code. They run on every
+well-formed part of a card, also when the schema refuses another part, so
+that one ``validate`` reports every problem. :mod:`harness.select.cards` calls
 them, and so do the other YAML files' loaders (the equivalence marks, the
 configurations); nothing here imports a project module.
 """
@@ -25,7 +28,7 @@ import yaml
 
 from harness import schemas
 from harness.errors import YamlAliasRefused
-from harness.project import SCHEMA_PATH
+from harness.project import SCHEMA_PATH, program
 from harness.select.suggest import did_you_mean
 
 TOLERANCE_OPS = ("le", "lt")
@@ -40,7 +43,7 @@ class Problem:
     field: str  # dotted field path, e.g. witnesses[0].test; "" for the whole file
     value: str  # repr of the offending value, shortened; "" when there is none
     message: str  # what is wrong, what is allowed, the fix
-    kind: str = "load"  # "load" (card unusable) or "link" (dangling ref/test/liar/file)
+    kind: str = "load"  # "load" (card unusable) or "link" (dangling ref/test/liar/file; placeholder, no refs)
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
@@ -228,13 +231,33 @@ def path_problem(value: str, root: Path) -> str:
     return ""
 
 
+def items_of(data: Any, key: str) -> list[tuple[int, Any]]:
+    """``(index, item)`` of the list ``data[key]``; none when it is missing or no list (the schema says so)."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return list(enumerate(value)) if isinstance(value, list) else []
+
+
+def entries_of(data: dict) -> list[tuple[str, int, dict]]:
+    """``(group, index, witness)`` of every witness and control that is a mapping (the schema names the rest)."""
+    return [(g, i, w) for g in ("witnesses", "controls") for i, w in items_of(data, g) if isinstance(w, dict)]
+
+
+def _limits(w: dict) -> list[tuple[str, str, Any]]:
+    """``(key, op, limit)`` of a witness's bounds, as far as they are mappings (the schema names the rest)."""
+    bounds = w.get("bounds")
+    if not isinstance(bounds, dict):
+        return []
+    return [(k, op, lim) for k, ops in bounds.items() if isinstance(ops, dict) for op, lim in ops.items()]
+
+
 def _path_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
     """Every file a card names (refs, witness tests, covers) resolves inside the project root."""
     named: list[tuple[tuple, str]] = []
-    named += [(("refs", i), r.split("::", 1)[0]) for i, r in enumerate(data.get("refs") or [])]
-    named += [(("covers", i), c) for i, c in enumerate(data.get("covers") or [])]
-    for group in ("witnesses", "controls"):
-        named += [((group, i, "test"), w["test"].split("::", 1)[0]) for i, w in enumerate(data.get(group) or [])]
+    named += [(("refs", i), r.split("::", 1)[0]) for i, r in items_of(data, "refs") if isinstance(r, str)]
+    named += [(("covers", i), c) for i, c in items_of(data, "covers") if isinstance(c, str)]
+    for group, i, w in entries_of(data):
+        if isinstance(w.get("test"), str):
+            named.append(((group, i, "test"), w["test"].split("::", 1)[0]))
     problems = []
     for parts, file in named:
         why = path_problem(file, root)
@@ -263,94 +286,156 @@ def _bound_problems(data: dict, shown: str, values: dict) -> list[Problem]:
                 "a minimum mutation score must be a number from 0 to 1; e.g. `min_score: 0.9`",
             )
         )
-    for group in ("witnesses", "controls"):
-        for i, w in enumerate(data.get(group) or []):
-            timeout = w.get("timeout")
-            if isinstance(timeout, float) and math.isnan(timeout):
-                fp = f"{group}[{i}].timeout"
+    for group, i, w in entries_of(data):
+        timeout = w.get("timeout")
+        if isinstance(timeout, float) and math.isnan(timeout):
+            fp = f"{group}[{i}].timeout"
+            problems.append(
+                Problem(
+                    shown,
+                    values.get(fp, 0),
+                    fp,
+                    "nan",
+                    "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`",
+                )
+            )
+        for key, op, limit in _limits(w):
+            if isinstance(limit, float) and not math.isfinite(limit):
+                fp = f"{group}[{i}].bounds.{key}.{op}"
+                what = (
+                    "NaN compares false with everything"
+                    if math.isnan(limit)
+                    else "an infinite limit holds (or fails) for every finite value"
+                )
                 problems.append(
                     Problem(
                         shown,
                         values.get(fp, 0),
                         fp,
-                        "nan",
-                        "a timeout must be a finite number of seconds above 0; e.g. `timeout: 120`",
+                        short(limit),
+                        f"a bound limit must be a finite number ({what}, so the bound would check "
+                        f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}",
                     )
                 )
-            for key, ops in (w.get("bounds") or {}).items():
-                for op, limit in ops.items():
-                    if isinstance(limit, float) and not math.isfinite(limit):
-                        fp = f"{group}[{i}].bounds.{key}.{op}"
-                        what = (
-                            "NaN compares false with everything"
-                            if math.isnan(limit)
-                            else "an infinite limit holds (or fails) for every finite value"
-                        )
-                        problems.append(
-                            Problem(
-                                shown,
-                                values.get(fp, 0),
-                                fp,
-                                short(limit),
-                                f"a bound limit must be a finite number ({what}, so the bound would check "
-                                f"nothing or refute everything); give the real limit, e.g. {{{op}: 0}}",
-                            )
-                        )
+    return problems
+
+
+# The placeholder `kvproof new` writes where the author has to say something (harness.select.scaffold's
+# CARD_TEMPLATE): matched as a whole word and case-sensitively, so that "todo" or "TODOs" in prose is no placeholder.
+PLACEHOLDER = "TODO"
+_PLACEHOLDER_RE = re.compile(rf"\b{PLACEHOLDER}\b")  # a whole word: "TODO:", not "TODOs", "todo", "MASTODON"
+# the fields that state the claim, and what each must say instead (notes are left alone: they say what is not
+# covered yet, and "TODO: the paged cache" is an honest note there)
+_CLAIM_TEXT = {
+    "title": "one line saying what is claimed",
+    "theorem": "the claim, stated so that it could be false",
+    "proof": "why the claim holds, citing the mechanism by symbol (each symbol also in refs)",
+    "reason": "why this tolerance is the right one",
+}
+
+
+def placeholder_problems(data: dict, shown: str, values: dict) -> list[Problem]:
+    """A card that claims code (it has ``refs:`` or ``module:``) must say what it claims: no :data:`PLACEHOLDER`
+    in its title, theorem, proof or a witness's reason, and ``refs:`` not empty. ``kvproof new`` writes both; such
+    a card is a scaffold, never a claim. Their kind is ``link``: ``validate`` reports them, ``run`` makes the card
+    ERROR without running it (never PROVEN)."""
+    if "refs" not in data and "module" not in data:
+        return []
+    new = f"`{program()} new`"
+    rule = (
+        f"a card that claims code may not keep {PLACEHOLDER} (the whole word, in capitals) in its title, theorem, "
+        "proof or a reason"
+    )
+    texts: list[tuple[tuple, str, str]] = [((f,), f, data.get(f)) for f in ("title", "theorem", "proof")]
+    texts += [((g, i, "reason"), "reason", w.get("reason")) for g, i, w in entries_of(data)]
+    problems = []
+    for parts, name, text in texts:
+        if isinstance(text, str) and _PLACEHOLDER_RE.search(text):
+            problems.append(
+                Problem(
+                    shown,
+                    line_for(values, parts),
+                    field_path(parts),
+                    short(text),
+                    f"placeholder text ({new} writes {PLACEHOLDER} where the author has something to say, "
+                    f"for you to replace); replace it with {_CLAIM_TEXT[name]}: {rule}",
+                    kind="link",
+                )
+            )
+    if data.get("refs") == []:
+        problems.append(
+            Problem(
+                shown,
+                line_for(values, ("refs",)),
+                "refs",
+                "[]",
+                f"lists no symbol ({new} writes this empty list for you to fill in); a card that claims code must "
+                "list the symbols its proof cites: list each as file.py::Symbol or file.py::Class.method "
+                "(file.c::function for C), e.g. refs: [impl/kv.py::KVCache.evict]",
+                kind="link",
+            )
+        )
     return problems
 
 
 def semantic_problems(data: dict, shown: str, values: dict, root: Path) -> list[Problem]:
     """Checks the schema cannot express: finite bounds, paths inside the root, control
-    characters, tolerance reasons, unique witness ids."""
+    characters, tolerance reasons, unique witness ids, no scaffold placeholder left.
+
+    They run on every part of ``data`` that has the shape they read, also when the schema refuses other parts
+    of the card (a misspelt field must not hide a bad bound: ``validate`` reports every problem at once)."""
     problems = _bound_problems(data, shown, values) + _path_problems(data, shown, values, root)
     problems += _control_problems(data, shown, values)
+    problems += placeholder_problems(data, shown, values)
     seen: dict[str, str] = {}
-    for group in ("witnesses", "controls"):
-        for i, w in enumerate(data.get(group) or []):
-            where = f"{group}[{i}]"
-            if w["id"] in seen:
+    for group, i, w in entries_of(data):
+        where = f"{group}[{i}]"
+        wid = w.get("id")
+        if isinstance(wid, str) and wid in seen:
+            problems.append(
+                Problem(
+                    shown,
+                    values.get(f"{where}.id", 0),
+                    f"{where}.id",
+                    short(wid),
+                    f"duplicate witness id (also {seen[wid]}); ids must be unique in a card",
+                )
+            )
+        if isinstance(wid, str):
+            seen.setdefault(wid, where)
+        for key, op, limit in _limits(w):
+            if (
+                op in TOLERANCE_OPS
+                and isinstance(limit, (int, float))
+                and not isinstance(limit, bool)
+                and math.isfinite(limit)
+                and limit > 0
+                and not w.get("reason")
+            ):
+                fp = f"{where}.bounds.{key}.{op}"
                 problems.append(
                     Problem(
                         shown,
-                        values.get(f"{where}.id", 0),
-                        f"{where}.id",
-                        short(w["id"]),
-                        f"duplicate witness id (also {seen[w['id']]}); ids must be unique in a card",
+                        values.get(fp, 0),
+                        fp,
+                        short(limit),
+                        f"a tolerance above zero needs a reason; add `reason:` to {where} "
+                        f"saying why {limit!r} is right",
                     )
                 )
-            seen.setdefault(w["id"], where)
-            for key, ops in (w.get("bounds") or {}).items():
-                for op, limit in ops.items():
-                    if (
-                        op in TOLERANCE_OPS
-                        and isinstance(limit, (int, float))
-                        and math.isfinite(limit)
-                        and limit > 0
-                        and not w.get("reason")
-                    ):
-                        fp = f"{where}.bounds.{key}.{op}"
-                        problems.append(
-                            Problem(
-                                shown,
-                                values.get(fp, 0),
-                                fp,
-                                short(limit),
-                                f"a tolerance above zero needs a reason; add `reason:` to {where} "
-                                f"saying why {limit!r} is right",
-                            )
-                        )
-            bounded = sorted(w.get("bounds") or {})
-            for key in w.get("regression") or {}:
-                if key not in bounded:
-                    fp = f"{where}.regression.{key}"
-                    problems.append(
-                        Problem(
-                            shown,
-                            values.get(fp, 0),
-                            fp,
-                            short(key),
-                            f"a regression threshold applies to a bounded key, and {where} bounds "
-                            f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound",
-                        )
+        bounded = sorted(str(k) for k in w["bounds"]) if isinstance(w.get("bounds"), dict) else []
+        regression = w.get("regression") if isinstance(w.get("regression"), dict) else {}
+        for key in regression:
+            if key not in bounded:
+                fp = f"{where}.regression.{key}"
+                problems.append(
+                    Problem(
+                        shown,
+                        values.get(fp, 0),
+                        fp,
+                        short(key),
+                        f"a regression threshold applies to a bounded key, and {where} bounds "
+                        f"{', '.join(bounded) if bounded else 'none'}; name one of those or add the bound",
                     )
+                )
     return problems

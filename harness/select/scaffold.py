@@ -1,10 +1,14 @@
 """`kvproof new ID`: scaffold a card and a witness that fails until written; `kvproof init`: a new project.
 
-The scaffolded witness calls pytest.fail, so a new card is FAILED, never
-PROVEN, until someone writes its check. ``init`` writes a project that runs
-at once: a small example cache, its target adapter, the witness conftest,
-a witness module importing kvproof's shipped claims, one liar and one card
-(:data:`STARTER`), PROVEN by ``kvproof run``; the cache and adapter are
+The scaffolded card holds placeholders (TODO in its title, theorem and
+proof: :data:`harness.select.problems.PLACEHOLDER`; ``refs: []``) that
+``validate`` names and ``run`` refuses (the card is ERROR, not run) until
+they are replaced; the scaffolded witness calls pytest.fail, so the card is
+then FAILED, never PROVEN, until someone writes its check. ``init``
+writes a project that runs at once: a small example cache, its target
+adapter, the witness conftest, a witness module importing kvproof's shipped
+claims, one liar and one card (:data:`STARTER_CARD`: no placeholder, its
+refs listed), PROVEN by ``kvproof run``; the cache and adapter are
 then replaced by one's own (docs/prove-your-own-cache.md).
 """
 

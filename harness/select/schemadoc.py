@@ -21,7 +21,13 @@ A theorem card is one YAML file under `obligations/` (or `--cards DIR`).
 Start it with `# yaml-language-server: $schema=card.schema.json` for editor
 completion. Paths in a card (refs, covers, tests) are relative to the
 project root, wherever the card file lives. `run_obligations.py validate`
-checks every card against this schema and against the project.
+checks every card against this schema and against the project, and reports
+every problem of every card in one pass, each with its line: a field the
+schema refuses does not hide a ref, test or liar that does not resolve. A
+card that still holds `kvproof new`'s placeholders (the word TODO in its
+title, theorem, proof or a reason; `refs: []`) is refused too, and `run`
+makes it ERROR without running it. TODO counts as a whole word in capitals
+only, and notes are not checked for it.
 
 """
 

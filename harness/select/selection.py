@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.errors import CardInvalid, UsageError
 from harness.liars import LiarSite, scan
 from harness.mutation.marks import Mark, load_marks
-from harness.project import program
+from harness.project import runner
 from harness.request import Reporter, RunRequest
 from harness.select.cards import Card, LoadResult, Problem, find_card_files, load_cards, select
 
@@ -31,7 +31,7 @@ def load(root: Path, folder: Path, shown: str) -> Loaded:
     """Cards, the liar index and its problems; UsageError when ``folder`` holds no card (``shown`` names it)."""
     if not find_card_files(folder):
         raise UsageError(
-            f"no cards found in {shown}; add one with `{program()} new ID` "
+            f"no cards found in {shown}; add one with `{runner()} new ID` "
             "or point --cards at the folder that holds them"
         )
     sites, liar_problems = scan(root)
@@ -59,7 +59,7 @@ def matching(cards: Sequence[Card], keyword: str) -> list[Card]:
 
     out = [c for c in cards if expr.evaluate(hit(c))]
     if not out:
-        raise UsageError(f"-k {keyword!r} matches no card's id, title or tag; `{program()} list` shows them")
+        raise UsageError(f"-k {keyword!r} matches no card's id, title or tag; `{runner()} list` shows them")
     return out
 
 
@@ -97,7 +97,7 @@ def runnable(
         reporter.warning(
             broken,
             f"warning: {len(broken)} problem(s) in cards that are not selected "
-            f"(`{program()} validate` lists them); running the selection:",
+            f"(`{runner()} validate` lists them); running the selection:",
         )
     return selected
 

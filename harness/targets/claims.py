@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.errors import NotCapable
-from harness.targets import model
+from harness.targets import logitbound, model
 from harness.targets.judge import Judge, Pair, batches, chunk_sizes, geometries, random_rows, seeds
 from harness.targets.protocol import Target
 from harness.targets.repro import differs
@@ -864,6 +864,67 @@ def test_occupancy_is_bounded_by_what_live_handles_hold(kv_target, kv_repro, evi
 
 # ---- TGT-GENERATE ------------------------------------------------------------------------------
 
+# a random prompt of 1-6 tokens prefilled in 1-3 chunks, then 1-6 greedy steps (the window is drawn by name)
+DECODES = dict(
+    prompt=st.lists(st.integers(0, model.VOCAB - 1), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(1, 5), max_size=2),
+    steps=st.integers(1, 6),
+    data=st.data(),
+)
+
+
+def _chunks_and_window(kv_target, prompt, cuts, data) -> tuple[list[int], int | None]:
+    """The prompt's chunk sizes, and a window of None or 1..5 (None for a target without one)."""
+    w = st.none() | st.integers(1, 5) if "window" in kv_target.capabilities else st.none()
+    return [b - a for a, b in split(len(prompt), cuts)], data.draw(w, label="window")
+
+
+def _within_the_first_order_bound(
+    kv_target, evidence, where, prompt, toks, dec, ref, window, reads, count=True
+) -> None:
+    """A target that is not exact (harness/targets/logitbound.py): every row attention read is within the stated
+    bound of the row written there, and |decode - recompute| <= 2 B1 + rho per logit (B1 the first-order bound
+    from the stated bound, rho the two runs' float32 rounding, measured); a greedy token must be the recompute's
+    argmax wherever its top-2 margin exceeds twice that bound."""
+    m = model.impl_model()
+    exact, written = logitbound.forward(m, toks, window, reads, actual=False)
+    wrong = logitbound.misread(reads, written, window)
+    if wrong:
+        raise AssertionError(f"{kv_target.name}: {where}: {wrong}")
+    actual, _ = logitbound.forward(m, toks, window, reads, actual=True)
+    b1 = np.abs(exact.t).sum(axis=-1)  # (T, vocab): sum over every read element of |d logit| * its bound
+    rho = np.abs(ref - exact.v) + np.abs(dec.astype(np.float64) - actual.v)
+    bound = 2 * b1 + rho
+    delta = np.abs(dec.astype(np.float64) - ref)
+    scale = max(1.0, float(np.abs(ref).max()))
+    evidence.observe("delta_over_bound", float((delta / np.maximum(bound, 2.0**-60)).max()))
+    evidence.observe("bound_over_logit", float(bound.max()) / scale)
+    evidence.observe("first_order_used", float((np.abs(actual.v - exact.v) / np.maximum(b1, 2.0**-60)).max()))
+    evidence.observe("rounding_over_logit", float(rho.max()) / scale)
+    if (delta > bound).any():
+        at = int(np.argmax((delta - bound).max(axis=1)))
+        j = int(np.argmax(delta[at] - bound[at]))
+        raise AssertionError(
+            f"{kv_target.name}: {where}: logit {j} at position {at} differs from the recompute's by "
+            f"{delta[at, j]:.3g} > {bound[at, j]:.3g} = 2 x {b1[at, j]:.3g} (first-order bound from the stated "
+            f"per-element bound) + {rho[at, j]:.3g} (float32 rounding of the two runs, measured)"
+        )
+    for i in range(len(prompt) - 1, len(toks) - 1):  # position i's logits chose token i + 1
+        top2 = np.argsort(ref[i])[-2:]
+        margin = ref[i, top2[1]] - ref[i, top2[0]]
+        if margin <= 2 * bound[i].max():
+            evidence.count("greedy_too_close")
+            continue
+        if toks[i + 1] != int(top2[1]):
+            raise AssertionError(
+                f"{kv_target.name}: {where}: decoding chose token {toks[i + 1]} after position {i}, the recompute "
+                f"{int(top2[1])} (margin {margin:.3g} > 2 x {bound[i].max():.3g})"
+            )
+        evidence.count("greedy_checked")
+    evidence.count("examples")
+    evidence.count("decode_steps", len(toks) - len(prompt))
+    evidence.count("past_the_window", int(window is not None and len(toks) > window))
+
 
 @pytest.mark.kv_capabilities("append")
 def test_decode_with_the_cache_equals_recomputing_the_prefix(kv_target, evidence):
@@ -878,24 +939,21 @@ def test_decode_with_the_cache_equals_recomputing_the_prefix(kv_target, evidence
         pytest.skip(f"n/a: {e}")
     path = model.path_of(kv_target)
 
-    @given(
-        prompt=st.lists(st.integers(0, model.VOCAB - 1), min_size=1, max_size=6),
-        cuts=st.lists(st.integers(1, 5), max_size=2),
-        steps=st.integers(1, 6),
-        data=st.data(),
-    )
+    @given(**DECODES)
     def prop(prompt, cuts, steps, data):
-        w = st.none() | st.integers(1, 5) if "window" in kv_target.capabilities else st.none()
-        window = data.draw(w, label="window")
-        chunks = [b - a for a, b in split(len(prompt), cuts)]
+        chunks, window = _chunks_and_window(kv_target, prompt, cuts, data)
+        reads: list = []
         if path == "torch":
             toks, dec, built = model.torch_decode(kv_target, prompt, chunks, steps, window)
             ref = model.torch_recompute(toks, built)
         else:
-            toks, dec = model.impl_decode(kv_target, prompt, chunks, steps, window)
+            toks, dec = model.impl_decode(kv_target, prompt, chunks, steps, window, reads if tol.derived else None)
             ref = model.impl_recompute(kv_target, toks, window)
         where = f"prompt {prompt} in chunks {chunks}, {steps} greedy step(s), window {window}"
         assert dec.shape == ref.shape, f"{kv_target.name}: {where}: logits {dec.shape}, recompute {ref.shape}"
+        if tol.derived:
+            _within_the_first_order_bound(kv_target, evidence, where, prompt, toks, dec, ref, window, reads)
+            return
         delta = np.abs(dec.astype(np.float64) - ref)
         bound = tol.bound(ref)
         worst = float(delta.max())
@@ -920,5 +978,28 @@ def test_decode_with_the_cache_equals_recomputing_the_prefix(kv_target, evidence
         evidence.count("examples")
         evidence.count("decode_steps", steps)
         evidence.count("past_the_window", int(window is not None and len(toks) > window))
+
+    prop()
+
+
+@pytest.mark.kv_capabilities("append", "quantized")
+def test_a_quantized_cache_decodes_within_the_bound_derived_from_its_own(kv_target, evidence):
+    """A quantized target (impl's int8 ring too, whose decode-equals-recompute is bit for bit against a recompute
+    through itself) decodes a random prompt over its verbs, and is compared with the exact recompute: every row
+    attention read is within the target's stated per-element bound of the row the model wrote there, and every
+    logit within 2 B1 + rho of the recompute's (B1 the first-order effect of every read at its bound, rho the two
+    runs' float32 rounding, measured against a float64 forward of the same model; harness/targets/logitbound.py).
+    A lossy target that states no bound is n/a."""
+    if kv_target.numerics.kind == "lossy" and kv_target.numerics.bound is None:
+        pytest.skip(f"n/a: target {kv_target.name} is lossy with no stated bound ({kv_target.numerics.reason})")
+
+    @given(**DECODES)
+    def prop(prompt, cuts, steps, data):
+        chunks, window = _chunks_and_window(kv_target, prompt, cuts, data)
+        reads: list = []
+        toks, dec = model.impl_decode(kv_target, prompt, chunks, steps, window, reads)
+        ref = model.impl_recompute(kv_target, toks, window, through=model.REFERENCE)
+        where = f"prompt {prompt} in chunks {chunks}, {steps} greedy step(s), window {window}, over its verbs"
+        _within_the_first_order_bound(kv_target, evidence, where, prompt, toks, dec, ref, window, reads)
 
     prop()

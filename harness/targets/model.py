@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from harness.errors import NotCapable
+from harness.targets.logitbound import Reads
 from harness.targets.own import TARGETS as OWN_TARGETS
 from harness.targets.own import StoresHandle, from_store_rows
 from harness.targets.protocol import Geometry, Target
@@ -78,12 +79,25 @@ EXACT_REASON = (
 )
 
 
+DERIVED_REASON = (
+    "every row attention reads is within the target's stated per-element bound of the row written there "
+    "(Numerics.allowed), so each logit is within 2 B1 + rho of the recompute's: B1 the first-order effect of every "
+    "read at its bound (exact derivatives through a float64 forward of the model; at the worst corner of the read "
+    "box the true change was at most 1.008 B1), rho the two runs' float32 rounding, measured "
+    "(harness/targets/logitbound.py)"
+)
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """|decode - recompute| <= rtol * max(1, max |recompute|), for ``reason``; rtol 0 is bit for bit."""
+    """|decode - recompute| <= rtol * max(1, max |recompute|), for ``reason``; rtol 0 is bit for bit.
+
+    ``derived``: no fixed rtol; the bound per logit is derived from the target's stated per-element bound
+    (harness/targets/logitbound.py: the rows check, then 2 B1 + rho)."""
 
     rtol: float
     reason: str
+    derived: bool = False
 
     def bound(self, ref: np.ndarray) -> float:
         return self.rtol * max(1.0, float(np.abs(ref).max()))
@@ -99,8 +113,21 @@ def impl_design(target: Target) -> bool:
     return target.name != REFERENCE.name and OWN_TARGETS.get(target.name) == target
 
 
+def derives_bound(target: Target) -> bool:
+    """A target whose reads are not exact, judged by a logit bound derived from its own: every lossy or tolerance
+    target but impl's own int8 ring (whose recompute through a fresh int8 ring is bit for bit: see
+    :func:`recompute_through`)."""
+    kind = target.numerics.kind
+    return kind != "exact" and not (impl_design(target) and kind == "lossy")
+
+
 def path_of(target: Target) -> str:
-    """Which model runs this target's cache: "impl-store", "impl-protocol" or "torch"."""
+    """Which model runs this target's cache: "impl-store", "impl-protocol" or "torch".
+
+    A target that is not exact runs on impl's runtime over :class:`ProtocolStore` (a transformers one too): the
+    logit bound derived from its per-element bound is computed through impl's model, not torch's."""
+    if derives_bound(target):
+        return "impl-protocol"
     if target.distribution == "transformers":
         return "torch"
     if impl_design(target):
@@ -113,21 +140,18 @@ def logit_tolerance(target: Target) -> Tolerance:
     path = path_of(target)
     kind = target.numerics.kind
     if path == "torch":
-        if kind != "exact":
-            raise NotCapable(
-                f"target {target.name} is {kind} ({target.numerics.reason}): no logit-level bound is stated, and a "
-                "one-shot recompute through it quantizes with a scale frozen on other rows"
-            )
         return Tolerance(TORCH_RTOL, TORCH_REASON)
     if kind == "exact":
         return Tolerance(0.0, EXACT_REASON)
-    if impl_design(target) and kind == "lossy":
+    if not derives_bound(target):
         return Tolerance(
             0.0,
             "impl's int8 quantizes each (position, KV head) on its own, so a recompute through a fresh cache of the "
             "same target quantizes the same rows to the same bits; " + EXACT_REASON,
         )
-    raise NotCapable(f"target {target.name} is {kind}: no logit-level bound is stated for it")
+    if kind == "lossy" and target.numerics.bound is None:
+        raise NotCapable(f"target {target.name} is lossy with no stated bound ({target.numerics.reason})")
+    return Tolerance(0.0, DERIVED_REASON, derived=True)
 
 
 def recompute_through(target: Target) -> Target:
@@ -146,12 +170,18 @@ class ProtocolStore:
     base being the first visible position. Positions are 0..len-1 (nothing is evicted).
     """
 
-    def __init__(self, target: Target, geometry: KVGeometry, window: int | None, capacity: int) -> None:
+    def __init__(
+        self, target: Target, geometry: KVGeometry, window: int | None, capacity: int, record: bool = False
+    ) -> None:
         self.geometry = geometry
+        self.numerics = target.numerics
         one = Geometry(1, geometry.n_kv_heads, geometry.head_dim)
         self.handles = [target.make(one, 1, window, capacity) for _ in range(geometry.n_layers)]
         self.seen: list[tuple[np.ndarray, np.ndarray, int]] = [None] * geometry.n_layers  # type: ignore[list-item]
         self.n = 0
+        # record=True: every chunk appended per layer, and what each append let attention read, with its stated bound
+        self.reads = [Reads() for _ in range(geometry.n_layers)] if record else None
+        self.chunks: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(geometry.n_layers)]
 
     def __len__(self) -> int:
         return self.n
@@ -178,9 +208,41 @@ class ProtocolStore:
         vis = h_.append(kk, vv)
         rows = lambda a: np.ascontiguousarray(a[0, 0].transpose(1, 0, 2).reshape(a.shape[3], h * d))  # noqa: E731
         self.seen[layer] = (rows(vis.k), rows(vis.v), int(vis.positions[0]) if len(vis.positions) else 0)
+        if self.reads is not None:
+            self._record(layer, start, kk, vv)
+
+    def _record(self, layer: int, start: int, kk: np.ndarray, vv: np.ndarray) -> None:
+        """Keep the chunk, the rows this append handed attention (positions base..start+t-1) and the bound the
+        target states on each: the rows written there, judged with the handle's first chunk and every chunk so far
+        (``Numerics.allowed``)."""
+        h, d = self.geometry.n_kv_heads, self.geometry.head_dim
+        chunks = self.chunks[layer]
+        chunks.append((kk.copy(), vv.copy()))
+        t = kk.shape[3]
+        k_seen, v_seen, base = self.seen[layer]
+        n = max(start + t - base, 0)
+        lo = min(base, start + t)
+        held_k = np.concatenate([c[0] for c in chunks], axis=3)[:, :, :, lo : start + t]
+        held_v = np.concatenate([c[1] for c in chunks], axis=3)[:, :, :, lo : start + t]
+        ek = self.numerics.allowed(chunks[0][0], held_k, [c[0] for c in chunks])
+        ev = self.numerics.allowed(chunks[0][1], held_v, [c[1] for c in chunks])
+        flat = lambda a: np.asarray(a[0, 0], np.float64).transpose(1, 0, 2).reshape(a.shape[3], h * d)  # noqa: E731
+        self.reads[layer].appends.append((start, t, base, k_seen[:n].copy(), v_seen[:n].copy(), flat(ek), flat(ev)))
+        self.reads[layer].written_k.append(flat(kk))
+        self.reads[layer].written_v.append(flat(vv))
 
     def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
         k, v, base = self.seen[layer]
+        if base > hi - 1:
+            raise AssertionError(
+                f"layer {layer}: the last append handed attention rows from position {base} on, but a query at "
+                f"position {hi - 1} reads its own row and those before it"
+            )
+        if len(k) < hi - base or len(v) < hi - base:
+            raise AssertionError(
+                f"layer {layer}: the last append handed attention {min(len(k), len(v))} rows from position {base} "
+                f"on, but its queries read up to position {hi - 1}"
+            )
         return k[: hi - base], v[: hi - base], base
 
     def truncate(self, n: int) -> None:
@@ -220,22 +282,28 @@ def impl_geometry() -> Geometry:
     return Geometry(c["n_layers"], c["n_kv_heads"], c["head_dim"])
 
 
-def impl_decode(target: Target, prompt: list[int], chunks: list[int], steps: int, window: int | None):
+def impl_decode(
+    target: Target, prompt: list[int], chunks: list[int], steps: int, window: int | None, reads: list | None = None
+):
     """Prefill ``prompt`` in ``chunks`` through the target's cache, then ``steps`` greedy tokens.
 
     Returns (tokens, logits): every token fed (prompt then generated) and the
     logits (len(prompt) + steps, vocab) the session computed for each position.
+    ``reads``: a list that gets the ProtocolStore's per-layer :class:`Reads` (what
+    the logit bound needs); given, the target runs over its verbs (ProtocolStore) whatever its path.
     """
     from impl.model.session import Session
 
     model = impl_model()
     cap = len(prompt) + steps
-    if path_of(target) == "impl-store":
+    if path_of(target) == "impl-store" and reads is None:
         h = target.make(impl_geometry(), 1, window, cap)
         assert isinstance(h, StoresHandle), type(h)
         store = h.stores[0]  # impl's own store: the model runs the very cache the target is
     else:
-        store = ProtocolStore(target, model.config.kv_geometry, window, cap)
+        store = ProtocolStore(target, model.config.kv_geometry, window, cap, record=reads is not None)
+        if reads is not None:
+            reads.extend(store.reads)
     s = Session(model, window=window, cache=store)
     out, at = [], 0
     toks = list(prompt)
@@ -250,12 +318,13 @@ def impl_decode(target: Target, prompt: list[int], chunks: list[int], steps: int
     return toks, np.concatenate(out)[: len(toks)]
 
 
-def impl_recompute(target: Target, tokens: list[int], window: int | None) -> np.ndarray:
-    """Logits (len(tokens), vocab) of the whole sequence in one forward over a fresh cache (recompute_through)."""
+def impl_recompute(target: Target, tokens: list[int], window: int | None, through: Target | None = None) -> np.ndarray:
+    """Logits (len(tokens), vocab) of the whole sequence in one forward over a fresh cache (``through``, else
+    :func:`recompute_through`)."""
     from impl.model.session import Session
 
     model = impl_model()
-    store = ProtocolStore(recompute_through(target), model.config.kv_geometry, window, len(tokens))
+    store = ProtocolStore(through or recompute_through(target), model.config.kv_geometry, window, len(tokens))
     with one_thread():
         return Session(model, window=window, cache=store).prefill(tokens)
 

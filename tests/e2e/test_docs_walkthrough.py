@@ -124,5 +124,5 @@ def test_a_truncate_that_keeps_a_rewound_row_is_failed_with_the_shrunk_example(b
     assert (proc.returncode, card["verdict"]) == (1, "FAILED"), card["reason"]
     hyp = card["witnesses"][0]["hypothesis"]
     assert "prop(" in hyp["example"] and "n=" in hyp["example"]
-    assert hyp["replay"] == "python run_obligations.py run KV-T9 --profile ci --seed 0"
+    assert hyp["replay"].endswith("run_obligations.py run KV-T9 --profile ci --seed 0"), hyp["replay"]
     assert card["liars"][0]["status"] == "not_run"

@@ -429,7 +429,7 @@ CASES += [
         "disk-full-is-named-in-the-reason",
         files(**card("test_fails"), witnesses__test_hostile_DOT_py=DISK_FULL),
         "ERROR",
-        ("resource exhausted (the disk is full)",),
+        ("no space left on scratch.bin (TMPDIR", "free space or point TMPDIR elsewhere"),
     ),
 ]
 
@@ -608,16 +608,18 @@ def test_a_witness_that_fills_the_temporary_folder_is_reported_as_a_full_disk(tm
         assert proc.returncode == 1 and "Traceback" not in text, text
         (entry,) = json.loads((root / "v.json").read_text())["cards"]
         assert entry["verdict"] == "ERROR", text
-        assert f"the disk holding {small} is full" in entry["reason"], entry["reason"]
+        assert f"no space left on {small}" in entry["reason"], entry["reason"]
+        assert "point TMPDIR elsewhere" in entry["reason"], entry["reason"]
     finally:
         subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
 def test_exhausted_names_what_the_output_says_ran_out_and_a_full_file_system(tmp_path: Path, monkeypatch) -> None:
+    from harness.errors import no_space
     from harness.execute import orphans
 
-    assert orphans.exhausted("OSError: [Errno 28] No space left on device", ()) == "the disk is full"
+    assert orphans.exhausted("OSError: [Errno 28] No space left on device", ()) == no_space()
     assert orphans.exhausted("", (), -25) == "a file grew past the size limit (ulimit -f)"
     assert orphans.exhausted("all fine", (tmp_path,)) == ""
     monkeypatch.setattr(orphans.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 4096))
-    assert orphans.exhausted("", (tmp_path, tmp_path / ".")) == f"the disk holding {tmp_path} is full (4 KiB free)"
+    assert orphans.exhausted("", (tmp_path, tmp_path / ".")) == f"{no_space(tmp_path)} (4 KiB free)"

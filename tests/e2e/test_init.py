@@ -7,6 +7,7 @@ that is already a project, or holds a file init would write, is refused (exit 2,
 from __future__ import annotations
 
 import json
+import re
 
 from test_guide_own_cache import env, kvproof  # noqa: F401 (env is a fixture)
 
@@ -16,7 +17,7 @@ def test_init_then_run_proves_the_example_card_and_writes_a_report(tmp_path, env
     project.mkdir()
     made = kvproof(project, env, "init")
     assert made.returncode == 0, made.stdout + made.stderr
-    assert "next: `kvproof run`" in made.stdout
+    assert re.search(r"next: `(\S*/)?kvproof run`", made.stdout), made.stdout  # as called: runs as printed
     proc = kvproof(project, env, "run", "--json", "v.json", "-j", "1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (card,) = json.loads((project / "v.json").read_text())["cards"]

@@ -191,7 +191,7 @@ def test_without_a_floor_sample_score_release_stays_unverified_and_names_the_com
     card = _card(rel, "FX-SCALE")
     assert proc.returncode == 1 and card["verdict"] == "UNVERIFIED", card["reason"]
     assert "was measured on a partial sample (at most 1 mutant(s) a card, not at most 40" in card["reason"]
-    assert card["reason"].endswith("run `run_obligations.py mutate FX-SCALE`")
+    assert card["reason"].endswith("run_obligations.py mutate FX-SCALE`")  # as it runs from the project
     _, ci = _json(project, "run", "FX-SCALE", *CARDS, name="ci.json")
     assert _card(ci, "FX-SCALE")["verdict"] == "PROVEN"  # ci does not enforce floors; the score judges nothing
     assert _card(ci, "FX-SCALE")["mutation"]["other_sample"].startswith("measured on a partial sample")
@@ -489,7 +489,7 @@ def test_marking_a_survivor_after_the_measurement_makes_the_score_stale_until_me
     assert proc.returncode == 1 and card["verdict"] == "UNVERIFIED", card["reason"]
     assert card["mutation"]["stale"] and card["mutation"]["stale_why"] == mutation.MARKS_CHANGED
     assert card["mutation"]["holds"] is None and mutation.MARKS_CHANGED in card["reason"]
-    assert "run `run_obligations.py mutate FX-SCALE` (with --changed" in card["reason"]
+    assert "run_obligations.py mutate FX-SCALE` (with --changed" in card["reason"]
     _, ci = _json(project, "run", "FX-SCALE", *CARDS, name="ci.json")
     assert _card(ci, "FX-SCALE")["verdict"] == "PROVEN"  # a stale score judges nothing, under ci as ever
 

@@ -23,7 +23,6 @@ from harness.oracle.fixtures import oracle_or_skip
 from harness.oracle.prompts import EVICTION_SEGMENTS, GREEDY_NEW_TOKENS, REFERENCE_PROMPTS
 from harness.oracle.store import (
     EVICTION_FIELDS,
-    EXPORT_COMMAND,
     MANIFEST,
     PROMPT_FIELDS,
     ExportWriter,
@@ -33,6 +32,9 @@ from harness.oracle.store import (
     prompt_path,
     read_manifest,
 )
+from harness.project import command
+
+EXPORT_COMMAND = command("oracle export")  # as it runs from here (the test's working directory)
 
 FAKE_SHA = "ab" * 32
 ROOT = Path(__file__).resolve().parents[3]

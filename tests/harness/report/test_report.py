@@ -20,6 +20,7 @@ import pytest
 
 from harness.ledger.history import Ledger
 from harness.plan.binding import BoundFile, digest
+from harness.project import command, runner
 from harness.record import build
 from harness.record.document import RunDocument, WitnessResult
 from harness.report import html, junit, markdown
@@ -74,7 +75,8 @@ DURATION = re.compile(r"\b\d+\.\d+ s\b|(?<=time=\")\d+\.\d+|(?<=>)\d+\.\d+(?= s<
 
 
 def blank(text: str) -> str:
-    return DURATION.sub("<T>", DATE.sub("<DATE>", text))
+    """Dates, durations and the start of a command as it runs from here (harness.project.runner) blanked."""
+    return DURATION.sub("<T>", DATE.sub("<DATE>", text)).replace(f"{runner()} run ", "<KVPROOF> run ")
 
 
 @pytest.mark.parametrize(
@@ -164,7 +166,7 @@ def test_html_card_shows_refs_with_file_line_and_source(seeded_view):
 
 def test_html_failure_shows_shrunk_example_and_replay_command(seeded_view):
     w = card(seeded_view, "FX-FALSIFIED")["failing"][0]
-    assert w["replay"] == "python run_obligations.py run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0"
+    assert w["replay"] == command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0")
     page = html.render(seeded_view)
     assert "shrunk Hypothesis example (seed 0" in page and "@reproduce_failure" in page
     assert "&lt;script>alert(1)&lt;/script>" in markdown.render(seeded_view)

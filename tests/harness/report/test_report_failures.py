@@ -24,6 +24,7 @@ from rich.console import Console
 from test_report import PROJECT, load_doc
 
 from harness.plugin import _hypothesis_failure
+from harness.project import command
 from harness.record.document import RunDocument
 from harness.report import html, junit, markdown, terminal
 from harness.report.view import build_view, failure_check, reproduction_view
@@ -54,7 +55,7 @@ EXAMPLE_LINES = [
     ")",
 ]
 EXAMPLE = "\n".join(EXAMPLE_LINES)
-REPLAY = "python run_obligations.py run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0"
+REPLAY = command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0")
 
 
 def _failed_doc(reproduction: str) -> dict:

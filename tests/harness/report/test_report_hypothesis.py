@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.project import command
+
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "project"
 CARD = """id: FX-NESTED
@@ -27,7 +29,17 @@ witnesses:
     test: witnesses/test_evidence.py::test_nested_property_of_add_is_falsified
 version: 1
 """
-REPLAY = "python run_obligations.py run FX-NESTED --cards cards-nested --profile ci --seed 0"
+REPLAY_ARGS = "run FX-NESTED --cards cards-nested --profile ci --seed 0"
+
+
+def replay_in(root: Path) -> str:
+    """The replay command as the run, started from ``root``, prints it (it runs as printed from there)."""
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        return command(REPLAY_ARGS)
+    finally:
+        os.chdir(here)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +62,7 @@ def nested_run(tmp_path_factory) -> dict:
     latest = root / "reports" / "latest"
     return {
         "proc": proc,
+        "replay": replay_in(root),
         "doc": json.loads((root / "v.json").read_text()),
         "html": html.unescape((latest / "index.html").read_text()),
         "md": (latest / "verdicts.md").read_text(),
@@ -63,20 +76,20 @@ def test_json_keeps_the_nested_property_example_reproduce_line_and_replay(nested
     assert hyp["example"].startswith(("Failing test case: prop(", "Falsifying example: prop(")), hyp
     assert "a=" in hyp["example"] and "b=" in hyp["example"]
     assert hyp["reproduce"].startswith("@reproduce_failure(")
-    assert (hyp["seed"], hyp["profile"], hyp["replay"]) == (0, "ci", REPLAY)
+    assert (hyp["seed"], hyp["profile"], hyp["replay"]) == (0, "ci", nested_run["replay"])
 
 
 def test_index_html_shows_the_nested_property_shrunk_example_and_replay_command(nested_run):
     page, hyp = nested_run["html"], nested_run["doc"]["cards"][0]["witnesses"][0]["hypothesis"]
     assert "shrunk Hypothesis example (seed 0, profile ci)" in page
     assert hyp["example"] in page and hyp["reproduce"] in page
-    assert f"replay: {REPLAY}" in page.replace("<code>", "").replace("</code>", "")
+    assert f"replay: {nested_run['replay']}" in page.replace("<code>", "").replace("</code>", "")
 
 
 def test_markdown_shows_the_example_the_replay_command_and_the_reproduce_line(nested_run):
     md, hyp = nested_run["md"], nested_run["doc"]["cards"][0]["witnesses"][0]["hypothesis"]
     assert "prop(" in md and "a=" in md
-    assert f"replay: `{REPLAY}`" in md
+    assert f"replay: `{nested_run['replay']}`" in md
     assert f"reproduce: `{hyp['reproduce']}`" in md
 
 

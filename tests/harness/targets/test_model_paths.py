@@ -15,6 +15,7 @@ import pytest
 from harness.errors import NotCapable
 from harness.targets import model
 from harness.targets.own import TARGETS as OWN
+from harness.targets.protocol import Numerics
 
 
 def project_target(**changes) -> object:
@@ -48,11 +49,16 @@ def test_impls_designs_keep_the_store_path_the_reference_and_libraries_theirs():
     }
 
 
-def test_a_lossy_project_target_is_not_given_impls_int8_bound():
-    """impl's int8 recompute-through-itself argument is about impl's quantizer; a project's lossy cache states
-    its own bound or the claim is n/a for it (never a 0 tolerance borrowed from impl)."""
+def test_a_lossy_project_target_is_not_given_impls_int8_bound_but_a_first_order_one_from_its_own():
+    """impl's int8 recompute-through-itself argument is about impl's quantizer; a project's lossy cache is judged
+    by the first-order logit bound derived from the bound it states (harness/targets/logitbound.py), and one that
+    states none is n/a (never a 0 tolerance borrowed from impl)."""
     lossy = project_target(numerics=OWN["impl.ring-int8"].numerics)
-    with pytest.raises(NotCapable, match="no logit-level bound"):
-        model.logit_tolerance(lossy)
+    tol = model.logit_tolerance(lossy)
+    assert tol.derived and model.path_of(lossy) == "impl-protocol"
     assert model.recompute_through(lossy) is model.REFERENCE
     assert model.logit_tolerance(OWN["impl.ring-int8"]).rtol == 0.0
+    assert not model.logit_tolerance(OWN["impl.ring-int8"]).derived
+    unstated = project_target(numerics=Numerics.lossy(None, "a scheme not stated yet"))
+    with pytest.raises(NotCapable, match="no stated bound"):
+        model.logit_tolerance(unstated)
