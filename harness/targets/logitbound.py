@@ -212,6 +212,52 @@ def _perturbed(rows: Dual, first: np.ndarray, bounds: np.ndarray) -> Dual:
     return Dual(rows.v, t.reshape(n, h, d, -1))
 
 
+def nudged(reads: list[Reads], table: list, var: int, h: float) -> list:
+    """``shifts`` for :func:`forward` that move read variable ``var`` by ``h`` (every read that shares it) and
+    nothing else."""
+    out = []
+    for li, r in enumerate(reads):
+        layer = []
+        for a, e in enumerate(r.appends):
+            moved = []
+            for which, bound in ((0, e[5]), (1, e[6])):
+                d = np.zeros(bound.shape)
+                first = table[li][a][which]
+                rows = np.flatnonzero((var >= first) & (var < first + bound.shape[1]))
+                d[rows, var - first[rows]] = h
+                moved.append(d)
+            layer.append((moved[0], moved[1]))
+        out.append(layer)
+    return out
+
+
+def derivative_error(
+    model, tokens: list[int], window: int | None, reads: list[Reads], exact: Dual, n: int = 3
+) -> float:
+    """The worst disagreement of :func:`forward`'s derivatives with central differences of the same forward, over
+    ``n`` read variables (the one the largest B1 leans on most, then evenly spaced ones), relative to the largest
+    derivative of each (at least 1e-3): the check that B1 is the model's first-order effect, on every example."""
+    table, bounds = symbols(reads)
+    m = len(bounds)
+    if m == 0:
+        return 0.0
+    b1 = np.abs(exact.t).sum(axis=-1)
+    p, j = np.unravel_index(int(np.argmax(b1)), b1.shape)
+    picks = {int(np.argmax(np.abs(exact.t[p, j])))} | {int(i) for i in np.linspace(0, m - 1, n - 1)}
+    h = 1e-5
+    worst = 0.0
+    for var in sorted(picks):
+        plus = forward(model, tokens, window, reads, actual=False, shifts=nudged(reads, table, var, h))[0].v
+        minus = forward(model, tokens, window, reads, actual=False, shifts=nudged(reads, table, var, -h))[0].v
+        numeric = (plus - minus) / (2 * h)
+        analytic = exact.t[..., var] / bounds[var] if bounds[var] > 0 else numeric
+        # a derivative that is 0 (a key alone in its softmax) has differences of rounding noise (eps |F| / h,
+        # about 1e-10): the scale is at least 1e-3, far below the derivatives that matter (0.1 - 1 here)
+        scale = max(float(np.abs(numeric).max()), float(np.abs(analytic).max()), 1e-3)
+        worst = max(worst, float(np.abs(numeric - analytic).max()) / scale)
+    return worst
+
+
 def misread(reads: list[Reads], written: list[tuple[np.ndarray, np.ndarray]], window: int | None) -> str:
     """The first row attention read that is not within its stated bound of the row written there (float32 of
     this module's float64 rows: the recorded writes are compared, not these), as a sentence; "" when none."""

@@ -79,25 +79,12 @@ EXACT_REASON = (
 )
 
 
-DERIVED_REASON = (
-    "every row attention reads is within the target's stated per-element bound of the row written there "
-    "(Numerics.allowed), so each logit is within 2 B1 + rho of the recompute's: B1 the first-order effect of every "
-    "read at its bound (exact derivatives through a float64 forward of the model; at the worst corner of the read "
-    "box the true change was at most 1.008 B1), rho the two runs' float32 rounding, measured "
-    "(harness/targets/logitbound.py)"
-)
-
-
 @dataclass(frozen=True)
 class Tolerance:
-    """|decode - recompute| <= rtol * max(1, max |recompute|), for ``reason``; rtol 0 is bit for bit.
-
-    ``derived``: no fixed rtol; the bound per logit is derived from the target's stated per-element bound
-    (harness/targets/logitbound.py: the rows check, then 2 B1 + rho)."""
+    """|decode - recompute| <= rtol * max(1, max |recompute|), for ``reason``; rtol 0 is bit for bit."""
 
     rtol: float
     reason: str
-    derived: bool = False
 
     def bound(self, ref: np.ndarray) -> float:
         return self.rtol * max(1.0, float(np.abs(ref).max()))
@@ -114,9 +101,9 @@ def impl_design(target: Target) -> bool:
 
 
 def derives_bound(target: Target) -> bool:
-    """A target whose reads are not exact, judged by a logit bound derived from its own: every lossy or tolerance
-    target but impl's own int8 ring (whose recompute through a fresh int8 ring is bit for bit: see
-    :func:`recompute_through`)."""
+    """A target whose reads are not exact and whose decode is judged by TGT-LOSSY's logit bound derived from its
+    own (harness/targets/logitbound.py), not by a fixed tolerance: every lossy or tolerance target but impl's own
+    int8 ring (whose recompute through a fresh int8 ring is bit for bit: see :func:`recompute_through`)."""
     kind = target.numerics.kind
     return kind != "exact" and not (impl_design(target) and kind == "lossy")
 
@@ -125,7 +112,7 @@ def path_of(target: Target) -> str:
     """Which model runs this target's cache: "impl-store", "impl-protocol" or "torch".
 
     A target that is not exact runs on impl's runtime over :class:`ProtocolStore` (a transformers one too): the
-    logit bound derived from its per-element bound is computed through impl's model, not torch's."""
+    logit bound TGT-LOSSY derives from its per-element bound is computed through impl's model, not torch's."""
     if derives_bound(target):
         return "impl-protocol"
     if target.distribution == "transformers":
@@ -149,9 +136,10 @@ def logit_tolerance(target: Target) -> Tolerance:
             "impl's int8 quantizes each (position, KV head) on its own, so a recompute through a fresh cache of the "
             "same target quantizes the same rows to the same bits; " + EXACT_REASON,
         )
-    if kind == "lossy" and target.numerics.bound is None:
-        raise NotCapable(f"target {target.name} is lossy with no stated bound ({target.numerics.reason})")
-    return Tolerance(0.0, DERIVED_REASON, derived=True)
+    raise NotCapable(
+        f"target {target.name} is {kind}: no fixed logit tolerance holds for it; TGT-LOSSY judges its decode against "
+        "the logit bound derived from the per-element bound it states"
+    )
 
 
 def recompute_through(target: Target) -> Target:
@@ -206,7 +194,8 @@ class ProtocolStore:
         kk = from_store_rows(np.asarray(k, np.float32), h, d)[None, None]  # (1, 1, H, T, D)
         vv = from_store_rows(np.asarray(v, np.float32), h, d)[None, None]
         vis = h_.append(kk, vv)
-        rows = lambda a: np.ascontiguousarray(a[0, 0].transpose(1, 0, 2).reshape(a.shape[3], h * d))  # noqa: E731
+        # one one-layer handle of batch 1: (1, 1, H, m, D) -> (m, H * D); any other shape fails the reshape
+        rows = lambda a: np.ascontiguousarray(a.reshape(a.shape[2:]).transpose(1, 0, 2).reshape(a.shape[3], h * d))  # noqa: E731
         self.seen[layer] = (rows(vis.k), rows(vis.v), int(vis.positions[0]) if len(vis.positions) else 0)
         if self.reads is not None:
             self._record(layer, start, kk, vv)
@@ -220,13 +209,14 @@ class ProtocolStore:
         chunks.append((kk.copy(), vv.copy()))
         t = kk.shape[3]
         k_seen, v_seen, base = self.seen[layer]
-        n = max(start + t - base, 0)
-        lo = min(base, start + t)
-        held_k = np.concatenate([c[0] for c in chunks], axis=3)[:, :, :, lo : start + t]
-        held_v = np.concatenate([c[1] for c in chunks], axis=3)[:, :, :, lo : start + t]
+        if base > start + t - 1:
+            return  # none of this append's own rows handed over: view() fails the decode, naming it
+        held_k = np.concatenate([c[0] for c in chunks], axis=3)[:, :, :, base : start + t]
+        held_v = np.concatenate([c[1] for c in chunks], axis=3)[:, :, :, base : start + t]
         ek = self.numerics.allowed(chunks[0][0], held_k, [c[0] for c in chunks])
         ev = self.numerics.allowed(chunks[0][1], held_v, [c[1] for c in chunks])
         flat = lambda a: np.asarray(a[0, 0], np.float64).transpose(1, 0, 2).reshape(a.shape[3], h * d)  # noqa: E731
+        n = ek.shape[3]  # the rows held at base..start+t-1: what attention reads of what this append handed over
         self.reads[layer].appends.append((start, t, base, k_seen[:n].copy(), v_seen[:n].copy(), flat(ek), flat(ev)))
         self.reads[layer].written_k.append(flat(kk))
         self.reads[layer].written_v.append(flat(vv))

@@ -1,4 +1,4 @@
-"""TGT-GENERATE's logit-level bound for a target that is not exact (harness/targets/logitbound.py).
+"""TGT-LOSSY's logit-level bound for a target that is not exact (harness/targets/logitbound.py).
 
 The bound has three parts, each checked here against something it does not compute itself:
 
@@ -24,7 +24,7 @@ from hypothesis import settings
 
 from harness.targets import logitbound, model
 from harness.targets.claims import _within_the_first_order_bound
-from harness.targets.claims import test_decode_with_the_cache_equals_recomputing_the_prefix as generate_claim
+from harness.targets.claims import test_a_quantized_cache_decodes_within_the_bound_derived_from_its_own as lossy_claim
 from harness.targets.own import TARGETS as OWN
 from harness.wire.evidence import Evidence
 
@@ -186,7 +186,7 @@ def test_a_quantizing_cache_is_proven_and_one_handing_over_something_else_fails_
     settings.load_profile("ci")
     try:
         evidence = Evidence()
-        generate_claim(INT8, evidence)  # the whole claim, as the card runs it
+        lossy_claim(INT8, evidence)  # the whole claim, as TGT-LOSSY runs it
     finally:
         settings.load_profile(before or "default")
     v = evidence.values
