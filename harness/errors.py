@@ -36,13 +36,16 @@ def no_space_in(exc: BaseException | None) -> bool:
     return False
 
 
-def no_space(path: object = None) -> str:
+def no_space(path: object = None, fix: str = "") -> str:
     """A full file system in words, with the fix: ``no space left on PATH (TMPDIR=...): free space or point
     TMPDIR elsewhere``. ``path``: the file or folder a write failed on, else the temp folder (where witnesses and
-    the runner's job folders write)."""
+    the runner's job folders write). ``fix``: what to do instead of moving TMPDIR, for a write that is not in the
+    temp folder (a report folder, a --json file)."""
     import os
     import tempfile
 
+    if fix:
+        return f"no space left on {path} (the device is full): free space there or {fix}"
     tmp = os.environ.get("TMPDIR")
     where = f"TMPDIR={tmp}" if tmp else f"TMPDIR unset: the temp folder is {tempfile.gettempdir()}"
     return f"no space left on {path or tempfile.gettempdir()} ({where}): free space or point TMPDIR elsewhere"

@@ -259,7 +259,10 @@ def record(
         except OSError as exc:
             ok = False
             if reporter is not None:
-                reporter.error(f"error: --json={req.json_arg!r}: cannot write it: {_os_text(exc, req.json_path)}")
+                reporter.error(
+                    f"error: --json={req.json_arg!r}: cannot write it: "
+                    + _os_text(exc, req.json_path, "write --json elsewhere")
+                )
     try:
         final = report_folder.publish(req.reports_dir, doc, req.root, comparison=comparison, extra=repro_dir(req))
         if reporter is not None:
@@ -277,7 +280,11 @@ def record(
     except (OSError, LedgerError) as exc:
         ok = False
         if reporter is not None:
-            why = _os_text(exc, req.reports_dir) if isinstance(exc, OSError) else exc
+            why = (
+                _os_text(exc, req.reports_dir, "choose another folder with --reports")
+                if isinstance(exc, OSError)
+                else exc
+            )
             reporter.error(f"error: the report and ledger row could not be written to {req.reports_dir}: {why}")
     if not ok and reporter is not None:
         reporter.error(
@@ -322,9 +329,9 @@ def full_disk_named() -> Iterator[None]:
         raise
 
 
-def _os_text(exc: OSError, path: Path) -> str:
-    """An OSError of a write in words: a full file system names the place and the fix."""
-    return no_space(exc.filename or path) if exc.errno in NO_SPACE else str(exc)
+def _os_text(exc: OSError, path: Path, fix: str) -> str:
+    """An OSError of a write in words: a full file system names the place and ``fix``."""
+    return no_space(exc.filename or path, fix) if exc.errno in NO_SPACE else str(exc)
 
 
 def _prove(req: RunRequest, reporter: Reporter | None, shown_cards: str) -> Proof:

@@ -514,7 +514,8 @@ def test_a_run_whose_report_cannot_be_written_exits_2_not_0(tmp_path, monkeypatc
     code = cli.main(["run", "FX-ADD", "--json", str(tmp_path / "v.json")])
     err = capsys.readouterr().err
     assert code == 2
-    assert "No space left on device" in err and "evidence was not recorded" in err
+    assert "no space left on" in err and "the device is full" in err and "--reports" in err
+    assert "evidence was not recorded" in err
     assert json.loads((tmp_path / "v.json").read_text())["header"]["summary"]["gate"] == "PASS"
 
 
