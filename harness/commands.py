@@ -13,6 +13,7 @@ import argparse
 import os
 import random
 import re
+import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -323,10 +324,28 @@ def _wait_for_change(
         return watching.touched(seen, now, files) or hit, now
 
 
+_SELECTING = ("-k", "--tag")  # options (with a value) that chose the first run's cards: a later run names its own
+_REPLAYING = ("--changed", "--rerun-failed", "--lf")  # flags a later run does not take (it runs its cards for real)
+
+
 def _rerun_argv(argv: Sequence[str], given: Sequence[str], ids: Sequence[str]) -> tuple[str, ...]:
-    """The command a watch's later run records: the first one's with the ids of the cards it runs again instead of
-    the ids (or globs) ``given`` to it."""
-    return (*(t for t in argv if t not in set(given)), *ids)
+    """The command a watch's later run records: the first one's without what selected or replayed its cards (the
+    ids or globs ``given``, -k, --tag, --changed, --lf), with the ids of the cards it runs again."""
+    out: list[str] = []
+    skip = False
+    for t in argv:
+        if skip:
+            skip = False
+            continue
+        if t in _SELECTING:
+            skip = True
+            continue
+        if t in _REPLAYING or t in set(given) or any(t.startswith(o + "=") for o in ("--tag", "-k")):
+            continue
+        if t.startswith("-k") and len(t) > 2:  # -kEXPR
+            continue
+        out.append(t)
+    return (*out, *ids)
 
 
 def _run_again(req: RunRequest, reporter: TerminalReporter, shown_cards: str):
@@ -749,7 +768,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     console = make_console()
     for path in written:
         console.print(f"wrote {os.path.relpath(path)}")
-    here = "" if dest.resolve() == Path.cwd().resolve() else f"cd {args.dir} && "
+    here = "" if dest.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(args.dir)} && "
     console.print(
         f"next: `{here}{runner(absolute=bool(here))} run` proves EXAMPLE-HANDLES on the example cache; then replace "
         "example_cache.py with your cache and map its calls in example_kvproof.py (docs/prove-your-own-cache.md)"

@@ -121,20 +121,21 @@ def shown_path(path: Path | str, root: Path | None = None, *, cwd: Path | None =
     return Path(os.path.relpath(target, here)).as_posix()
 
 
-def _typed(path: Path, absolute: bool = False) -> str:
-    """An executable's path as typed from the working directory (``./x`` rather than ``x``, which PATH would
-    look up; the absolute path with ``absolute``), quoted for the shell when it needs it."""
+def _typed(path: Path, absolute: bool = False, cwd: Path | None = None) -> str:
+    """An executable's path as typed from the working directory (or ``cwd``; ``./x`` rather than ``x``, which
+    PATH would look up; the absolute path with ``absolute``), quoted for the shell when it needs it."""
     import shlex
 
-    shown = str(path.absolute()) if absolute else shown_path(path, KVPROOF_HOME)
+    shown = str(path.absolute()) if absolute else shown_path(path, KVPROOF_HOME, cwd=cwd)
     if "/" not in shown:
         shown = f"./{shown}"
     return shlex.quote(shown)
 
 
-def runner(absolute: bool = False) -> str:
+def runner(absolute: bool = False, at: Path | None = None) -> str:
     """The start of a command that runs as printed from the working directory, whatever PATH holds (with
-    ``absolute``, from any directory: for a hint that changes directory first):
+    ``absolute``, from any directory: for a hint that changes directory first; with ``at``, from that folder:
+    for what a run records, which must not depend on where it was started):
 
     - ``kvproof`` when the user called the console script from PATH, or when this install's own ``kvproof``
       (beside this interpreter) is on PATH;
@@ -151,17 +152,26 @@ def runner(absolute: bool = False) -> str:
     if called is not None and called.name == "kvproof":
         if on_path and _home_parent(Path(on_path)) == _home_parent(called):
             return "kvproof"
-        return _typed(called, absolute)
+        return _typed(called, absolute, at)
     if on_path and _home_parent(Path(on_path)).parent == here_bin:
         return "kvproof"
     script = KVPROOF_HOME / "run_obligations.py"
     if not script.is_file():  # an installed kvproof without its checkout: the console script is the way in
         return "kvproof"
-    return f"{_typed(Path(sys.executable), absolute)} {_typed(script, absolute).removeprefix('./')}"
+    return f"{_typed(Path(sys.executable), absolute, at)} {_typed(script, absolute, at).removeprefix('./')}"
 
 
-def command(args: str = "") -> str:
+def recorded_runner() -> str:
+    """:func:`runner` as typed from the project root: for text a run records (verdict reasons, replay commands),
+    which must not depend on the folder the run was started from."""
+    try:
+        return runner(at=project_root())
+    except UsageError:
+        return runner()
+
+
+def command(args: str = "", at: Path | None = None) -> str:
     """``args`` (``run FX-ADD --profile ci``) as a whole command that runs as printed from the working directory
     (:func:`runner`): what every hint that names a command to type says (the terminal, the reports, verdict
     reasons, mutation and replay hints)."""
-    return f"{runner()} {args}".rstrip()
+    return f"{runner(at=at)} {args}".rstrip()

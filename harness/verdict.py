@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.project import runner
+from harness.project import recorded_runner
 from harness.select.cards import Bound, Card, Witness
 from harness.statuses import WORST_FIRST, Kind, LiarStatus, Outcome, Verdict
 from harness.wire.messages import OBSERVED_FIELDS, PROFILE_EXAMPLES, NodeResult, PropertyRun
@@ -493,7 +493,7 @@ def unjudged_floor(card: Card, mutation: Any) -> str:
     if mutation is None or (mutation.stale and not marks):
         return (
             f"mutation score not measured on these bytes (min_score {card.min_score:g}; the release profile "
-            f"enforces it): run `{runner()} mutate --profile release`"
+            f"enforces it): run `{recorded_runner()} mutate --profile release`"
         )
     score = "–" if mutation.score is None else f"{mutation.score:.2f}"
     run = f" (run #{mutation.measured_run})" if getattr(mutation, "measured_run", None) is not None else ""
@@ -501,7 +501,7 @@ def unjudged_floor(card: Card, mutation: Any) -> str:
         return (
             f"the newest mutation score on these bytes, {score}{run}, was {marks}; min_score {card.min_score:g} is "
             f"judged only with the equivalence marks as they are now (the release profile enforces it): run "
-            f"`{runner()} mutate {card.id}` (with --changed it reuses its mutants' results)"
+            f"`{recorded_runner()} mutate {card.id}` (with --changed it reuses its mutants' results)"
         )
     other = getattr(mutation, "other_sample", "") or (
         "measured on a partial sample (only the mutant keys given with --mutant)" if mutation.partial else ""
@@ -511,7 +511,7 @@ def unjudged_floor(card: Card, mutation: Any) -> str:
     return (
         f"the newest mutation score on these bytes, {score}{run}, was {other}; min_score {card.min_score:g} is "
         f"judged only on the sample it was set on (the release profile enforces it): run "
-        f"`{runner()} mutate {card.id}`"
+        f"`{recorded_runner()} mutate {card.id}`"
     )
 
 
@@ -530,7 +530,7 @@ def nothing_scored(card: Card, mutation: Any) -> str:
     return (
         f"the mutation score{run} scored no mutant: of the {n} sampled, {mutation.equivalent} equivalent and "
         f"{mutation.error} error (could not be applied), so min_score {card.min_score:g} was not tested (the "
-        f"release profile enforces it): `{runner()} mutate {card.id}` shows each mutant's status and why"
+        f"release profile enforces it): `{recorded_runner()} mutate {card.id}` shows each mutant's status and why"
     )
 
 

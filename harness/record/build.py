@@ -17,7 +17,7 @@ from typing import Any
 from harness.execute.outcomes import CardRun
 from harness.plan.binding import BoundFile, digest
 from harness.plan.subjects import split
-from harness.project import command, shown_path
+from harness.project import command
 from harness.record.document import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -352,20 +352,20 @@ def timing(cards: tuple[CardResult, ...], wall_s: float | None, jobs: int | None
 
 def replay_command(settings: RunSettings | RunHeader, card_id: str) -> str:
     """The command that reruns one card with this run's profile and seed (and its cards folder if not the default),
-    as it runs from the working directory (:func:`harness.project.command`: ``kvproof run ...`` or
-    ``.venv/bin/python run_obligations.py run ...``); the cards folder relative to the working directory inside
-    the project, else to the project root."""
+    as it runs from the project root (:func:`harness.project.command` at the root: ``kvproof run ...`` or
+    ``.venv/bin/python run_obligations.py run ...``): the run records it, so it does not depend on where the run
+    was started."""
     cards = ""
     root, folder = settings.root, settings.cards_dir
     if root and folder and Path(folder) != Path(root) / "obligations":
-        shown = shown_path(folder, Path(root))
-        if Path(shown).is_absolute():  # not typed from inside the project: say it as the project names it
-            try:
-                shown = Path(folder).relative_to(root).as_posix()
-            except ValueError:
-                shown = folder
+        try:
+            shown = Path(folder).relative_to(root).as_posix()
+        except ValueError:
+            shown = folder
         cards = f" --cards {shown}"
-    return command(f"run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}")
+    return command(
+        f"run {card_id}{cards} --profile {settings.profile} --seed {settings.seed}", at=Path(root) if root else None
+    )
 
 
 @dataclass(frozen=True)

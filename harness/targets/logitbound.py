@@ -258,9 +258,9 @@ def derivative_error(
     return worst
 
 
-def misread(reads: list[Reads], written: list[tuple[np.ndarray, np.ndarray]], window: int | None) -> str:
-    """The first row attention read that is not within its stated bound of the row written there (float32 of
-    this module's float64 rows: the recorded writes are compared, not these), as a sentence; "" when none."""
+def misread(reads: list[Reads], window: int | None) -> str:
+    """The first row attention read that is not within its stated bound of the row the runtime wrote there (the
+    recorded writes, float32), as a sentence; "" when none (a NaN read is never within a bound)."""
     for li, r in enumerate(reads):
         wk = np.concatenate(r.written_k) if r.written_k else np.zeros((0, 0))
         wv = np.concatenate(r.written_v) if r.written_v else np.zeros((0, 0))
@@ -280,8 +280,8 @@ def misread(reads: list[Reads], written: list[tuple[np.ndarray, np.ndarray]], wi
             for name, got, want, bound in (("K", k_read, wk, ek), ("V", v_read, wv, ev)):
                 err = np.abs(got.astype(np.float64) - want[base : base + n]) - bound
                 err[: max(lo - base, 0)] = -1  # rows below the window are not read
-                if err.max() > 0:
-                    row, col = np.unravel_index(int(np.argmax(err)), err.shape)
+                if not (err <= 0).all():  # NaN too: a NaN read is never within a bound
+                    row, col = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))), err.shape)
                     return (
                         f"layer {li}: the append of positions {start}..{start + count - 1} handed attention a {name} "
                         f"row for position {base + row} that differs from the row written there by "

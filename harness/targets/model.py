@@ -193,20 +193,22 @@ class ProtocolStore:
             raise AssertionError(f"write(layer={layer}, start={start}) to a handle of length {len(h_)}")
         kk = from_store_rows(np.asarray(k, np.float32), h, d)[None, None]  # (1, 1, H, T, D)
         vv = from_store_rows(np.asarray(v, np.float32), h, d)[None, None]
+        if self.reads is not None:  # what was written, copied before the target sees it (it may change its input)
+            self.chunks[layer].append((kk.copy(), vv.copy()))
         vis = h_.append(kk, vv)
         # one one-layer handle of batch 1: (1, 1, H, m, D) -> (m, H * D); any other shape fails the reshape
         rows = lambda a: np.ascontiguousarray(a.reshape(a.shape[2:]).transpose(1, 0, 2).reshape(a.shape[3], h * d))  # noqa: E731
         self.seen[layer] = (rows(vis.k), rows(vis.v), int(vis.positions[0]) if len(vis.positions) else 0)
         if self.reads is not None:
-            self._record(layer, start, kk, vv)
+            self._record(layer, start)
 
-    def _record(self, layer: int, start: int, kk: np.ndarray, vv: np.ndarray) -> None:
+    def _record(self, layer: int, start: int) -> None:
         """Keep the chunk, the rows this append handed attention (positions base..start+t-1) and the bound the
         target states on each: the rows written there, judged with the handle's first chunk and every chunk so far
         (``Numerics.allowed``)."""
         h, d = self.geometry.n_kv_heads, self.geometry.head_dim
-        chunks = self.chunks[layer]
-        chunks.append((kk.copy(), vv.copy()))
+        chunks = self.chunks[layer]  # this append's chunk is the last (copied in write, before the append)
+        kk, vv = chunks[-1]
         t = kk.shape[3]
         k_seen, v_seen, base = self.seen[layer]
         if base > start + t - 1:

@@ -280,3 +280,17 @@ def test_watch_runs_again_just_the_cards_bound_to_the_file_that_changed(tmp_path
         runs = ledger.runs(10)
     assert len(runs) == 2  # the broken card's run could not start: nothing recorded
     assert [r["cards"] for r in runs] == [1, 3]
+
+
+def test_a_watchs_later_run_records_what_it_ran_not_how_the_first_run_chose_its_cards():
+    from harness.commands import _rerun_argv
+
+    argv = ["run", "FX-*", "-k", "add and not slow", "--tag", "fast", "--tag=kv", "-kx", "--changed", "--lf", "-j", "2"]
+    assert _rerun_argv(argv, ["FX-*"], ["FX-ADD"]) == ("run", "-j", "2", "FX-ADD")
+    assert _rerun_argv(["run", "--rerun-failed", "--profile", "ci"], [], ["A", "B"]) == (
+        "run",
+        "--profile",
+        "ci",
+        "A",
+        "B",
+    )

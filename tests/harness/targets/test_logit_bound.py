@@ -59,7 +59,9 @@ def test_the_float64_forward_is_impls_model():
 def test_the_derivatives_are_central_differences_of_the_same_forward():
     """At the written rows themselves (a cache that reads exactly but states int8's bound), so the two are taken
     at the same point."""
-    stated = dataclasses.replace(model.REFERENCE, name="exact-stating-int8", numerics=INT8.numerics)
+    stated = dataclasses.replace(
+        model.REFERENCE, name="exact-stating-int8", numerics=INT8.numerics, capabilities=INT8.capabilities
+    )
     toks, dec, ref, reads = decode(stated, [5, 9, 2, 33], [4], 2)
     m = model.impl_model()
     exact, _ = logitbound.forward(m, toks, None, reads, actual=False)
@@ -208,3 +210,31 @@ def test_the_logit_check_alone_catches_a_neighbours_row_where_it_moves_the_logit
     liar = corrupting("nb", neighbour)
     caught = [bool(judge(liar, *case, rows=False)) for case in cases(20, 4)]
     assert sum(caught) >= 16, caught
+
+
+def test_a_cache_that_states_a_bound_of_0_for_exact_rows_is_not_failed_by_rounding():
+    """A KIVI-style cache keeps some rows exact and says so (bound 0): where a logit's reads all state 0, B1 is 0
+    and F(actual) - F(exact) is the float32 writes' rounding, which must not count as using the bound."""
+    from harness.targets.protocol import Numerics
+
+    zero = dataclasses.replace(
+        model.REFERENCE,
+        name="exact-stating-0",
+        numerics=Numerics.lossy(lambda c, r: np.zeros(r.shape), "rows kept exact"),
+        capabilities=INT8.capabilities - {"window"},
+    )
+    evidence = Evidence()
+    for prompt, chunks, steps, _ in cases(4, 6):
+        toks, dec, ref, reads = decode(zero, prompt, chunks, steps)
+        _within_the_first_order_bound(zero, evidence, "zero", prompt, toks, dec, ref, None, reads)
+    assert evidence.values["first_order_used"]["max"] <= 2.0
+
+
+def nan_rows(k, v, pos):
+    v[:, :, :, 0] = np.nan  # the oldest row read as NaN
+    return k, v, pos
+
+
+def test_a_nan_read_is_never_within_a_bound():
+    says = judge(corrupting("nan", nan_rows), [3, 8, 1], [3], 2)
+    assert "handed attention a V row for position 0" in says and "past the stated bound" in says, says
