@@ -158,7 +158,9 @@ def test_a_console_script_called_by_path_is_named_by_its_path(tmp_path, monkeypa
 def test_replay_hints_use_the_command():
     view = build_view(RunDocument.from_json(load_doc()), {}, root=PROJECT)
     replay = next(w["replay"] for w in card(view, "FX-FALSIFIED")["failing"] if w["replay"])
-    assert replay == project.command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0")
+    # recorded as it runs from the run's project root (the document's root), wherever the run was started
+    root = Path(load_doc()["header"]["root"])
+    assert replay == project.command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0", at=root)
 
 
 # ---------------------------------------------------------------- a full disk

@@ -75,8 +75,12 @@ DURATION = re.compile(r"\b\d+\.\d+ s\b|(?<=time=\")\d+\.\d+|(?<=>)\d+\.\d+(?= s<
 
 
 def blank(text: str) -> str:
-    """Dates, durations and the start of a command as it runs from here (harness.project.runner) blanked."""
-    return DURATION.sub("<T>", DATE.sub("<DATE>", text)).replace(f"{runner()} run ", "<KVPROOF> run ")
+    """Dates, durations and the start of a command as it runs from the document's root (the replay commands a run
+    records, harness.project.runner) or from here (hints made now) blanked."""
+    text = DURATION.sub("<T>", DATE.sub("<DATE>", text))
+    for start in (runner(at=Path("/project")), runner()):
+        text = text.replace(f"{start} run ", "<KVPROOF> run ")
+    return text
 
 
 @pytest.mark.parametrize(
@@ -166,7 +170,7 @@ def test_html_card_shows_refs_with_file_line_and_source(seeded_view):
 
 def test_html_failure_shows_shrunk_example_and_replay_command(seeded_view):
     w = card(seeded_view, "FX-FALSIFIED")["failing"][0]
-    assert w["replay"] == command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0")
+    assert w["replay"] == command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0", at=Path("/project"))
     page = html.render(seeded_view)
     assert "shrunk Hypothesis example (seed 0" in page and "@reproduce_failure" in page
     assert "&lt;script>alert(1)&lt;/script>" in markdown.render(seeded_view)

@@ -18,6 +18,7 @@ import html as htmllib
 import io
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -55,7 +56,7 @@ EXAMPLE_LINES = [
     ")",
 ]
 EXAMPLE = "\n".join(EXAMPLE_LINES)
-REPLAY = command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0")
+REPLAY = command("run FX-FALSIFIED --cards cards-mixed --profile ci --seed 0", at=Path("/project"))  # the doc's root
 
 
 def _failed_doc(reproduction: str) -> dict:

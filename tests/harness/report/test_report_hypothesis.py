@@ -33,13 +33,8 @@ REPLAY_ARGS = "run FX-NESTED --cards cards-nested --profile ci --seed 0"
 
 
 def replay_in(root: Path) -> str:
-    """The replay command as the run, started from ``root``, prints it (it runs as printed from there)."""
-    here = os.getcwd()
-    os.chdir(root)
-    try:
-        return command(REPLAY_ARGS)
-    finally:
-        os.chdir(here)
+    """The replay command as the run records it: as it runs from the project ``root``."""
+    return command(REPLAY_ARGS, at=root)
 
 
 @pytest.fixture(scope="module")
