@@ -257,18 +257,24 @@ def oracle_files(card: Card, oracle_dir: Path | None) -> tuple[tuple[Path, str],
 GENERIC_WITNESSES = ("harness.targets.claims", "harness.targets.judge")
 _HARNESS_DIR = Path(__file__).resolve().parents[1]
 GENERIC_FILES = tuple(_HARNESS_DIR / "targets" / f"{m.split('.')[-1]}.py" for m in GENERIC_WITNESSES)
+# the generic block-manager claims (cards TGT-BLOCKS*) and their protocol: bound the same way, on their own
+GENERIC_BLOCK_WITNESSES = ("harness.targets.blockclaims", "harness.targets.blocks")
+GENERIC_BLOCK_FILES = tuple(_HARNESS_DIR / "targets" / f"{m.split('.')[-1]}.py" for m in GENERIC_BLOCK_WITNESSES)
 
 
 def generic_support(witness_file: Path) -> list[Path]:
-    """:data:`GENERIC_FILES` when ``witness_file`` imports one of :data:`GENERIC_WITNESSES` (read with ast), else []."""
+    """:data:`GENERIC_FILES` when ``witness_file`` imports one of :data:`GENERIC_WITNESSES` (read with ast), and
+    :data:`GENERIC_BLOCK_FILES` when it imports one of :data:`GENERIC_BLOCK_WITNESSES`; else []."""
     tree = parse_module(witness_file) if witness_file.is_file() else ""
     if isinstance(tree, str):
         return []
     names = [a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module and not n.level]
-    if any(n == g or n.startswith(g + ".") for n in names for g in GENERIC_WITNESSES):
-        return list(GENERIC_FILES)
-    return []
+    found: list[Path] = []
+    for modules, files in ((GENERIC_WITNESSES, GENERIC_FILES), (GENERIC_BLOCK_WITNESSES, GENERIC_BLOCK_FILES)):
+        if any(n == g or n.startswith(g + ".") for n in names for g in modules):
+            found += files
+    return found
 
 
 def support_files(root: Path, witness_files: list[Path]) -> list[Path]:

@@ -14,6 +14,8 @@ for that target (a skip naming the capability), never a verdict.
     transformers.py  thin adapters over the installed transformers' cache layer classes (Dynamic,
                      Static, both sliding-window layers, the quantized layers whose backend imports
                      here; the others are visible "not runnable here" targets with the reason)
+    torchtune.py     torchtune's KVCache (torchtune.kvcache) and litgpt.py litgpt's KVCache, plain and ring
+                     (litgpt.kvcache, litgpt.kvcache-sliding): optional engines, survey mode, imported lazily
     pyproject.py     a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
                      pyproject.toml, imported from the project root and checked (one message per bad entry)
     registry.py      name -> Target (built-in and the project's); selections (own, transformers, project,
@@ -21,6 +23,13 @@ for that target (a skip naming the capability), never a verdict.
     judge.py         what target witnesses share: a handle beside the reference, the checks, strategies
     claims.py        kvproof's generic target witnesses (cards TGT-*), installed so a project's witness
                      module can import the ones its cards name
+    blocks.py        the block-manager protocol (capability "blocks"): requests by id with token ids,
+                     allocate/table/read/free and fork, truncate, refcount, prefix, reset, evict; the
+                     list-of-requests known answer (Requests) and the declared reuse orders
+    blockclaims.py   kvproof's generic block-manager witnesses (cards TGT-BLOCKS*): Hypothesis programs
+                     over many requests, the books checked after every step, shrunk to numbered steps
+    blockown.py      impl's BlockPool + PagedSequence as a block manager (impl.blocks) and reference.blocks,
+                     a prefix-caching manager after vLLM's contract; own.py adds them to the own group
     model.py         TGT-GENERATE's model paths: impl's runtime over a target's own store (impl's
                      designs) or over its verbs (ProtocolStore), transformers' Llama/MistralForCausalLM
                      with the target's Cache; the recompute each is compared with, and the tolerance
@@ -37,7 +46,8 @@ for that target (a skip naming the capability), never a verdict.
                      target matrix; exit 1 only for a cell the known list does not expect
 
 Arrows run one way: protocol, repro <- own, transformers, pyproject (guard) <- registry <- fixture, known <- survey;
-own, repro <- judge <- claims; own <- model <- claims. Nothing here imports the harness's verdict
+own, repro <- judge <- claims; own <- model <- claims; protocol <- blocks <- blockown <- own;
+blocks <- blockclaims. Nothing here imports the harness's verdict
 code (verdict.py), the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).
 """

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from harness.targets import blockown
 from harness.targets.protocol import (
     Geometry,
     Numerics,
@@ -442,4 +443,5 @@ _own(
     extra=("quantized",),
 )
 
+TARGETS.update(blockown.TARGETS)  # the block managers (harness/targets/blocks.py): impl's paged pool, reference.blocks
 OWN = tuple(TARGETS)  # the default selection, in this order

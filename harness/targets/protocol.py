@@ -79,6 +79,12 @@ CAPABILITIES = frozenset(
         "quantized",  # stores K/V in fewer bits: read-back is within Numerics.bound, not exact
         "grow",  # appends past make()'s capacity are accepted: the storage grows
         "occupancy",  # occupancy() and release(), bounded as Target.occupancy states
+        # a block manager (harness.targets.blocks): make() builds a BlockHandle over requests, not rows
+        "blocks",  # allocate/table/read/free/num_free/block_ids of requests over a pool of blocks
+        "refcount",  # blocks: refcount(b), the live requests holding block b
+        "prefix",  # blocks: allocate of a new request may serve leading full blocks from a prefix cache
+        "reset",  # blocks: reset() drops the prefix cache, refused while any block is held
+        "evict",  # blocks: the handle's policy says which free block is handed out (or evicted) next
     }
 )
 
@@ -314,6 +320,12 @@ class Target:
             )
         if self.truncate_contract not in TRUNCATE_CONTRACTS:
             raise ValueError(f"Target({self.name}): truncate_contract={self.truncate_contract!r} unknown")
+        if self.numerics.kind != "exact" and "append" in self.capabilities and "quantized" not in self.capabilities:
+            raise ValueError(
+                f"Target({self.name}): numerics={self.numerics.kind} but the capabilities lack 'quantized': a cache "
+                "whose reads are not exact stores K/V in fewer bits (int8, fp8, fp16, ...), and the claims about its "
+                "numerics (TGT-NUMERICS, TGT-LOSSY) run only on targets that declare it; add 'quantized'"
+            )
         if self.build is None and not self.unavailable:
             raise ValueError(f"Target({self.name}): a runnable target needs build=")
 

@@ -13,8 +13,8 @@ project folder is found without installing it; an installed one works too),
 and ``NAME`` is a :class:`harness.targets.protocol.Target`, a mapping of
 names to Targets, or a list or tuple of Targets. Target names must match
 :data:`NAME_PATTERN`, be unique, and not be a built-in target's name, a group
-(``own``, ``transformers``, ``project``, ``all``) or under a built-in prefix
-(``impl.``, ``transformers.``).
+(``own``, ``transformers``, ``torchtune``, ``litgpt``, ``project``, ``all``) or under a built-in prefix
+(``impl.``, ``transformers.``, ``torchtune.``, ``litgpt.``).
 
 :func:`load` reads and checks the table and imports the entries;
 :class:`ProjectTargetsInvalid` (a UsageError, exit 2) names the file, the
@@ -40,8 +40,8 @@ TABLE = "[tool.kvproof]"
 KEYS = ("targets", "c-sources")  # the keys [tool.kvproof] may hold (c-sources: harness.mutation.cbuild)
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 NAME_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$"  # as obligations/targets.schema.json's target names
-RESERVED_PREFIXES = ("impl.", "transformers.")
-GROUP_NAMES = ("own", "transformers", "project", "all")
+RESERVED_PREFIXES = ("impl.", "transformers.", "torchtune.", "litgpt.", "vllm.")
+GROUP_NAMES = ("own", "transformers", "torchtune", "litgpt", "vllm", "project", "all")
 EXAMPLE = 'targets = ["mycache_target:TARGET"]'
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.errors import TargetUnknown, UsageError
 from harness.project import project_root as discover
-from harness.targets import own, pyproject, transformers
+from harness.targets import litgpt, own, pyproject, torchtune, transformers
 from harness.targets.protocol import Target
 
 ENV_TARGETS = "KVPROOF_TARGETS"
@@ -35,10 +35,17 @@ DEFAULT = "own"  # the default selection of a project that declares no targets o
 PROJECT = "project"  # the group of the project's own targets, and the default selection where there are any
 
 # kvproof's built-in targets (the project's own come from project_targets())
-TARGETS: dict[str, Target] = {**own.TARGETS, **transformers.TARGETS}
+TARGETS: dict[str, Target] = {
+    **own.TARGETS,
+    **transformers.TARGETS,
+    **torchtune.TARGETS,
+    **litgpt.TARGETS,
+}
 GROUPS: dict[str, tuple[str, ...]] = {
     "own": own.OWN,
     "transformers": tuple(transformers.TARGETS),
+    "torchtune": tuple(torchtune.TARGETS),
+    "litgpt": tuple(litgpt.TARGETS),
     "all": tuple(TARGETS),
 }
 

@@ -145,3 +145,32 @@ def view_stale(self, layer, hi):
 def release_without_returning(self):
     self._check_live("release", "")
     self._released = True
+
+
+# ---- the block-manager claims (TGT-BLOCKS*) ------------------------------------------------
+
+
+@liar(
+    "paged.release_twice_decrefs",
+    target="impl.paged:PagedSequence.release",
+    why="release decrefs every block but neither checks nor clears the page table: a second release decrefs "
+    "them again, freeing a block a fork still holds",
+)
+def release_without_clearing(self):
+    for b in self.blocks:
+        self.pool.decref(b)
+    self._released = True
+
+
+@liar(
+    "paged.allocate_highest_free",
+    target="impl.paged:BlockPool.allocate",
+    why="a free list kept as a stack: hands out the highest free id, not the lowest the pool documents",
+)
+def allocate_highest_free(self):
+    self.ensure_free(1)
+    b = max(self._free)
+    self._free.remove(b)
+    heapq.heapify(self._free)
+    self._refs.incref(b)
+    return b

@@ -40,7 +40,8 @@ def test_a_projects_own_target_runs_over_its_verbs_and_decode_equals_recompute()
 
 
 def test_impls_designs_keep_the_store_path_the_reference_and_libraries_theirs():
-    assert {n: model.path_of(t) for n, t in OWN.items()} == {
+    rows = {n: t for n, t in OWN.items() if "append" in t.capabilities}  # block managers have no model path
+    assert {n: model.path_of(t) for n, t in rows.items()} == {
         "reference": "impl-protocol",
         "impl.contiguous": "impl-store",
         "impl.paged": "impl-store",
@@ -53,11 +54,14 @@ def test_a_lossy_project_target_is_not_given_impls_int8_bound_it_is_left_to_tgt_
     """impl's int8 recompute-through-itself argument is about impl's quantizer; a project's lossy cache gets no
     fixed tolerance here (never a 0 borrowed from impl): it runs over its verbs and TGT-LOSSY judges it against
     the logit bound derived from the bound it states (harness/targets/logitbound.py)."""
-    lossy = project_target(numerics=OWN["impl.ring-int8"].numerics)
+    quantized = OWN["reference"].capabilities | {"quantized"}
+    lossy = project_target(numerics=OWN["impl.ring-int8"].numerics, capabilities=quantized)
     with pytest.raises(NotCapable, match="TGT-LOSSY judges its decode"):
         model.logit_tolerance(lossy)
     assert model.derives_bound(lossy) and model.path_of(lossy) == "impl-protocol"
     assert model.recompute_through(lossy) is model.REFERENCE
     assert model.logit_tolerance(OWN["impl.ring-int8"]).rtol == 0.0 and not model.derives_bound(OWN["impl.ring-int8"])
-    unstated = project_target(numerics=Numerics.lossy(None, "a scheme not stated yet"))
+    unstated = project_target(numerics=Numerics.lossy(None, "a scheme not stated yet"), capabilities=quantized)
+    with pytest.raises(ValueError, match="lack 'quantized'"):
+        project_target(numerics=Numerics.lossy(None, "a scheme not stated yet"))
     assert model.derives_bound(unstated)

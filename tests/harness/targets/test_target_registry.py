@@ -40,7 +40,7 @@ def test_every_target_is_listed_as_runnable_or_with_the_reason_it_is_not():
     rows = registry.available()
     assert [r.name for r in rows] == list(registry.TARGETS)
     assert all(r.runnable == (r.reason == "") for r in rows)
-    assert all(r.binding.startswith(("kvproof", "transformers")) for r in rows)
+    assert all(r.binding.startswith(("kvproof", "transformers", "torchtune", "litgpt")) for r in rows)
 
 
 def test_numerics_refuse_a_bound_without_a_reason_and_lossy_needs_its_bound():
@@ -69,6 +69,8 @@ def test_make_refuses_a_window_without_the_capability_and_bad_sizes():
 def test_own_targets_agree_with_the_reference_on_a_short_program():
     rng = np.random.default_rng(1)
     for name in registry.GROUPS["own"]:
+        if "append" not in registry.get(name).capabilities:  # a block manager (harness/targets/blocks.py) holds no rows
+            continue
         h, ref = registry.get(name).make(G, batch=2, capacity=8), registry.get("reference").make(G, 2, capacity=8)
         for t in (2, 3):
             k, v = (rng.standard_normal(G.rows_shape(2, t)).astype(np.float32) for _ in range(2))

@@ -1,0 +1,242 @@
+"""Block-manager targets of the ``own`` group: impl's paged pool, and a prefix-caching manager after vLLM's contract.
+
+``impl.blocks`` maps the block-manager protocol (:mod:`harness.targets.blocks`)
+onto impl.paged: a request is a ``PagedSequence`` over one ``BlockPool`` of
+3-position blocks (grow=False: a pool of ``capacity`` blocks that can run
+out); ``allocate`` is ``reserve`` then ``write`` of the token ids as the
+sequence's one-wide K, pre-RoPE K and V rows (the slot store is the pool's
+own storage, so copy-on-write copies it); ``read`` is ``PagedSequence.rows``;
+``free`` is ``release`` (a second one raises SequenceReleased: the contract
+``refuse``); ``fork``, ``truncate``, ``refcount`` and ``num_free`` are
+impl's. impl has no prefix cache and no reset: those claims are n/a on it.
+
+``reference.blocks`` (:class:`PrefixBlocks`) is a block manager with a
+prefix cache, written from the contract vLLM's v1 BlockPool documents
+(policy ``lru``, free ``idempotent``, reset refused while a block is held,
+block 0 a null block never handed out), with no fork or truncate; it is here
+so that the prefix, reset and reuse-order claims run on something in this
+checkout, and its liars show they catch a wrong manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from harness.targets.blocks import BlockId, blocks_for
+from harness.targets.protocol import Geometry, Numerics, Target
+from impl.cache import KVGeometry
+from impl.paged import BlockPool, PagedSequence
+
+ONE = KVGeometry(1, 1, 1)  # a slot holds one number: the token id, as float32 (exact below 2**24)
+
+
+class ImplBlocks:
+    """impl's BlockPool and PagedSequences behind the block-manager verbs (see the module docstring)."""
+
+    free_contract = "refuse"
+    policy = "lowest-free"
+
+    def __init__(self, target: Target, total: int, block_size: int = 3) -> None:
+        self.target, self.total, self.block_size = target, total, block_size
+        self.pool = BlockPool(total, block_size, ONE)
+        self.seqs: dict[Hashable, PagedSequence] = {}
+
+    def _seq(self, r: Hashable) -> PagedSequence:
+        if r not in self.seqs:
+            raise KeyError(f"request {r!r} was never admitted")
+        return self.seqs[r]
+
+    def allocate(self, r: Hashable, tokens: Sequence[int]) -> int:
+        new = r not in self.seqs
+        s = PagedSequence(self.pool) if new else self.seqs[r]
+        start = len(s)
+        s.reserve(len(tokens))  # all-or-nothing: PoolExhausted (a MemoryError) changes nothing
+        if new:
+            self.seqs[r] = s
+        rows = np.asarray(tokens, np.float32).reshape(-1, 1)
+        s.write(0, start, rows, rows, rows)
+        return 0
+
+    def table(self, r: Hashable) -> list[BlockId]:
+        return list(self._seq(r).blocks)
+
+    def read(self, r: Hashable) -> list[int]:
+        return [int(x) for x in self._seq(r).rows("k")[0][:, 0]]
+
+    def free(self, r: Hashable) -> None:
+        self._seq(r).release()
+
+    def num_free(self) -> int:
+        return int(self.pool.num_free)
+
+    def block_ids(self) -> list[BlockId]:
+        return list(range(self.pool.num_blocks))
+
+    def fork(self, src: Hashable, dst: Hashable) -> None:
+        if dst in self.seqs:
+            raise ValueError(f"fork(dst={dst!r}): the request already exists")
+        self.seqs[dst] = self._seq(src).fork()
+
+    def truncate(self, r: Hashable, n: int) -> None:
+        self._seq(r).truncate(n)
+
+    def refcount(self, b: BlockId) -> int:
+        return int(self.pool.refcount(b))
+
+
+class PrefixBlocks:
+    """A prefix-caching block manager (``reference.blocks``), after vLLM's v1 BlockPool and KVCacheManager.
+
+    Blocks 1..total (0 is the null block). A full block is cached under the
+    whole token prefix it ends (a chained hash); a new request's leading full
+    blocks, at most len - 1 tokens, are served from the cache. Free blocks
+    form a queue handed out from the front (an allocated cached block is
+    evicted from the cache); a free request's blocks join it tail first, not
+    full ones at the front and full ones at the back. ``reset`` drops the
+    cache, refused while any block is held.
+    """
+
+    free_contract = "idempotent"
+    policy = "lru"
+
+    def __init__(self, target: Target, total: int, block_size: int = 2) -> None:
+        self.target, self.total, self.block_size = target, total, block_size
+        self.queue: list[BlockId] = list(range(1, total + 1))
+        self.refs = [0] * (total + 1)
+        self.key_of: dict[BlockId, tuple[int, ...]] = {}  # cached block -> the prefix it ends
+        self.cache: dict[tuple[int, ...], list[BlockId]] = {}  # prefix -> the cached blocks that end it
+        self.slots = np.full((total + 1, block_size), -1, np.int64)
+        self.tables: dict[Hashable, list[BlockId]] = {}
+        self.tokens: dict[Hashable, list[int]] = {}
+
+    def _hits(self, tokens: list[int]) -> list[BlockId]:
+        out = []
+        for j in range((len(tokens) - 1) // self.block_size):
+            got = self.cache.get(tuple(tokens[: (j + 1) * self.block_size]))
+            if not got:
+                break
+            out.append(got[0])
+        return out
+
+    def allocate(self, r: Hashable, tokens: Sequence[int]) -> int:
+        tokens = [int(x) for x in tokens]
+        new = r not in self.tables
+        table, old = ([], []) if new else (self.tables[r], self.tokens[r])
+        hits = self._hits(tokens) if new else []
+        need = blocks_for(len(old) + len(tokens), self.block_size) - len(table) - len(hits)
+        if need > len(self.queue) - sum(self.refs[b] == 0 for b in hits):
+            raise MemoryError(f"allocate({r!r}, {len(tokens)} tokens): {need} blocks needed, {len(self.queue)} free")
+        for b in hits:
+            if self.refs[b] == 0:
+                self.queue.remove(b)  # touch: a cached free block is in use again
+            self.refs[b] += 1
+        fresh, self.queue = self.queue[:need], self.queue[need:]
+        for b in fresh:
+            self._evict(b)
+            self.refs[b] = 1
+        table = table + hits + fresh
+        self.tables[r], self.tokens[r] = table, old + tokens
+        self._write(r, len(old) + len(hits) * self.block_size)
+        return len(hits) * self.block_size
+
+    def _evict(self, b: BlockId) -> None:
+        key = self.key_of.pop(b, None)
+        if key is not None:
+            self.cache[key].remove(b)
+
+    def _write(self, r: Hashable, start: int) -> None:
+        bs, table, toks = self.block_size, self.tables[r], self.tokens[r]
+        for p in range(start, len(toks)):
+            self.slots[table[p // bs], p % bs] = toks[p]
+        for j in range(len(toks) // bs):  # every full block is cached under its prefix
+            b = table[j]
+            if b not in self.key_of:
+                self.key_of[b] = tuple(toks[: (j + 1) * bs])
+                self.cache.setdefault(self.key_of[b], []).append(b)
+
+    def table(self, r: Hashable) -> list[BlockId]:
+        return list(self.tables[r])
+
+    def read(self, r: Hashable) -> list[int]:
+        bs = self.block_size
+        return [int(self.slots[self.tables[r][p // bs], p % bs]) for p in range(len(self.tokens[r]))]
+
+    def free(self, r: Hashable) -> None:
+        table = self.tables.pop(r, None)
+        if table is None:
+            return  # idempotent: freeing an unknown or freed request does nothing
+        del self.tokens[r]
+        gone = []
+        for b in reversed(table):  # tail blocks first: they are evicted first
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                gone.append(b)
+        front = [b for b in gone if b not in self.key_of]
+        self.queue = front + self.queue + [b for b in gone if b in self.key_of]
+
+    def num_free(self) -> int:
+        return len(self.queue)
+
+    def block_ids(self) -> list[BlockId]:
+        return list(range(1, self.total + 1))
+
+    def refcount(self, b: BlockId) -> int:
+        return self.refs[b]
+
+    def reset(self) -> bool:
+        if any(self.refs):
+            return False
+        self.key_of.clear()
+        self.cache.clear()
+        return True
+
+
+# ---------------------------------------------------------------- the targets
+
+TARGETS: dict[str, Target] = {}
+
+
+def build_impl(geometry: Geometry, batch: int, window: int | None, capacity: int, trace=None) -> ImplBlocks:
+    return ImplBlocks(TARGETS["impl.blocks"], capacity)
+
+
+def build_prefix(geometry: Geometry, batch: int, window: int | None, capacity: int, trace=None) -> PrefixBlocks:
+    return PrefixBlocks(TARGETS["reference.blocks"], capacity)
+
+
+TARGETS["impl.blocks"] = Target(
+    "impl.blocks",
+    "impl.paged.BlockPool + PagedSequence as a block manager: requests are sequences over a pool of 3-token blocks",
+    "kvproof",
+    frozenset({"blocks", "fork", "truncate", "refcount", "evict"}),
+    Numerics.exact(),
+    (
+        "impl/paged.py::BlockPool.allocate",
+        "impl/paged.py::BlockPool.incref",
+        "impl/paged.py::BlockPool.decref",
+        "impl/paged.py::BlockPool.refcount",
+        "impl/paged.py::PagedSequence.reserve",
+        "impl/paged.py::PagedSequence.fork",
+        "impl/paged.py::PagedSequence.truncate",
+        "impl/paged.py::PagedSequence.release",
+        "harness/targets/blockown.py::ImplBlocks",
+    ),
+    build_impl,
+    own=True,
+    docs=(
+        ("free", "PagedSequence.release: 'Return every block to the pool; the sequence may not be used afterwards.'"),
+        ("evict", "BlockPool: 'allocate() hands out the lowest free id with count 1'"),
+    ),
+)
+TARGETS["reference.blocks"] = Target(
+    "reference.blocks",
+    "a prefix-caching block manager written from vLLM's v1 BlockPool contract (LRU free queue, reset, null block 0)",
+    "kvproof",
+    frozenset({"blocks", "prefix", "reset", "refcount", "evict"}),
+    Numerics.exact(),
+    ("harness/targets/blockown.py::PrefixBlocks",),
+    build_prefix,
+    own=True,
+)
