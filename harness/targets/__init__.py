@@ -16,6 +16,8 @@ for that target (a skip naming the capability), never a verdict.
                      here; the others are visible "not runnable here" targets with the reason)
     torchtune.py     torchtune's KVCache (torchtune.kvcache) and litgpt.py litgpt's KVCache, plain and ring
                      (litgpt.kvcache, litgpt.kvcache-sliding): optional engines, survey mode, imported lazily
+    vllm.py          vLLM's v1 KVCacheManager + BlockPool as a block manager (vllm.kvcache-manager): its own venv,
+                     make engines-vllm; survey mode, imported lazily
     pyproject.py     a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
                      pyproject.toml, imported from the project root and checked (one message per bad entry)
     registry.py      name -> Target (built-in and the project's); selections (own, transformers, project,

@@ -1001,8 +1001,7 @@ def test_a_quantized_cache_decodes_within_the_bound_derived_from_its_own(kv_targ
     @given(**DECODES)
     def prop(prompt, cuts, steps, data):
         chunks, window = _chunks_and_window(kv_target, prompt, cuts, data)
-        reads: list = []
-        toks, dec = model.impl_decode(kv_target, prompt, chunks, steps, window, reads)
+        toks, dec, reads = model.recorded_decode(kv_target, prompt, chunks, steps, window)
         ref = model.impl_recompute(kv_target, toks, window, through=model.REFERENCE)
         where = f"prompt {prompt} in chunks {chunks}, {steps} greedy step(s), window {window}, over its verbs"
         _within_the_first_order_bound(kv_target, evidence, where, prompt, toks, dec, ref, window, reads)

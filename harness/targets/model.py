@@ -158,18 +158,12 @@ class ProtocolStore:
     base being the first visible position. Positions are 0..len-1 (nothing is evicted).
     """
 
-    def __init__(
-        self, target: Target, geometry: KVGeometry, window: int | None, capacity: int, record: bool = False
-    ) -> None:
+    def __init__(self, target: Target, geometry: KVGeometry, window: int | None, capacity: int) -> None:
         self.geometry = geometry
-        self.numerics = target.numerics
         one = Geometry(1, geometry.n_kv_heads, geometry.head_dim)
         self.handles = [target.make(one, 1, window, capacity) for _ in range(geometry.n_layers)]
         self.seen: list[tuple[np.ndarray, np.ndarray, int]] = [None] * geometry.n_layers  # type: ignore[list-item]
         self.n = 0
-        # record=True: every chunk appended per layer, and what each append let attention read, with its stated bound
-        self.reads = [Reads() for _ in range(geometry.n_layers)] if record else None
-        self.chunks: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(geometry.n_layers)]
 
     def __len__(self) -> int:
         return self.n
@@ -193,35 +187,10 @@ class ProtocolStore:
             raise AssertionError(f"write(layer={layer}, start={start}) to a handle of length {len(h_)}")
         kk = from_store_rows(np.asarray(k, np.float32), h, d)[None, None]  # (1, 1, H, T, D)
         vv = from_store_rows(np.asarray(v, np.float32), h, d)[None, None]
-        if self.reads is not None:  # what was written, copied before the target sees it (it may change its input)
-            self.chunks[layer].append((kk.copy(), vv.copy()))
         vis = h_.append(kk, vv)
         # one one-layer handle of batch 1: (1, 1, H, m, D) -> (m, H * D); any other shape fails the reshape
         rows = lambda a: np.ascontiguousarray(a.reshape(a.shape[2:]).transpose(1, 0, 2).reshape(a.shape[3], h * d))  # noqa: E731
         self.seen[layer] = (rows(vis.k), rows(vis.v), int(vis.positions[0]) if len(vis.positions) else 0)
-        if self.reads is not None:
-            self._record(layer, start)
-
-    def _record(self, layer: int, start: int) -> None:
-        """Keep the chunk, the rows this append handed attention (positions base..start+t-1) and the bound the
-        target states on each: the rows written there, judged with the handle's first chunk and every chunk so far
-        (``Numerics.allowed``)."""
-        h, d = self.geometry.n_kv_heads, self.geometry.head_dim
-        chunks = self.chunks[layer]  # this append's chunk is the last (copied in write, before the append)
-        kk, vv = chunks[-1]
-        t = kk.shape[3]
-        k_seen, v_seen, base = self.seen[layer]
-        if base > start + t - 1:
-            return  # none of this append's own rows handed over: view() fails the decode, naming it
-        held_k = np.concatenate([c[0] for c in chunks], axis=3)[:, :, :, base : start + t]
-        held_v = np.concatenate([c[1] for c in chunks], axis=3)[:, :, :, base : start + t]
-        ek = self.numerics.allowed(chunks[0][0], held_k, [c[0] for c in chunks])
-        ev = self.numerics.allowed(chunks[0][1], held_v, [c[1] for c in chunks])
-        flat = lambda a: np.asarray(a[0, 0], np.float64).transpose(1, 0, 2).reshape(a.shape[3], h * d)  # noqa: E731
-        n = ek.shape[3]  # the rows held at base..start+t-1: what attention reads of what this append handed over
-        self.reads[layer].appends.append((start, t, base, k_seen[:n].copy(), v_seen[:n].copy(), flat(ek), flat(ev)))
-        self.reads[layer].written_k.append(flat(kk))
-        self.reads[layer].written_v.append(flat(vv))
 
     def view(self, layer: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
         k, v, base = self.seen[layer]
@@ -244,6 +213,48 @@ class ProtocolStore:
 
     def clone(self):
         raise NotCapable("ProtocolStore.clone: TGT-GENERATE does not fork")
+
+
+class RecordingStore(ProtocolStore):
+    """A :class:`ProtocolStore` that also records, per layer and append, the rows written and what attention was
+    handed, with the bound the target states for each (``reads``: :class:`harness.targets.logitbound.Reads`):
+    what TGT-LOSSY's checks read."""
+
+    def __init__(self, target: Target, geometry: KVGeometry, window: int | None, capacity: int) -> None:
+        super().__init__(target, geometry, window, capacity)
+        self.numerics = target.numerics
+        self.reads = [Reads() for _ in range(geometry.n_layers)]
+        self.chunks: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(geometry.n_layers)]
+
+    def write(self, layer: int, start: int, k_raw: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        h, d = self.geometry.n_kv_heads, self.geometry.head_dim
+        # what is written, taken before the target sees it (it may change the arrays it is given)
+        kk = from_store_rows(np.asarray(k, np.float32), h, d)[None, None]
+        vv = from_store_rows(np.asarray(v, np.float32), h, d)[None, None]
+        self.chunks[layer].append((kk, vv))
+        super().write(layer, start, k_raw, k, v)
+        self._record(layer, start)
+
+    def _record(self, layer: int, start: int) -> None:
+        """Keep the chunk, the rows this append handed attention (positions base..start+t-1) and the bound the
+        target states on each: the rows written there, judged with the handle's first chunk and every chunk so far
+        (``Numerics.allowed``)."""
+        h, d = self.geometry.n_kv_heads, self.geometry.head_dim
+        chunks = self.chunks[layer]  # this append's chunk is the last (copied in write, before the append)
+        kk, vv = chunks[-1]
+        t = kk.shape[3]
+        k_seen, v_seen, base = self.seen[layer]
+        if base > start + t - 1:
+            return  # none of this append's own rows handed over: view() fails the decode, naming it
+        held_k = np.concatenate([c[0] for c in chunks], axis=3)[:, :, :, base : start + t]
+        held_v = np.concatenate([c[1] for c in chunks], axis=3)[:, :, :, base : start + t]
+        ek = self.numerics.allowed(chunks[0][0], held_k, [c[0] for c in chunks])
+        ev = self.numerics.allowed(chunks[0][1], held_v, [c[1] for c in chunks])
+        flat = lambda a: np.asarray(a[0, 0], np.float64).transpose(1, 0, 2).reshape(a.shape[3], h * d)  # noqa: E731
+        n = ek.shape[3]  # the rows held at base..start+t-1: what attention reads of what this append handed over
+        self.reads[layer].appends.append((start, t, base, k_seen[:n].copy(), v_seen[:n].copy(), flat(ek), flat(ev)))
+        self.reads[layer].written_k.append(flat(kk))
+        self.reads[layer].written_v.append(flat(vv))
 
 
 @contextmanager
@@ -274,29 +285,37 @@ def impl_geometry() -> Geometry:
     return Geometry(c["n_layers"], c["n_kv_heads"], c["head_dim"])
 
 
-def impl_decode(
-    target: Target, prompt: list[int], chunks: list[int], steps: int, window: int | None, reads: list | None = None
-):
-    """Prefill ``prompt`` in ``chunks`` through the target's cache, then ``steps`` greedy tokens.
+def impl_decode(target: Target, prompt: list[int], chunks: list[int], steps: int, window: int | None):
+    """Prefill ``prompt`` in ``chunks`` through the target's cache, then ``steps`` greedy tokens
+    (:func:`decode_over` the target's own store on the impl-store path, else a :class:`ProtocolStore`).
 
     Returns (tokens, logits): every token fed (prompt then generated) and the
     logits (len(prompt) + steps, vocab) the session computed for each position.
-    ``reads``: a list that gets the ProtocolStore's per-layer :class:`Reads` (what
-    the logit bound needs); given, the target runs over its verbs (ProtocolStore) whatever its path.
     """
-    from impl.model.session import Session
-
-    model = impl_model()
     cap = len(prompt) + steps
-    if path_of(target) == "impl-store" and reads is None:
+    if path_of(target) == "impl-store":
         h = target.make(impl_geometry(), 1, window, cap)
         assert isinstance(h, StoresHandle), type(h)
         store = h.stores[0]  # impl's own store: the model runs the very cache the target is
     else:
-        store = ProtocolStore(target, model.config.kv_geometry, window, cap, record=reads is not None)
-        if reads is not None:
-            reads.extend(store.reads)
-    s = Session(model, window=window, cache=store)
+        store = ProtocolStore(target, impl_model().config.kv_geometry, window, cap)
+    return decode_over(store, prompt, chunks, steps, window)
+
+
+def recorded_decode(target: Target, prompt: list[int], chunks: list[int], steps: int, window: int | None):
+    """:func:`decode_over` a :class:`RecordingStore` of ``target`` (over its verbs, whatever its path): (tokens,
+    logits, the store's per-layer :class:`Reads`)."""
+    store = RecordingStore(target, impl_model().config.kv_geometry, window, len(prompt) + steps)
+    toks, logits = decode_over(store, prompt, chunks, steps, window)
+    return toks, logits, store.reads
+
+
+def decode_over(store, prompt: list[int], chunks: list[int], steps: int, window: int | None):
+    """impl's model over ``store`` (an ``impl.cache.KVStore``): ``prompt`` prefilled in ``chunks``, then ``steps``
+    greedy tokens; (tokens, logits) as :func:`impl_decode` returns them."""
+    from impl.model.session import Session
+
+    s = Session(impl_model(), window=window, cache=store)
     out, at = [], 0
     toks = list(prompt)
     with one_thread():

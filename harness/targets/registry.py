@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.errors import TargetUnknown, UsageError
 from harness.project import project_root as discover
-from harness.targets import litgpt, own, pyproject, torchtune, transformers
+from harness.targets import litgpt, own, pyproject, torchtune, transformers, vllm
 from harness.targets.protocol import Target
 
 ENV_TARGETS = "KVPROOF_TARGETS"
@@ -40,12 +40,14 @@ TARGETS: dict[str, Target] = {
     **transformers.TARGETS,
     **torchtune.TARGETS,
     **litgpt.TARGETS,
+    **vllm.TARGETS,
 }
 GROUPS: dict[str, tuple[str, ...]] = {
     "own": own.OWN,
     "transformers": tuple(transformers.TARGETS),
     "torchtune": tuple(torchtune.TARGETS),
     "litgpt": tuple(litgpt.TARGETS),
+    "vllm": tuple(vllm.TARGETS),
     "all": tuple(TARGETS),
 }
 

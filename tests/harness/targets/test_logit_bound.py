@@ -32,9 +32,8 @@ INT8 = dataclasses.replace(OWN["impl.ring-int8"], name="int8copy", distribution=
 
 
 def decode(target, prompt, chunks, steps, window=None):
-    reads: list = []
-    toks, dec = model.impl_decode(target, prompt, chunks, steps, window, reads)
-    return toks, dec, model.impl_recompute(target, toks, window), reads
+    toks, dec, reads = model.recorded_decode(target, prompt, chunks, steps, window)
+    return toks, dec, model.impl_recompute(target, toks, window, through=model.REFERENCE), reads
 
 
 def cases(n: int, seed: int):
