@@ -13,5 +13,6 @@ from harness.targets.blockclaims import (  # noqa: F401 (pytest collects the tes
     test_blocks_are_reused_in_the_declared_order,
     test_freeing_again_is_idempotent_or_refused,
     test_prefix_hits_serve_computed_prefixes,
+    test_releasing_blocks_is_idempotent_or_refused,
     test_reset_refuses_while_blocks_are_held,
 )

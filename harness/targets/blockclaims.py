@@ -21,7 +21,13 @@ after every step checks the books against the reference:
   the last reset (with the read-back: its recorded contents are the request's);
 - reset is refused while any block is held, and done when none is;
 - with ``evict``: the blocks an allocation takes are the ones the declared
-  policy names (:data:`harness.targets.blocks.POLICIES`).
+  policy names (:data:`harness.targets.blocks.POLICIES`);
+- with ``free-blocks``: references the program holds at the pool level (hold)
+  count like a request's (refcount = live holders + held references; a block
+  with either is not free), and a release of a list naming a block twice or a
+  block no one holds follows the handle's release contract (refused and
+  changing nothing, or idempotent), never taking a count below 0 nor leaving
+  a held block in the free queue (a later allocation would hand it out).
 
 Steps are drawn by Hypothesis, which shrinks a failing program to the fewest
 steps; a failure names them, numbered. A project proves its own block
@@ -31,13 +37,14 @@ manager by importing these into a witness module, as with
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.targets.blocks import FREE_CONTRACTS, POLICY_MODELS, REFUSALS, BlockHandle, Requests
+from harness.targets.blocks import FREE_CONTRACTS, POLICY_MODELS, REFUSALS, RELEASE_CONTRACTS, BlockHandle, Requests
 from harness.targets.protocol import Geometry, Target
 
 GEOMETRY = Geometry(1, 1, 1)  # make() takes one; a block manager does not use it
@@ -77,7 +84,13 @@ def steps_for(target: Target, weights: dict[str, int] | None = None, vocab: int 
         kinds["truncate"] = st.tuples(st.just("truncate"), st.integers(0, MAX_NAMED - 1), st.integers(0, 9))
     if "reset" in caps:
         kinds["reset"] = st.tuples(st.just("reset"), st.just(0), st.none())
-    return st.one_of([s for k, s in kinds.items() for _ in range(w.get(k, 1))])
+    if "free-blocks" in caps:  # only where a witness weighs them: the other programs stay as they were
+        kinds["hold"] = st.tuples(st.just("hold"), st.integers(0, MAX_NAMED - 1), st.integers(1, 3))
+        twice_or_unheld = st.sampled_from([(False, False), (False, False), (True, False), (False, True)])
+        release = st.builds(lambda n, tu: (n, *tu), st.integers(1, 3), twice_or_unheld)  # (held, twice, unheld)
+        kinds["release"] = st.tuples(st.just("release"), st.just(0), release)
+    pool = {"hold": 0, "release": 0}
+    return st.one_of([s for k, s in kinds.items() for _ in range(w.get(k, pool.get(k, 1)))])
 
 
 @dataclass
@@ -101,6 +114,7 @@ class BlockProgram:
         self.ids = list(self.h.block_ids())
         self.done = [f"make(capacity={total}): {self.h.total} blocks of {self.h.block_size} tokens"]
         self.named = 0  # requests named so far: r0, r1, ...
+        self.extra: Counter = Counter()  # references the program holds at the pool level (hold), per block
         if policy and self.h.policy not in POLICY_MODELS:
             self.fail(f"policy={self.h.policy!r} is not one of {sorted(POLICY_MODELS)} (evict needs one)")
         self.policy = POLICY_MODELS[self.h.policy](self.ids) if policy else None
@@ -108,6 +122,9 @@ class BlockProgram:
             self.fail(f"block_ids() gives {len(self.ids)} ids ({len(set(self.ids))} distinct), total is {self.h.total}")
         if self.h.free_contract not in FREE_CONTRACTS:
             self.fail(f"free_contract={self.h.free_contract!r} is not one of {sorted(FREE_CONTRACTS)}")
+        release = getattr(self.h, "release_contract", None)
+        if "free-blocks" in self.caps and release not in RELEASE_CONTRACTS:
+            self.fail(f"release_contract={release!r} is not one of {sorted(RELEASE_CONTRACTS)}")
         self.books = self.check()
 
     # -- running
@@ -148,7 +165,7 @@ class BlockProgram:
         m, bs, new = self.model, self.h.block_size, not self.model.is_live(r)
         held = self.held()
         table = self.books.tables.get(r, [])
-        last_shared = bool(table) and len(held.get(table[-1], [])) > 1
+        last_shared = bool(table) and len(held.get(table[-1], [])) + self.extra[table[-1]] > 1
         need = m.need(r, len(toks), last_shared)
         self.done.append(f"{'admit' if new else 'extend'} {r} with {toks}")
         try:
@@ -226,8 +243,54 @@ class BlockProgram:
         self.model.truncate(r, n)
         self.released(self.books.tables[r], length)
 
+    def do_hold(self, i: int, n: int) -> None:
+        """One more pool-level reference to each of the first ``n`` blocks of a live request."""
+        r = self.pick(i)
+        if r is None:
+            return
+        blocks = self.books.tables[r][:n]
+        self.done.append(f"hold {blocks} (blocks of {r})")
+        self.h.hold(blocks)
+        self.extra.update(blocks)
+        self.evidence.count("holds")
+
+    def do_release(self, _i: int, arg) -> None:
+        """Release ``n`` distinct blocks the program holds, then (``twice``) the first of them again, then
+        (``unheld``) a block no one holds; a list naming a block twice or an unheld one follows the contract."""
+        n, twice, unheld = arg
+        blocks = sorted(b for b, c in self.extra.items() if c > 0)[:n]
+        if twice and blocks:
+            blocks.append(blocks[0])
+        nobody = [b for b in self.ids if b not in self.held() and not self.extra[b]][:1] if unheld else []
+        blocks += nobody
+        if not blocks:
+            return
+        twice_ = sorted({b for b in blocks if blocks.count(b) > 1})
+        why = [f"block {b} twice" for b in twice_] + [f"block {b} held by no one" for b in nobody]
+        wrong, contract = bool(why), self.h.release_contract
+        self.done.append(f"release {blocks}" + (f" ({', '.join(why)})" if why else ""))
+        self.evidence.count("wrong_releases" if wrong else "releases")
+        self.evidence.count("releases_twice", int(len(set(blocks)) < len(blocks)))
+        try:
+            self.h.release(blocks)
+        except REFUSALS as e:
+            if not wrong or contract == "idempotent":
+                self.fail(
+                    f"release of {blocks} raised {type(e).__name__}: {e}; the release contract is {contract}: "
+                    f"{RELEASE_CONTRACTS[contract]}"
+                )
+            self.unchanged(f"a refused release of {blocks}")
+            return
+        if wrong and contract == "refuse":
+            self.fail(
+                f"release of {blocks} was accepted; the release contract is {contract}: {RELEASE_CONTRACTS[contract]}"
+            )
+        for b in set(blocks):
+            if self.extra[b]:
+                self.extra[b] -= 1
+
     def do_reset(self, _i: int, _arg) -> None:
-        busy = bool(self.held())
+        busy = bool(self.held()) or any(self.extra.values())
         self.done.append(f"reset ({'blocks held' if busy else 'no block held'})")
         try:
             ok = self.h.reset()
@@ -316,20 +379,25 @@ class BlockProgram:
             if got != want:
                 self.fail(f"{r}'s slots read back {got}; its tokens are {want} (table {tables[r]})")
             reads[r] = got
-        free = h.num_free()
-        if free != h.total - len(holders):
-            self.fail(
-                f"num_free() is {free}; live requests hold {len(holders)} of {h.total} blocks, so "
-                f"{h.total - len(holders)} are free (free + used = total)"
-            )
         counts = {}
-        if "refcount" in self.caps:
+        if "refcount" in self.caps:  # before num_free: a count below 0 is the first thing a bad free breaks
             for b in self.ids:
-                c, want = h.refcount(b), len(holders.get(b, []))
+                c, want = h.refcount(b), len(holders.get(b, [])) + self.extra[b]
                 if c != want:
                     neg = " (negative)" if c < 0 else ""
-                    self.fail(f"refcount({b}) is {c}{neg}; {want} live request(s) hold it: {holders.get(b, [])}")
+                    held = f" and the program holds {self.extra[b]} reference(s)" if self.extra[b] else ""
+                    self.fail(
+                        f"refcount({b}) is {c}{neg}; {want - self.extra[b]} live request(s) hold it: "
+                        f"{holders.get(b, [])}{held}"
+                    )
                 counts[b] = c
+        used = set(holders) | {b for b, c in self.extra.items() if c > 0}
+        free = h.num_free()
+        if free != h.total - len(used):
+            self.fail(
+                f"num_free() is {free}; live requests and held references hold {len(used)} of {h.total} blocks, so "
+                f"{h.total - len(used)} are free (free + used = total)"
+            )
         return Books(tables, free, counts, reads)
 
     def shared(self, b: int, hs: list) -> None:
@@ -391,6 +459,20 @@ def test_freeing_again_is_idempotent_or_refused(kv_target, evidence):
         evidence.count("examples")
 
     prop()
+
+
+# ---- TGT-BLOCKS-RELEASE ------------------------------------------------------------------------
+
+
+@pytest.mark.kv_capabilities("blocks", "free-blocks")
+def test_releasing_blocks_is_idempotent_or_refused(kv_target, evidence):
+    """Programs of TGT-BLOCKS with pool-level steps among them: hold (one more reference to the first 1-3
+    blocks of a live request) and release of a list drawn from the blocks the program holds, sometimes
+    naming one twice, sometimes adding a block no one holds: a release of a list naming a block twice or an
+    unheld one is refused and changes nothing, or (idempotent) releases each held block once; after every
+    step no count is below 0, refcount = live holders + held references, free + used = total, and every later
+    allocation hands out only free blocks (a corrupt free queue shows up as a later verb failing)."""
+    _programs(kv_target, evidence, weights={"admit": 2, "extend": 1, "free": 2, "hold": 3, "release": 3})
 
 
 # ---- TGT-BLOCKS-REUSE --------------------------------------------------------------------------

@@ -8,12 +8,16 @@ sequence's one-wide K, pre-RoPE K and V rows (the slot store is the pool's
 own storage, so copy-on-write copies it); ``read`` is ``PagedSequence.rows``;
 ``free`` is ``release`` (a second one raises SequenceReleased: the contract
 ``refuse``); ``fork``, ``truncate``, ``refcount`` and ``num_free`` are
-impl's. impl has no prefix cache and no reset: those claims are n/a on it.
+impl's; ``hold`` is ``BlockPool.incref`` of each block and ``release`` is
+``ImplBlocks.release`` (a list naming a block twice, or a free one, raises
+CacheError and changes nothing: the release contract ``refuse``). impl has
+no prefix cache and no reset: those claims are n/a on it.
 
 ``reference.blocks`` (:class:`PrefixBlocks`) is a block manager with a
 prefix cache, written from the contract vLLM's v1 BlockPool documents
 (policy ``lru``, free ``idempotent``, reset refused while a block is held,
-block 0 a null block never handed out), with no fork or truncate; it is here
+block 0 a null block never handed out; ``release`` of a list naming a block
+twice or an unheld one refused), with no fork or truncate; it is here
 so that the prefix, reset and reuse-order claims run on something in this
 checkout, and its liars show they catch a wrong manager.
 """
@@ -27,6 +31,7 @@ import numpy as np
 from harness.targets.blocks import BlockId, blocks_for
 from harness.targets.protocol import Geometry, Numerics, Target
 from impl.cache import KVGeometry
+from impl.errors import CacheError
 from impl.paged import BlockPool, PagedSequence
 
 ONE = KVGeometry(1, 1, 1)  # a slot holds one number: the token id, as float32 (exact below 2**24)
@@ -37,6 +42,7 @@ class ImplBlocks:
 
     free_contract = "refuse"
     policy = "lowest-free"
+    release_contract = "refuse"
 
     def __init__(self, target: Target, total: int, block_size: int = 3) -> None:
         self.target, self.total, self.block_size = target, total, block_size
@@ -85,6 +91,23 @@ class ImplBlocks:
     def refcount(self, b: BlockId) -> int:
         return int(self.pool.refcount(b))
 
+    def hold(self, blocks: Sequence[BlockId]) -> None:
+        for b in blocks:
+            self.pool.incref(b)
+
+    def release(self, blocks: Sequence[BlockId]) -> None:
+        """impl has no verb that frees a list: the adapter checks the whole list first (each block held, none named
+        twice: CacheError, nothing changed), then gives back one reference each with BlockPool.decref."""
+        ids = list(blocks)
+        for b in ids:
+            if self.pool.refcount(b) <= 0:
+                raise CacheError(f"release(blocks={ids}): block {b} is held by no one; name held blocks only")
+        twice = sorted({b for b in ids if ids.count(b) > 1})
+        if twice:
+            raise CacheError(f"release(blocks={ids}): names block(s) {twice} twice; name each block once")
+        for b in ids:
+            self.pool.decref(b)
+
 
 class PrefixBlocks:
     """A prefix-caching block manager (``reference.blocks``), after vLLM's v1 BlockPool and KVCacheManager.
@@ -100,6 +123,7 @@ class PrefixBlocks:
 
     free_contract = "idempotent"
     policy = "lru"
+    release_contract = "refuse"
 
     def __init__(self, target: Target, total: int, block_size: int = 2) -> None:
         self.target, self.total, self.block_size = target, total, block_size
@@ -185,6 +209,25 @@ class PrefixBlocks:
     def refcount(self, b: BlockId) -> int:
         return self.refs[b]
 
+    def hold(self, blocks: Sequence[BlockId]) -> None:
+        for b in blocks:
+            if self.refs[b] == 0:
+                self.queue.remove(b)  # touch: a free block is in use again
+            self.refs[b] += 1
+
+    def release(self, blocks: Sequence[BlockId]) -> None:
+        ids = list(blocks)
+        bad = sorted({b for b in ids if ids.count(b) > 1 or self.refs[b] == 0})
+        if bad:
+            raise ValueError(f"release({ids}): block(s) {bad} named twice or held by no one; nothing released")
+        gone = []
+        for b in ids:  # in list order: the first listed is evicted first, as in vLLM's free_blocks
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                gone.append(b)
+        front = [b for b in gone if b not in self.key_of]
+        self.queue = front + self.queue + [b for b in gone if b in self.key_of]
+
     def reset(self) -> bool:
         if any(self.refs):
             return False
@@ -210,10 +253,11 @@ TARGETS["impl.blocks"] = Target(
     "impl.blocks",
     "impl.paged.BlockPool + PagedSequence as a block manager: requests are sequences over a pool of 3-token blocks",
     "kvproof",
-    frozenset({"blocks", "fork", "truncate", "refcount", "evict"}),
+    frozenset({"blocks", "fork", "truncate", "refcount", "evict", "free-blocks"}),
     Numerics.exact(),
     (
         "impl/paged.py::BlockPool.allocate",
+        "harness/targets/blockown.py::ImplBlocks.release",
         "impl/paged.py::BlockPool.incref",
         "impl/paged.py::BlockPool.decref",
         "impl/paged.py::BlockPool.refcount",
@@ -228,13 +272,18 @@ TARGETS["impl.blocks"] = Target(
     docs=(
         ("free", "PagedSequence.release: 'Return every block to the pool; the sequence may not be used afterwards.'"),
         ("evict", "BlockPool: 'allocate() hands out the lowest free id with count 1'"),
+        (
+            "free-blocks",
+            "ImplBlocks.release (the adapter: impl frees no list): 'CacheError, nothing changed, when the list names "
+            "a block twice or a block that is free: either would take a count below its holders.'",
+        ),
     ),
 )
 TARGETS["reference.blocks"] = Target(
     "reference.blocks",
     "a prefix-caching block manager written from vLLM's v1 BlockPool contract (LRU free queue, reset, null block 0)",
     "kvproof",
-    frozenset({"blocks", "prefix", "reset", "refcount", "evict"}),
+    frozenset({"blocks", "prefix", "reset", "refcount", "evict", "free-blocks"}),
     Numerics.exact(),
     ("harness/targets/blockown.py::PrefixBlocks",),
     build_prefix,

@@ -51,9 +51,17 @@ Verbs of a handle (capability in brackets when it is optional):
                                  or a ValueError/RuntimeError) while any block is held
     [evict]                      the handle's ``policy`` (:data:`POLICIES`) says which
                                  free block is handed out (or evicted) next
+    [free-blocks] hold(blocks)   the pool level under a prefix hit or a fork: one more
+                                 reference to each listed block, every one held (vLLM's
+                                 BlockPool.touch, impl's BlockPool.incref)
+    [free-blocks] release(blocks)  the pool level under a request's free: give back one
+                                 reference to each listed block. A list naming a block
+                                 twice, or a block no one holds, follows the handle's
+                                 ``release_contract`` (:data:`RELEASE_CONTRACTS`)
 
 Attributes of a handle: ``target``, ``block_size``, ``total``,
-``free_contract`` and ``policy`` (None without [evict]). A verb in brackets
+``free_contract``, ``policy`` (None without [evict]) and
+``release_contract`` (with [free-blocks]). A verb in brackets
 is called only on a handle whose target declares its capability; a handle
 without it need not define it.
 
@@ -79,6 +87,12 @@ FREE_CONTRACTS = {
     "idempotent": "freeing a request again, or one never admitted, does nothing (vLLM's KVCacheManager.free)",
     "refuse": "freeing a request again, or one never admitted, raises (ValueError, RuntimeError or KeyError) "
     "and changes nothing (impl's PagedSequence.release of a released sequence)",
+}
+RELEASE_CONTRACTS = {
+    "refuse": "a list naming a block twice, or a block no one holds (a reference count would go below 0), raises "
+    "(ValueError, RuntimeError or KeyError) and changes nothing (impl's BlockPool.free_blocks)",
+    "idempotent": "a block named twice loses one reference, a block no one holds is left alone: no count goes "
+    "below 0 and the free blocks stay the blocks with no reference",
 }
 REFUSALS = (ValueError, RuntimeError, KeyError)  # how a handle refuses a free, a reset or a verb's argument
 
@@ -119,6 +133,10 @@ class BlockHandle(Protocol):
     def refcount(self, block: BlockId) -> int: ...
 
     def reset(self) -> bool: ...
+
+    def hold(self, blocks: Sequence[BlockId]) -> None: ...
+
+    def release(self, blocks: Sequence[BlockId]) -> None: ...
 
 
 def blocks_for(n: int, block_size: int) -> int:

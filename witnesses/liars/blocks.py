@@ -99,3 +99,30 @@ def reset_while_in_use(self):
     self.key_of.clear()
     self.cache.clear()
     return True
+
+
+@liar(
+    "blocks.free_blocks_each",
+    target="harness.targets.blockown:ImplBlocks.release",
+    why="decrefs each listed block in turn without checking the list first (vLLM's free_blocks): a block named "
+    "twice loses two references, and a free one is refused only after the blocks before it were released",
+)
+def free_blocks_each(self, blocks):
+    for b in blocks:
+        self.pool.decref(b)
+
+
+@liar(
+    "blocks.release_unchecked",
+    target="harness.targets.blockown:PrefixBlocks.release",
+    why="release decrements each listed block without checking the list (vLLM's free_blocks, issue 42571): a "
+    "block named twice, or held by no one, goes below 0 references and sits in the free queue",
+)
+def release_unchecked(self, blocks):
+    gone = []
+    for b in blocks:
+        self.refs[b] -= 1
+        if self.refs[b] == 0:
+            gone.append(b)
+    front = [b for b in gone if b not in self.key_of]
+    self.queue = front + self.queue + [b for b in gone if b in self.key_of]

