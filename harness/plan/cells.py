@@ -40,7 +40,8 @@ def resolve_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subjec
 def target_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject, ...]:
     """``run --target SPEC``: the default subject and one subject per selected target (harness.targets),
     each with ``KVPROOF_TARGETS`` set to it and its distribution's version as a bound setting; impl's own
-    targets gate, third-party ones are a survey; a target that cannot run here is a visible cell."""
+    targets gate, third-party ones are a survey; a target that cannot run here is a visible cell. A target
+    installed at another version than its known list was surveyed on carries a note saying so (``drift``)."""
     try:
         found = registry.available(req.targets or "")
     except TargetUnknown as exc:
@@ -63,6 +64,7 @@ def target_subjects(req: RunRequest, reporter: Reporter | None) -> tuple[Subject
                 a.reason,
                 a.binding,
                 expected,
+                drift=survey.drift(a.name, a.binding, req.root) if survey is not None else "",
             )
         )
     return tuple(out)

@@ -86,6 +86,9 @@ class Subject:
     numerics: str | None = None
     known: Mapping[str, str] = field(default_factory=dict)  # a target's expected failures: card id -> reproduction
     invalid: tuple[tuple[str, str, str], ...] = ()  # (field, value, message): the configuration is wrong, not n/a
+    drift: str = (
+        ""  # a target whose known list was surveyed on another version: the note saying so (known.Survey.drift)
+    )
 
     def to_json(self) -> dict:
         return {
@@ -97,6 +100,7 @@ class Subject:
             "why_not": self.why_not,
             "numerics": self.numerics,
             "known": dict(self.known),
+            "drift": self.drift,
         }
 
 

@@ -305,6 +305,7 @@ class SubjectInfo:
     why_not: str = ""
     numerics: str | None = None
     known: Mapping[str, str] = field(default_factory=dict)  # a third-party target's expected failures: card -> repro
+    drift: str = ""  # its known list was surveyed on another version than the installed one: the note saying so
 
 
 @dataclass(frozen=True)

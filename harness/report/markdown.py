@@ -153,6 +153,8 @@ def _grid(grid: Mapping[str, Any]) -> list[str]:
     for s in grid["subjects"]:
         what = _inline(s["numerics"] or s["reason"]) if s["runnable"] else f"not runnable here: {_inline(s['why_not'])}"
         out.append(f"- **{_inline(s['name'])}** (`{_code(s['settings_text'])}`): {what}")
+        if s.get("drift"):
+            out.append(f"  - drift: {_inline(s['drift'])}")
     return out
 
 

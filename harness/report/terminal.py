@@ -106,6 +106,8 @@ def render_grid(console: Console, grid: Mapping[str, Any]) -> None:
             else f"[yellow]not runnable here[/]: {escape(sub['why_not'])}"
         )
         console.print(f"  [bold]{escape(sub['name'])}[/] ({escape(sub['settings_text'])}): {what}", soft_wrap=True)
+        if sub.get("drift"):
+            console.print(f"    [yellow]drift[/]: {escape(sub['drift'])}", soft_wrap=True)
 
 
 @dataclass(frozen=True)

@@ -831,7 +831,11 @@ def grid_view(cards: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> di
         row["examples"] = examples_cell(row.pop("ran"))  # over all its cells
     return {
         "subjects": [
-            {**s, "settings_text": " ".join(f"{k}={v}" for k, v in s["settings"].items()) or "no settings"}
+            {
+                **s,
+                "settings_text": " ".join(f"{k}={v}" for k, v in s["settings"].items()) or "no settings",
+                "drift": s.get("drift") or "",  # a target installed at another version than its known list's
+            }
             for s in subs
         ],
         "rows": list(rows.values()),

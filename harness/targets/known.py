@@ -9,11 +9,20 @@ present). The file's format is obligations/targets.schema.json; :func:`load`
 also checks what a schema cannot: every target is registered, every
 reproduction and card file exists inside the project root, findings are
 unique per target, and each card names the witness and test given.
+
+A known list says what a target did on the version it was surveyed on
+(``surveyed: dist==version``). When another version is installed its cells
+are expectations from that version, not findings about this one:
+:meth:`Survey.drift` is the one-line note a ``run --target`` subject carries
+then, and ``python -m harness.targets.survey --drift`` (:mod:`harness.targets.survey`)
+re-runs the reproductions on the installed version.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +30,7 @@ import yaml
 
 from harness import schemas
 from harness.errors import UsageError
-from harness.project import KVPROOF_HOME
+from harness.project import KVPROOF_HOME, shown_path
 from harness.select.cards import TARGETS_FILE
 from harness.select.problems import short
 from harness.select.suggest import did_you_mean
@@ -77,6 +86,35 @@ class Survey:
     def stale(self, target: str) -> bool:
         """True when the target now binds to another version than the one its list was surveyed on."""
         return target in self.surveyed and registry.get(target).binding() != self.surveyed[target]
+
+    def drifted(self, target: str, installed: str) -> bool:
+        """True when ``target``'s distribution is installed (``installed``, its binding here, has a version) at
+        another version than its known list was surveyed on. Not installed: nothing to compare, False."""
+        return target in self.surveyed and "==" in installed and installed != self.surveyed[target]
+
+    def drift(self, target: str, installed: str, root: Path) -> str:
+        """The one-line note for a ``run --target`` subject whose known list was surveyed on another version than
+        the installed one (``installed``: the target's binding here); "" when :meth:`drifted` is False. No
+        verdict changes: a FAILED cell the list names is still shown as known, the note says on what."""
+        if not self.drifted(target, installed):
+            return ""
+        was, findings = self.surveyed[target], self.known.get(target, ())
+        if not findings:
+            return (
+                f"known list surveyed on {was}, installed {installed}: it lists no finding; a survey on "
+                f"{installed} ({survey_command(f'--targets {target}', root)}) re-checks every cell"
+            )
+        return (
+            f"known list surveyed on {was}, installed {installed}: known cells are expectations from {was} "
+            f"({survey_command(f'--drift --targets {target}', root)} re-checks them)"
+        )
+
+
+def survey_command(args: str, root: Path) -> str:
+    """``python -m harness.targets.survey ARGS`` with this interpreter, as typed from ``root`` (the venv the
+    target's library is installed in matters: another one may hold another version)."""
+    python = shown_path(sys.executable, root, cwd=root)
+    return f"{shlex.quote(python if '/' in python else './' + python)} -m harness.targets.survey {args}"
 
 
 def problem(path: Path, where: str, msg: str) -> KnownInvalid:
