@@ -4,9 +4,12 @@ Each witness takes ``kv_target`` and needs the capability ``blocks`` (a row
 target is n/a); it runs random programs over many requests -- each step one
 verb the target declares on any request: admit a new request with 1-7
 tokens, extend a request by 1-4, free one (live, already freed, or never
-admitted), fork one, truncate one, reset -- on the target's handle and on the
-list-of-requests reference (:class:`harness.targets.blocks.Requests`), and
-after every step checks the books against the reference:
+admitted), fork one, truncate one, reset; and where a witness weighs them,
+send an admitted prompt again, admit with extra keys, send a prompt again
+with its extra keys under other kinds, hold and release blocks at the pool
+level -- on the target's handle and on the list-of-requests reference
+(:class:`harness.targets.blocks.Requests`), and after every step checks the
+books against the reference:
 
 - every live request's table holds ceil(len / block_size) blocks, no block twice,
   and its slots read back its tokens;
@@ -19,6 +22,12 @@ after every step checks the books against the reference:
   reset changes nothing;
 - a prefix hit is whole blocks, at most len - 1 tokens, of prefixes computed since
   the last reset (with the read-back: its recorded contents are the request's);
+- with ``prefix`` and ``evict`` (TGT-BLOCKS-HIT): a new request's hit covers every
+  leading full block the cache can serve -- cached by a request with the same extra
+  keys and not handed out since (:class:`harness.targets.blocks.CachedBlocks`) --
+  and an allocation is refused only when too few blocks are free after that hit;
+- with extra keys (TGT-BLOCKS-KEYS): requests admitted with other extra keys
+  (vLLM's cache_salt, LoRA) never share a block by prefix, nor hit one the other computed;
 - reset is refused while any block is held, and done when none is;
 - with ``evict``: the blocks an allocation takes are the ones the declared
   policy names (:data:`harness.targets.blocks.POLICIES`);
@@ -38,13 +47,24 @@ manager by importing these into a witness module, as with
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.targets.blocks import FREE_CONTRACTS, POLICY_MODELS, REFUSALS, RELEASE_CONTRACTS, BlockHandle, Requests
+from harness.targets.blocks import (
+    FREE_CONTRACTS,
+    POLICY_MODELS,
+    REFUSALS,
+    RELEASE_CONTRACTS,
+    BlockHandle,
+    CachedBlocks,
+    Requests,
+    blocks_for,
+    keys_of,
+)
 from harness.targets.protocol import Geometry, Target
 
 GEOMETRY = Geometry(1, 1, 1)  # make() takes one; a block manager does not use it
@@ -69,8 +89,16 @@ def prompts(vocab: int = 3):
     return st.one_of(cut, cut, cut, tokens(7, vocab))
 
 
-def steps_for(target: Target, weights: dict[str, int] | None = None, vocab: int = 3):
-    """A strategy of one step ``(verb, request index, argument)`` of the verbs ``target`` declares."""
+def extra_keys(kinds: Sequence[str]):
+    """A new request's extra keys: one of ``kinds`` (half the time), or 0-2 of them, each with the value x or y
+    (so two requests often carry the same value under different kinds: a LoRA named x beside a cache_salt x)."""
+    kind, value = st.sampled_from(list(kinds)), st.sampled_from(["x", "y"])
+    return st.one_of(st.dictionaries(kind, value, min_size=1, max_size=1), st.dictionaries(kind, value, max_size=2))
+
+
+def steps_for(target: Target, weights: dict[str, int] | None = None, vocab: int = 3, key_kinds: Sequence[str] = ()):
+    """A strategy of one step ``(verb, request index, argument)`` of the verbs ``target`` declares (and, given
+    the kinds of extra key its handles take, admits with extra keys)."""
     caps, w = target.capabilities, weights or {}
     kinds = {
         "pass": st.tuples(st.just("pass"), st.just(0), st.none()),  # first: what a step shrinks to (not shown)
@@ -89,8 +117,19 @@ def steps_for(target: Target, weights: dict[str, int] | None = None, vocab: int 
         twice_or_unheld = st.sampled_from([(False, False), (False, False), (True, False), (False, True)])
         release = st.builds(lambda n, tu: (n, *tu), st.integers(1, 3), twice_or_unheld)  # (held, twice, unheld)
         kinds["release"] = st.tuples(st.just("release"), st.just(0), release)
-    pool = {"hold": 0, "release": 0}
-    return st.one_of([s for k, s in kinds.items() for _ in range(w.get(k, pool.get(k, 1)))])
+    kinds["resend"] = st.tuples(st.just("resend"), st.integers(0, MAX_NAMED - 1), st.none())  # where weighed
+    if key_kinds:  # only where a witness weighs them, as the pool-level steps
+        keyed = st.tuples(prompts(vocab), extra_keys(key_kinds))
+        kinds["admit_keyed"] = st.tuples(st.just("admit_keyed"), st.just(0), keyed)
+        kinds["rekey"] = st.tuples(st.just("rekey"), st.integers(0, MAX_NAMED - 1), st.none())
+    pool = {"hold": 0, "release": 0, "admit_keyed": 0, "resend": 0, "rekey": 0}
+    # NOTE: st.one_of drops a strategy listed twice (the same object), so a weight of n lists n distinct copies
+    return st.one_of([s if n == 0 else s.map(_same) for k, s in kinds.items() for n in range(w.get(k, pool.get(k, 1)))])
+
+
+def _same(step):
+    """The step itself: ``s.map(_same)`` is a copy of ``s`` that st.one_of keeps beside ``s`` (a weight)."""
+    return step
 
 
 @dataclass
@@ -106,7 +145,10 @@ class Books:
 class BlockProgram:
     """Runs a program on a target's block handle and the list-of-requests reference, checking after every step."""
 
-    def __init__(self, target: Target, total: int, evidence, policy: bool = False) -> None:
+    def __init__(self, target: Target, total: int, evidence, policy: bool = False, longest: bool = False) -> None:
+        """``policy``: check every allocation against the handle's declared policy; ``longest`` (with it): check
+        that every hit of a new request is as long as the cache can serve (:class:`CachedBlocks`)."""
+        assert policy or not longest, "longest needs policy: the policy says which cached blocks were evicted"
         self.target, self.evidence = target, evidence
         self.h: BlockHandle = target.make(GEOMETRY, capacity=total)
         self.caps = target.capabilities
@@ -118,6 +160,7 @@ class BlockProgram:
         if policy and self.h.policy not in POLICY_MODELS:
             self.fail(f"policy={self.h.policy!r} is not one of {sorted(POLICY_MODELS)} (evict needs one)")
         self.policy = POLICY_MODELS[self.h.policy](self.ids) if policy else None
+        self.cache = CachedBlocks() if longest and "prefix" in self.caps else None
         if len(self.ids) != self.h.total or len(set(self.ids)) != len(self.ids):
             self.fail(f"block_ids() gives {len(self.ids)} ids ({len(set(self.ids))} distinct), total is {self.h.total}")
         if self.h.free_contract not in FREE_CONTRACTS:
@@ -156,41 +199,123 @@ class BlockProgram:
     def do_admit(self, i: int, toks: list[int]) -> None:
         self.allocate(self.fresh(), toks)
 
+    def do_resend(self, i: int, _arg) -> None:
+        """Admit a new request with the tokens and extra keys of request i (modulo those admitted; live or freed):
+        a prompt sent again."""
+        sent = self.model.order
+        if sent:
+            src = sent[i % len(sent)]
+            keys = self.model.keys[src]
+            self.allocate(self.fresh(), self.model.tokens(src), dict(keys) if keys else None)
+
+    def do_rekey(self, i: int, _arg) -> None:
+        """Admit a new request with the tokens of request i (modulo those admitted) and its extra keys' values each
+        moved to the next kind the handle names (cache_salt x -> lora x; none -> the first kind, x): the same
+        values under other kinds (vllm-project/vllm#44701)."""
+        sent, kinds = self.model.order, sorted(getattr(self.h, "extra_keys", ()))
+        if sent and kinds:
+            src = sent[i % len(sent)]
+            keys = dict(self.model.keys[src]) or {kinds[-1]: "x"}
+            moved = {kinds[(kinds.index(k) + 1) % len(kinds)]: v for k, v in keys.items()}
+            self.allocate(self.fresh(), self.model.tokens(src), moved)
+
+    def do_admit_keyed(self, i: int, arg) -> None:
+        toks, keys = arg
+        self.allocate(self.fresh(), toks, keys)
+
     def do_extend(self, i: int, toks: list[int]) -> None:
         r = self.pick(i)
         if r is not None:
             self.allocate(r, toks)
 
-    def allocate(self, r: str, toks: list[int]) -> None:
+    def allocate(self, r: str, toks: list[int], keys: dict[str, str] | None = None) -> None:
+        """Allocate ``toks`` for ``r`` (a new request with extra keys ``keys`` when given) and check the result."""
         m, bs, new = self.model, self.h.block_size, not self.model.is_live(r)
+        kk = keys_of(keys) if new else m.keys[r]
         held = self.held()
         table = self.books.tables.get(r, [])
         last_shared = bool(table) and len(held.get(table[-1], [])) + self.extra[table[-1]] > 1
         need = m.need(r, len(toks), last_shared)
-        self.done.append(f"{'admit' if new else 'extend'} {r} with {toks}")
+        whole = (m.tokens(r) if not new else []) + list(toks)
+        servable = self.cache.longest(whole, kk, bs) if new and self.cache is not None else []
+        self.done.append(f"{'admit' if new else 'extend'} {r} with {toks}" + (f", extra keys {keys}" if keys else ""))
+        if keys is not None:
+            self.keyed(whole, kk)
+        refused = None
         try:
-            hit = self.h.allocate(r, toks)
+            hit = self.h.allocate(r, toks) if keys is None else self.h.allocate(r, toks, keys=dict(keys))
         except MemoryError as e:
-            self.done[-1] += f" (refused: {type(e).__name__})"
+            refused = e
+        if refused is not None:  # NOTE: checked outside the handler: a check failing in it reads as out of memory
+            self.done[-1] += f" (refused: {type(refused).__name__})"
             if need <= self.books.free:
                 self.fail(
-                    f"the allocation was refused ({e}) though {self.books.free} blocks are free and it needs {need}"
+                    f"the allocation was refused ({refused}) though {self.books.free} blocks are free and it "
+                    f"needs {need}"
                 )
+            self.refused_despite_hit(refused, whole, servable, held)
             self.unchanged("a refused allocation")
             self.evidence.count("refused_allocations")
             return
-        whole = (m.tokens(r) if not new else []) + list(toks)
         if hit and not new:
             self.fail(f"allocate of {r}, a live request, returned a prefix hit of {hit} tokens")
-        why = m.hit_is_computed(whole, hit) if new else ""
+        why = m.hit_is_computed(whole, hit, kk) if new else ""
         if why:
             self.fail(why)
         if hit:
             self.done[-1] += f" (prefix hit: {hit} tokens)"
             self.evidence.count("prefix_hits")
-        m.allocate(r, toks)
+            self.evidence.count("keyed_hits", int(bool(kk)))
+        self.covers(r, whole, hit, servable, held)
+        m.allocate(r, toks, kk)
         if self.policy is not None:
-            self.reused(r, hit // bs, held)
+            took = self.reused(r, hit // bs, held)
+            if self.cache is not None:
+                self.cache.evicted(took)
+                self.cache.filled(self.h.table(r), m.tokens(r), kk, bs)
+
+    # -- what a prefix cache can serve (TGT-BLOCKS-HIT) and extra keys (TGT-BLOCKS-KEYS)
+
+    def keyed(self, whole: list[int], kk) -> None:
+        """Count the chances an admission with extra keys gives a manager to share wrongly."""
+        other, renamed = self.model.collides(whole, kk)
+        self.evidence.count("keyed_admits")
+        self.evidence.count("other_key_prefixes", int(other))
+        self.evidence.count("renamed_keys", int(renamed))
+
+    def servable_free(self, servable: list[list[int]], held: dict) -> int:
+        """How many of the blocks a hit would serve may have to come out of the free blocks (any block caching
+        it is free: the manager may pick that one)."""
+        return sum(any(b not in held and not self.extra[b] for b in bs_) for bs_ in servable)
+
+    def refused_despite_hit(self, e: Exception, whole: list[int], servable: list[list[int]], held: dict) -> None:
+        """A refused admission needs, after the hit the cache can serve, its other blocks plus the served ones it
+        takes out of the free blocks; it must not be refused when that many are free."""
+        if not servable:
+            return
+        self.evidence.count("refused_servable")
+        need = blocks_for(len(whole), self.h.block_size) - len(servable) + self.servable_free(servable, held)
+        if need <= self.books.free:
+            self.fail(
+                f"the allocation was refused ({e}) though {self.books.free} blocks are free and, after the hit of "
+                f"{len(servable) * self.h.block_size} tokens the cache can serve (blocks {servable}), it needs {need}"
+            )
+
+    def covers(self, r: str, whole: list[int], hit: int, servable: list[list[int]], held: dict) -> None:
+        """A new request's hit covers every leading full block the cache can serve (:class:`CachedBlocks`)."""
+        if self.cache is None:
+            return
+        bs = self.h.block_size
+        self.evidence.count("hits_servable", int(bool(servable)))
+        self.evidence.count("servable_from_free", int(self.servable_free(servable, held) > 0))
+        if hit < len(servable) * bs:
+            j = hit // bs
+            self.fail(
+                f"admit of {r} ({whole}) got a prefix hit of {hit} tokens; the cache can serve "
+                f"{len(servable) * bs}: its block {j}, the prefix {whole[: (j + 1) * bs]}, is cached in block(s) "
+                f"{servable[j]} (computed since the last reset with the same extra keys, and not handed out since: "
+                f"the declared policy {self.h.policy!r} evicts a cached block only when it hands it out again)"
+            )
 
     def do_free(self, i: int, _arg) -> None:
         """Index ``MAX_NAMED`` names a request never admitted; any other, request i modulo the ones named."""
@@ -241,6 +366,8 @@ class BlockProgram:
         self.done.append(f"truncate {r} to {n} (of {length})")
         self.h.truncate(r, n)
         self.model.truncate(r, n)
+        if self.cache is not None:  # the cut block's slots may be rewritten: no longer a cached prefix, to be safe
+            self.cache.evicted(self.books.tables[r][n // self.h.block_size :])
         self.released(self.books.tables[r], length)
 
     def do_hold(self, i: int, n: int) -> None:
@@ -302,6 +429,8 @@ class BlockProgram:
             self.fail("reset() was refused with no block held")
         if ok:
             self.model.reset()
+            if self.cache is not None:
+                self.cache.reset()
             self.evidence.count("resets_done")
         else:
             self.unchanged("a refused reset")
@@ -316,8 +445,9 @@ class BlockProgram:
                 out.setdefault(b, []).append((r, i))
         return out
 
-    def reused(self, r: str, hits: int, held_before: dict) -> None:
-        """The blocks this allocation took (not prefix hits, not already held) are the policy's next ones."""
+    def reused(self, r: str, hits: int, held_before: dict) -> list:
+        """The blocks this allocation took (not prefix hits, not already held) are the policy's next ones; returns
+        them."""
         table = list(self.h.table(r))
         touched = [b for b in table[:hits] if b not in held_before]  # free cached blocks a prefix hit took
         self.policy.hit(touched)
@@ -331,6 +461,7 @@ class BlockProgram:
             )
         self.policy.took(took)
         self.evidence.count("policy_checked", int(bool(took)))
+        return took
 
     def released(self, before: list, length: int) -> None:
         """Tell the policy which blocks of a request's old table (of ``length`` tokens) became free, tail first,
@@ -416,10 +547,12 @@ class BlockProgram:
                 )
 
 
-def _programs(kv_target, evidence, weights=None, policy=False, vocab=3, total=totals) -> None:
-    @given(total=total, steps=st.lists(steps_for(kv_target, weights, vocab), min_size=10, max_size=30))
+def _programs(kv_target, evidence, weights=None, policy=False, vocab=3, total=totals, longest=False, kinds=()) -> None:
+    steps = steps_for(kv_target, weights, vocab, kinds)
+
+    @given(total=total, steps=st.lists(steps, min_size=10, max_size=30))
     def prop(total, steps):
-        run = BlockProgram(kv_target, total, evidence, policy=policy)
+        run = BlockProgram(kv_target, total, evidence, policy=policy, longest=longest)
         run.run(steps)
         evidence.count("examples")
         evidence.count("requests", run.named)
@@ -439,6 +572,18 @@ def test_block_managers_keep_the_books(kv_target, evidence):
     or a prefix of equal full blocks, refcounts equal the live holders (never negative), free + used = total,
     an allocation is refused only when too few blocks are free, and a refused step changes nothing."""
     _programs(kv_target, evidence, weights={"admit": 2, "extend": 2, "free": 2, "fork": 2, "truncate": 2})
+
+
+@pytest.mark.kv_capabilities("blocks")
+def test_blocks_are_shared_only_as_declared(kv_target, evidence):
+    """The programs of test_block_managers_keep_the_books, heavier in forks and in admits of prompts that share
+    prefixes, with the same checks after every step: here blocks two live requests hold come up often, and each
+    must be their block at the same index, of a history they share by a fork or a prefix hit on equal full
+    blocks. n/a on a target with neither fork nor prefix: it shares no block (its books are still checked by
+    the other witnesses)."""
+    if not {"fork", "prefix"} & kv_target.capabilities:
+        pytest.skip(f"n/a: target {kv_target.name} lacks capability fork or prefix (it never shares a block)")
+    _programs(kv_target, evidence, weights={"admit": 3, "extend": 2, "free": 1, "fork": 3, "truncate": 1}, vocab=2)
 
 
 @pytest.mark.kv_capabilities("blocks")
@@ -504,3 +649,37 @@ def test_reset_refuses_while_blocks_are_held(kv_target, evidence):
     refusal) and changes nothing; with no block held it is done, and no later prefix hit serves a prefix
     computed before it."""
     _programs(kv_target, evidence, weights={"admit": 3, "free": 3, "reset": 2}, vocab=2)
+
+
+# ---- TGT-BLOCKS-HIT ----------------------------------------------------------------------------
+
+
+@pytest.mark.kv_capabilities("blocks", "prefix", "evict")
+def test_prefix_hits_are_as_long_as_the_cache_can_serve(kv_target, evidence):
+    """Programs heavy in admits, prompts sent again (a new request with the tokens of one admitted before, live
+    or freed) and frees over a two-token vocabulary on a pool of 3-8 blocks, the declared
+    policy checked at every allocation, and the blocks that cache a prefix tracked from the handle's tables
+    (:class:`harness.targets.blocks.CachedBlocks`: a full block caches its prefix until the policy hands it out
+    again, or a reset): a new request's prefix hit covers every leading full block (at most len - 1 tokens) the
+    cache can serve -- a block freed and not yet handed out again too -- and an allocation is refused only when
+    fewer blocks are free than it needs after that hit."""
+    weights = {"admit": 2, "resend": 3, "extend": 1, "free": 4, "reset": 1}
+    _programs(kv_target, evidence, weights, policy=True, vocab=2, total=st.integers(3, 8), longest=True)
+
+
+# ---- TGT-BLOCKS-KEYS ---------------------------------------------------------------------------
+
+
+@pytest.mark.kv_capabilities("blocks", "prefix")
+def test_requests_with_other_extra_keys_share_no_block(kv_target, evidence):
+    """Programs of admits with extra keys (0-2 of the kinds the handle's ``extra_keys`` names, each with the value
+    x or y), prompts sent again with their keys or with their keys' values under other kinds (a LoRA named x
+    meets a cache_salt x), and frees, over a two-token vocabulary, with the books checked after
+    every step: a block two live requests hold is shared by a prefix only when their extra keys are equal, and
+    a prefix hit serves only prefixes a request with the same extra keys computed since the last reset. n/a
+    on a target whose handles take no extra key."""
+    kinds = tuple(getattr(kv_target.make(GEOMETRY, capacity=2), "extra_keys", ()))
+    if not kinds:
+        pytest.skip(f"n/a: target {kv_target.name} lacks capability extra-keys (its handle's extra_keys is empty)")
+    weights = {"admit": 1, "admit_keyed": 4, "resend": 1, "rekey": 2, "extend": 1, "free": 4}
+    _programs(kv_target, evidence, weights, vocab=2, total=st.integers(4, 10), kinds=kinds)

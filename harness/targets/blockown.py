@@ -17,9 +17,11 @@ no prefix cache and no reset: those claims are n/a on it.
 prefix cache, written from the contract vLLM's v1 BlockPool documents
 (policy ``lru``, free ``idempotent``, reset refused while a block is held,
 block 0 a null block never handed out; ``release`` of a list naming a block
-twice or an unheld one refused), with no fork or truncate; it is here
-so that the prefix, reset and reuse-order claims run on something in this
-checkout, and its liars show they catch a wrong manager.
+twice or an unheld one refused; extra keys ``cache_salt`` and ``lora`` in
+every block's cache key, each with its kind), with no fork or truncate; it
+is here so that the prefix, hit-length, extra-key, reset and reuse-order
+claims run on something in this checkout, and its liars show they catch a
+wrong manager.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from harness.targets.blocks import BlockId, blocks_for
+from harness.targets.blocks import BlockId, Keys, blocks_for, keys_of
 from harness.targets.protocol import Geometry, Numerics, Target
 from impl.cache import KVGeometry
 from impl.errors import CacheError
@@ -113,8 +115,11 @@ class PrefixBlocks:
     """A prefix-caching block manager (``reference.blocks``), after vLLM's v1 BlockPool and KVCacheManager.
 
     Blocks 1..total (0 is the null block). A full block is cached under the
-    whole token prefix it ends (a chained hash); a new request's leading full
-    blocks, at most len - 1 tokens, are served from the cache. Free blocks
+    request's extra keys, each with its kind, and the whole token prefix it
+    ends (a chained hash with tagged extra keys: :meth:`_key`); a new
+    request's leading full blocks, at most len - 1 tokens, are served from the
+    cache, from any block caching each (a block stays cached until it is
+    handed out again, duplicates too). Free blocks
     form a queue handed out from the front (an allocated cached block is
     evicted from the cache); a free request's blocks join it tail first, not
     full ones at the front and full ones at the back. ``reset`` drops the
@@ -124,31 +129,38 @@ class PrefixBlocks:
     free_contract = "idempotent"
     policy = "lru"
     release_contract = "refuse"
+    extra_keys = ("cache_salt", "lora")
 
     def __init__(self, target: Target, total: int, block_size: int = 2) -> None:
         self.target, self.total, self.block_size = target, total, block_size
         self.queue: list[BlockId] = list(range(1, total + 1))
         self.refs = [0] * (total + 1)
-        self.key_of: dict[BlockId, tuple[int, ...]] = {}  # cached block -> the prefix it ends
-        self.cache: dict[tuple[int, ...], list[BlockId]] = {}  # prefix -> the cached blocks that end it
+        self.key_of: dict[BlockId, Hashable] = {}  # cached block -> its cache key (extra keys, the prefix it ends)
+        self.cache: dict[Hashable, list[BlockId]] = {}  # cache key -> the cached blocks that have it
         self.slots = np.full((total + 1, block_size), -1, np.int64)
         self.tables: dict[Hashable, list[BlockId]] = {}
         self.tokens: dict[Hashable, list[int]] = {}
+        self.keys: dict[Hashable, Keys] = {}
 
-    def _hits(self, tokens: list[int]) -> list[BlockId]:
+    def _key(self, keys: Keys, prefix: Sequence[int]) -> Hashable:
+        """The cache key of a full block: each extra key with its kind, and the whole prefix the block ends."""
+        return (keys, tuple(prefix))
+
+    def _hits(self, tokens: list[int], keys: Keys = ()) -> list[BlockId]:
         out = []
         for j in range((len(tokens) - 1) // self.block_size):
-            got = self.cache.get(tuple(tokens[: (j + 1) * self.block_size]))
+            got = self.cache.get(self._key(keys, tokens[: (j + 1) * self.block_size]))
             if not got:
                 break
             out.append(got[0])
         return out
 
-    def allocate(self, r: Hashable, tokens: Sequence[int]) -> int:
+    def allocate(self, r: Hashable, tokens: Sequence[int], keys: dict[str, str] | None = None) -> int:
         tokens = [int(x) for x in tokens]
         new = r not in self.tables
         table, old = ([], []) if new else (self.tables[r], self.tokens[r])
-        hits = self._hits(tokens) if new else []
+        kk = keys_of(keys) if new else self.keys[r]
+        hits = self._hits(tokens, kk) if new else []
         need = blocks_for(len(old) + len(tokens), self.block_size) - len(table) - len(hits)
         if need > len(self.queue) - sum(self.refs[b] == 0 for b in hits):
             raise MemoryError(f"allocate({r!r}, {len(tokens)} tokens): {need} blocks needed, {len(self.queue)} free")
@@ -161,7 +173,7 @@ class PrefixBlocks:
             self._evict(b)
             self.refs[b] = 1
         table = table + hits + fresh
-        self.tables[r], self.tokens[r] = table, old + tokens
+        self.tables[r], self.tokens[r], self.keys[r] = table, old + tokens, kk
         self._write(r, len(old) + len(hits) * self.block_size)
         return len(hits) * self.block_size
 
@@ -174,10 +186,10 @@ class PrefixBlocks:
         bs, table, toks = self.block_size, self.tables[r], self.tokens[r]
         for p in range(start, len(toks)):
             self.slots[table[p // bs], p % bs] = toks[p]
-        for j in range(len(toks) // bs):  # every full block is cached under its prefix
+        for j in range(len(toks) // bs):  # every full block is cached under its key
             b = table[j]
             if b not in self.key_of:
-                self.key_of[b] = tuple(toks[: (j + 1) * bs])
+                self.key_of[b] = self._key(self.keys[r], toks[: (j + 1) * bs])
                 self.cache.setdefault(self.key_of[b], []).append(b)
 
     def table(self, r: Hashable) -> list[BlockId]:
@@ -191,7 +203,7 @@ class PrefixBlocks:
         table = self.tables.pop(r, None)
         if table is None:
             return  # idempotent: freeing an unknown or freed request does nothing
-        del self.tokens[r]
+        del self.tokens[r], self.keys[r]
         gone = []
         for b in reversed(table):  # tail blocks first: they are evicted first
             self.refs[b] -= 1

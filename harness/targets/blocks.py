@@ -24,14 +24,18 @@ Vocabulary:
 
 Verbs of a handle (capability in brackets when it is optional):
 
-    allocate(r, tokens) -> int   append ``tokens`` to request r (an id not yet seen
+    allocate(r, tokens, keys=None) -> int
+                                 append ``tokens`` to request r (an id not yet seen
                                  admits a new request); allocates the blocks they need
                                  and records the tokens in their slots (the model's
                                  write), except the positions a prefix hit served.
                                  Returns how many leading tokens a prefix hit served
                                  (0 without [prefix], and for a request already live).
                                  All-or-nothing: with too few free blocks it raises
-                                 MemoryError and changes nothing
+                                 MemoryError and changes nothing. ``keys`` (given only
+                                 to a handle whose ``extra_keys`` name its kinds, only
+                                 when admitting): the new request's extra keys, kind ->
+                                 value (str), which its blocks' prefix-cache keys carry
     table(r) -> list[int]        the request's block ids (see above)
     read(r) -> list[int]         the token ids recorded in the slots of r's blocks,
                                  positions 0..len-1: the slot store's read-back
@@ -60,10 +64,19 @@ Verbs of a handle (capability in brackets when it is optional):
                                  ``release_contract`` (:data:`RELEASE_CONTRACTS`)
 
 Attributes of a handle: ``target``, ``block_size``, ``total``,
-``free_contract``, ``policy`` (None without [evict]) and
-``release_contract`` (with [free-blocks]). A verb in brackets
-is called only on a handle whose target declares its capability; a handle
-without it need not define it.
+``free_contract``, ``policy`` (None without [evict]),
+``release_contract`` (with [free-blocks]) and ``extra_keys`` (with
+[prefix], optional): the kinds of extra key ``allocate`` takes, e.g.
+``("cache_salt", "lora")`` (vLLM puts a request's cache_salt, LoRA adapter
+and multimodal features into its block hashes as extra keys); a handle
+without it takes none, and the claim about extra keys is n/a for it. A verb
+in brackets is called only on a handle whose target declares its
+capability; a handle without it need not define it.
+
+Under [prefix] a block's prefix-cache key is the request's extra keys, each
+with its kind (:data:`Keys`), and the whole token prefix the block ends:
+requests whose extra keys differ never share a block by prefix, whatever
+their tokens.
 
 The known answer is :class:`Requests`: which requests live, with which
 tokens, and which histories they share by declaration (a fork; a prefix
@@ -82,6 +95,13 @@ from harness.targets.protocol import Target
 
 RequestId = Hashable
 BlockId = int
+Keys = tuple[tuple[str, str], ...]  # a request's extra keys: (kind, value) pairs sorted by kind; () for none
+
+
+def keys_of(keys: dict[str, str] | None) -> Keys:
+    """The canonical :data:`Keys` of an ``allocate(keys=...)`` argument (None or {}: no extra keys)."""
+    return tuple(sorted((str(k), str(v)) for k, v in (keys or {}).items()))
+
 
 FREE_CONTRACTS = {
     "idempotent": "freeing a request again, or one never admitted, does nothing (vLLM's KVCacheManager.free)",
@@ -114,7 +134,7 @@ class BlockHandle(Protocol):
     free_contract: str
     policy: str | None
 
-    def allocate(self, request: RequestId, tokens: Sequence[int]) -> int: ...
+    def allocate(self, request: RequestId, tokens: Sequence[int], keys: dict[str, str] | None = None) -> int: ...
 
     def table(self, request: RequestId) -> list[BlockId]: ...
 
@@ -158,8 +178,10 @@ class Requests:
 
     ``common[(a, b)]`` (a, b ordered by admission): how many leading positions
     a and b share by a fork (fork copies the source's; a truncate lowers it;
-    appends leave it). ``computed``: the token prefixes that filled a block
-    since the last reset (what a prefix hit may serve).
+    appends leave it). ``computed``: the (extra keys, token prefix) pairs that
+    filled a block since the last reset (what a prefix hit may serve).
+    ``keys``: each request's extra keys, given at admission (a fork's are its
+    source's).
     """
 
     block_size: int
@@ -167,7 +189,8 @@ class Requests:
     requests: dict[RequestId, Request] = field(default_factory=dict)
     order: list[RequestId] = field(default_factory=list)
     common: dict[tuple[RequestId, RequestId], int] = field(default_factory=dict)
-    computed: set[tuple[int, ...]] = field(default_factory=set)
+    computed: set[tuple[Keys, tuple[int, ...]]] = field(default_factory=set)
+    keys: dict[RequestId, Keys] = field(default_factory=dict)
 
     # -- reading
 
@@ -193,13 +216,15 @@ class Requests:
 
     def may_share(self, a: RequestId, b: RequestId, i: int) -> str:
         """Why live requests a and b may both hold one block as their block i ("" when they may not): it holds
-        positions of a history they share by a fork, or (prefix) it is full in both with the same prefix."""
+        positions of a history they share by a fork, or (prefix) it is full in both with the same prefix and
+        the same extra keys."""
         bs = self.block_size
         if i * bs < self.shared(a, b):
             return "fork"
         ta, tb = self.requests[a].tokens, self.requests[b].tokens
         end = (i + 1) * bs
-        if self.prefix and len(ta) >= end and len(tb) >= end and ta[:end] == tb[:end]:
+        same = ta[:end] == tb[:end] and self.keys.get(a, ()) == self.keys.get(b, ())
+        if self.prefix and len(ta) >= end and len(tb) >= end and same:
             return "prefix"
         return ""
 
@@ -210,10 +235,10 @@ class Requests:
         cow = t > 0 and n % self.block_size != 0 and last_shared
         return blocks_for(n + t, self.block_size) - blocks_for(n, self.block_size) + int(cow)
 
-    def hit_is_computed(self, tokens: Sequence[int], hit: int) -> str:
-        """Why a prefix hit of ``hit`` leading tokens of ``tokens`` is wrong ("" when it is right): a hit is whole
-        blocks, at most len - 1 tokens (the last token is always computed), each block's prefix computed since
-        the last reset."""
+    def hit_is_computed(self, tokens: Sequence[int], hit: int, keys: Keys = ()) -> str:
+        """Why a prefix hit of ``hit`` leading tokens of ``tokens``, for a request with extra keys ``keys``, is
+        wrong ("" when it is right): a hit is whole blocks, at most len - 1 tokens (the last token is always
+        computed), each block's prefix computed since the last reset by a request with the same extra keys."""
         bs = self.block_size
         if not self.prefix and hit:
             return f"a hit of {hit} tokens from a manager without a prefix cache"
@@ -225,26 +250,48 @@ class Requests:
                 "token is always computed)"
             )
         for j in range(hit // bs):
-            if tuple(tokens[: (j + 1) * bs]) not in self.computed:
+            prefix = tuple(tokens[: (j + 1) * bs])
+            if (keys, prefix) in self.computed:
+                continue
+            others = sorted(k for k, p in self.computed if p == prefix)
+            if others:
                 return (
-                    f"block {j} of the hit serves the prefix {list(tokens[: (j + 1) * bs])}, which no request "
-                    "computed since the last reset"
+                    f"block {j} of the hit serves the prefix {list(prefix)}, computed since the last reset only by "
+                    f"requests with other extra keys ({', '.join(map(str, others))}; this request's: {keys}): "
+                    "requests that differ in an extra key never share a block by prefix"
                 )
+            return (
+                f"block {j} of the hit serves the prefix {list(prefix)}, which no request computed since the last reset"
+            )
         return ""
+
+    def collides(self, tokens: Sequence[int], keys: Keys) -> tuple[bool, bool]:
+        """Whether a prefix a hit on ``tokens`` could serve (whole blocks, at most len - 1 tokens) was computed
+        by requests with other extra keys, and whether one of those had the same values under other kinds (a
+        lora name equal to a cache_salt: vllm-project/vllm#44701): the chances a manager has to share wrongly."""
+        bs, other, renamed = self.block_size, False, False
+        for j in range((len(tokens) - 1) // bs):
+            prefix = tuple(tokens[: (j + 1) * bs])
+            for k, p in self.computed:
+                if p == prefix and k != keys:
+                    other = True
+                    renamed |= sorted(v for _, v in k) == sorted(v for _, v in keys)
+        return other, renamed
 
     # -- verbs
 
-    def allocate(self, r: RequestId, tokens: Sequence[int]) -> None:
+    def allocate(self, r: RequestId, tokens: Sequence[int], keys: Keys = ()) -> None:
         if r not in self.requests:
             self.requests[r] = Request([])
             self.order.append(r)
+            self.keys[r] = keys
         self.requests[r].tokens += [int(x) for x in tokens]
         self._computed(r)
 
     def _computed(self, r: RequestId) -> None:
         toks, bs = self.requests[r].tokens, self.block_size
         for j in range(len(toks) // bs):
-            self.computed.add(tuple(toks[: (j + 1) * bs]))
+            self.computed.add((self.keys[r], tuple(toks[: (j + 1) * bs])))
 
     def free(self, r: RequestId) -> None:
         self.requests[r].live = False
@@ -257,6 +304,7 @@ class Requests:
             if x != src:
                 self.common[(x, dst)] = min(self.shared(src, x), n)
         self.requests[dst] = Request(list(self.requests[src].tokens))
+        self.keys[dst] = self.keys[src]
         self.order.append(dst)
         self.common[(src, dst)] = n
 
@@ -314,3 +362,51 @@ class LruQueue:
 
 
 POLICY_MODELS = {"lowest-free": LowestFree, "lru": LruQueue}
+
+
+# ---------------------------------------------------------------- what a prefix cache can serve
+
+
+class CachedBlocks:
+    """The blocks that cache a prefix and have not been evicted: what a prefix hit can serve (with [prefix, evict]).
+
+    A block caches (extra keys, prefix) from the step that makes it a full block
+    of a request's table holding that prefix (a prefix cache caches every full
+    block it computes: vLLM's cache_full_blocks, "A cached block is a full block
+    with a block hash"), and stops when an allocation takes it as a new block
+    (the declared policy evicts it: the blocks an allocation takes are the
+    policy's, :class:`LruQueue`), at a done reset, and -- to stay on the safe
+    side -- when a truncate cuts into or below it (its slots may be rewritten).
+    A free evicts nothing: a freed cached block waits in the free queue. It
+    learns only from block ids the handle showed and from the steps' own
+    definitions, so everything it holds is a block the manager must still be
+    able to serve.
+    """
+
+    def __init__(self) -> None:
+        self.of: dict[BlockId, tuple[Keys, tuple[int, ...]]] = {}
+
+    def filled(self, table: Sequence[BlockId], tokens: Sequence[int], keys: Keys, block_size: int) -> None:
+        """A request with ``tokens`` and extra keys ``keys`` holds ``table`` after a step: its full blocks cache."""
+        for j in range(len(tokens) // block_size):
+            self.of[table[j]] = (keys, tuple(tokens[: (j + 1) * block_size]))
+
+    def evicted(self, blocks: Sequence[BlockId]) -> None:
+        """``blocks`` were handed out as new blocks (or may be rewritten): they cache nothing now."""
+        for b in blocks:
+            self.of.pop(b, None)
+
+    def reset(self) -> None:
+        self.of.clear()
+
+    def longest(self, tokens: Sequence[int], keys: Keys, block_size: int) -> list[list[BlockId]]:
+        """For each leading full block a hit on ``tokens`` may serve (at most len - 1 tokens), while every one so
+        far is cached under ``keys``: the blocks that cache it. Its length is the hit the cache can serve."""
+        out = []
+        for j in range((len(tokens) - 1) // block_size):
+            want = (keys, tuple(tokens[: (j + 1) * block_size]))
+            holders = sorted(b for b, k in self.of.items() if k == want)
+            if not holders:
+                break
+            out.append(holders)
+        return out

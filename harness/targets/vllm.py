@@ -11,6 +11,9 @@ scheduler, cut down to the calls the block-manager verbs need, on the smallest r
     allocate(r, t)    a new r: Request(r, t, SamplingParams(max_tokens=1), None, block_hasher=...), then
                       get_computed_blocks(request) -> (blocks, hit) and allocate_slots(request, len(t) - hit, hit,
                       blocks); a live r: request.append_output_token_ids(t), then allocate_slots(request, len(t)).
+                      Extra keys (``extra_keys``: cache_salt, lora) go into the new Request: cache_salt=value,
+                      lora_request=LoRARequest(value, 1 + crc32(value) % 2**30, "/loras/<value>") (no adapter is
+                      loaded: the manager only hashes its name and path, in generate_block_hash_extra_keys)
                       None from allocate_slots is the refusal (MemoryError; the tokens the adapter appended to
                       the Request are taken off again, with their block hashes: the scheduler's object, not
                       the manager's). Then request.num_computed_tokens = num_tokens (the step ran), and the
@@ -76,12 +79,27 @@ def vllm_manager(num_blocks: int, block_size: int, enable_caching: bool):
     return manager, get_request_block_hasher(block_size, sha256)
 
 
-def vllm_request(request_id: str, tokens: Sequence[int], hasher):
-    """A Request as the engine makes one from a prompt of token ids (one sampled token: no output yet)."""
+def vllm_request(request_id: str, tokens: Sequence[int], hasher, keys: dict[str, str] | None = None):
+    """A Request as the engine makes one from a prompt of token ids (one sampled token: no output yet), with the
+    extra keys ``keys`` (cache_salt, lora: the LoRA adapter's name) when given."""
+    import zlib
+
+    from vllm.lora.request import LoRARequest
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
-    return Request(request_id, [int(x) for x in tokens], SamplingParams(max_tokens=1), None, block_hasher=hasher)
+    keys = keys or {}
+    lora = keys.get("lora")
+    adapter = None if lora is None else LoRARequest(lora, 1 + zlib.crc32(lora.encode()) % 2**30, f"/loras/{lora}")
+    return Request(
+        request_id,
+        [int(x) for x in tokens],
+        SamplingParams(max_tokens=1),
+        None,
+        lora_request=adapter,
+        cache_salt=keys.get("cache_salt"),
+        block_hasher=hasher,
+    )
 
 
 class VllmBlocks:
@@ -89,6 +107,7 @@ class VllmBlocks:
 
     free_contract = "idempotent"
     release_contract = "idempotent"
+    extra_keys = ("cache_salt", "lora")  # what allocate(keys=...) passes to the Request
 
     def __init__(self, target: Target, total: int, enable_caching: bool) -> None:
         import numpy as np
@@ -103,13 +122,13 @@ class VllmBlocks:
     def _id(self, r: Hashable) -> str:
         return str(r)
 
-    def allocate(self, r: Hashable, tokens: Sequence[int]) -> int:
+    def allocate(self, r: Hashable, tokens: Sequence[int], keys: dict[str, str] | None = None) -> int:
         from vllm.v1.request import RequestStatus
 
         tokens = [int(x) for x in tokens]
         request = self.requests.get(r)
         if request is None:
-            request = vllm_request(self._id(r), tokens, self.hasher)
+            request = vllm_request(self._id(r), tokens, self.hasher, keys)
             blocks, hit = self.manager.get_computed_blocks(request)[:2]
             got = self.manager.allocate_slots(request, request.num_tokens - hit, hit, blocks)
             if got is None:
@@ -195,7 +214,22 @@ DOCS = (
         "KVCacheManager.get_computed_blocks: 'Get the computed (cached) blocks for the request. Note that the "
         "computed blocks must be full.' ... 'NOTE: When all tokens hit the cache, we must recompute the last token "
         "to obtain logits. Thus, set max_cache_hit_length to prompt_length - 1.' BlockHashToBlockMap: 'A cached "
-        "block is a full block with a block hash that can be used for prefix caching.'",
+        "block is a full block with a block hash that can be used for prefix caching. The cached block may be used "
+        "by running requests or in the free_block_queue that could potentially be evicted.' FullAttentionManager."
+        "find_longest_cache_hit: 'Get the longest cache hit prefix of the blocks that is not longer than "
+        "`max_length`.' BlockPool._maybe_evict_cached_block (called by get_new_blocks for each block it pops off "
+        "the free queue): 'If a block is cached in `cached_block_hash_to_block`, we reset its hash metadata and "
+        "evict it from the cache.'",
+    ),
+    (
+        "extra-keys",
+        "generate_block_hash_extra_keys: 'Generate extra keys for the block hash. The extra keys can come from the "
+        "multi-modal inputs, request specific metadata (e.g., LoRA names), and hashed data from prompt "
+        "embeddings.' hash_block_tokens: 'Computes a hash value corresponding to the contents of a block and the "
+        "contents of the preceding block(s). The hash value is used for prefix caching.' (extra_keys: 'Extra keys "
+        "for the block.') kv_cache_utils (NONE_HASH): '``cache_salt`` remains the mechanism for intentional cache "
+        "isolation.' _gen_lora_extra_hash_keys: 'The adapter path is included so that re-pointing a LoRA name at a "
+        "different adapter does not reuse KV computed with the previous one.'",
     ),
     (
         "table",
@@ -256,6 +290,9 @@ REFS = (
     f"{POOL}::BlockPool.get_num_free_blocks",
     f"{POOL}::BlockPool.reset_prefix_cache",
     f"{UTILS}::FreeKVCacheBlockQueue",
+    f"{UTILS}::generate_block_hash_extra_keys",
+    f"{UTILS}::hash_block_tokens",
+    f"{POOL}::BlockPool._maybe_evict_cached_block",
     f"{SINGLE}::FullAttentionManager.find_longest_cache_hit",
     f"{SINGLE}::SingleTypeKVCacheManager.free",
     "harness/targets/vllm.py::VllmBlocks",

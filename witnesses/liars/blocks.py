@@ -7,6 +7,7 @@ TGT-BLOCKS witnesses must catch them on the own group's block targets.
 
 from __future__ import annotations
 
+from harness.targets.blocks import blocks_for, keys_of
 from witnesses.liars import liar
 
 
@@ -63,10 +64,10 @@ def free_head_first(self, r):
     why="serves every full block of the prompt from the cache, the last token's block too (vLLM stops at "
     "len - 1 tokens: the last token must be computed to give logits)",
 )
-def hit_whole_prompt(self, tokens):
+def hit_whole_prompt(self, tokens, keys=()):
     out = []
     for j in range(len(tokens) // self.block_size):
-        got = self.cache.get(tuple(tokens[: (j + 1) * self.block_size]))
+        got = self.cache.get(self._key(keys, tokens[: (j + 1) * self.block_size]))
         if not got:
             break
         out.append(got[0])
@@ -79,11 +80,12 @@ def hit_whole_prompt(self, tokens):
     why="looks a block up by its own tokens, not the whole prefix it ends (a hash without the parent's): a "
     "block computed after another prefix is served",
 )
-def hit_by_block_tokens(self, tokens):
+def hit_by_block_tokens(self, tokens, keys=()):
     bs, out = self.block_size, []
     for j in range((len(tokens) - 1) // bs):
         mine = tuple(tokens[j * bs : (j + 1) * bs])
-        got = next((blocks[0] for key, blocks in self.cache.items() if blocks and key[-bs:] == mine), None)
+        same = ((k, p) for (k, p), blocks in self.cache.items() if blocks and k == keys)
+        got = next((self.cache[(k, p)][0] for k, p in same if p[-bs:] == mine), None)
         if got is None:
             break
         out.append(got)
@@ -126,3 +128,66 @@ def release_unchecked(self, blocks):
             gone.append(b)
     front = [b for b in gone if b not in self.key_of]
     self.queue = front + self.queue + [b for b in gone if b in self.key_of]
+
+
+@liar(
+    "blocks.hit_held_only",
+    target="harness.targets.blockown:PrefixBlocks._hits",
+    why="serves a cached block only while a live request holds it: a freed block, cached and still in the free "
+    "queue, is never hit (vllm-project/vllm#42948's symptom: just-cached blocks lost, 0% hits on a re-sent prompt)",
+)
+def hit_held_only(self, tokens, keys=()):
+    out = []
+    for j in range((len(tokens) - 1) // self.block_size):
+        got = [b for b in self.cache.get(self._key(keys, tokens[: (j + 1) * self.block_size]), []) if self.refs[b]]
+        if not got:
+            break
+        out.append(got[0])
+    return out
+
+
+@liar(
+    "blocks.refuse_ignoring_hits",
+    target="harness.targets.blockown:PrefixBlocks.allocate",
+    why="the free-block check counts the blocks a prefix hit serves as new ones: an admission the cache could "
+    "serve is refused while enough blocks are free for what it really needs",
+)
+def refuse_ignoring_hits(self, r, tokens, keys=None):
+    tokens = [int(x) for x in tokens]
+    new = r not in self.tables
+    table, old = ([], []) if new else (self.tables[r], self.tokens[r])
+    kk = keys_of(keys) if new else self.keys[r]
+    hits = self._hits(tokens, kk) if new else []
+    need = blocks_for(len(old) + len(tokens), self.block_size) - len(table) - len(hits)
+    if need + len(hits) > len(self.queue):  # the slip: the hit's blocks counted as blocks to take
+        raise MemoryError(f"allocate({r!r}, {len(tokens)} tokens): {need} blocks needed, {len(self.queue)} free")
+    for b in hits:
+        if self.refs[b] == 0:
+            self.queue.remove(b)
+        self.refs[b] += 1
+    fresh, self.queue = self.queue[:need], self.queue[need:]
+    for b in fresh:
+        self._evict(b)
+        self.refs[b] = 1
+    self.tables[r], self.tokens[r], self.keys[r] = table + hits + fresh, old + tokens, kk
+    self._write(r, len(old) + len(hits) * self.block_size)
+    return len(hits) * self.block_size
+
+
+@liar(
+    "blocks.keys_untagged",
+    target="harness.targets.blockown:PrefixBlocks._key",
+    why="the cache key carries the extra keys' values without their kinds, so a LoRA named x and a cache_salt x "
+    "give one key (vllm-project/vllm#44701)",
+)
+def keys_untagged(self, keys, prefix):
+    return (tuple(sorted(v for _, v in keys)), tuple(prefix))
+
+
+@liar(
+    "blocks.keys_ignored",
+    target="harness.targets.blockown:PrefixBlocks._key",
+    why="the cache key is the token prefix alone: requests with another cache_salt or LoRA share its blocks",
+)
+def keys_ignored(self, keys, prefix):
+    return tuple(prefix)

@@ -143,7 +143,10 @@ REUSE = claims.test_blocks_are_reused_in_the_declared_order
 HITS = claims.test_prefix_hits_serve_computed_prefixes
 RESET = claims.test_reset_refuses_while_blocks_are_held
 RELEASE = claims.test_releasing_blocks_is_idempotent_or_refused
-CLAIMS = [BOOKS, FREE_AGAIN, REUSE, HITS, RESET]
+SHARED = claims.test_blocks_are_shared_only_as_declared
+LONGEST = claims.test_prefix_hits_are_as_long_as_the_cache_can_serve
+KEYS = claims.test_requests_with_other_extra_keys_share_no_block
+CLAIMS = [BOOKS, SHARED, FREE_AGAIN, REUSE, HITS, RESET, LONGEST, KEYS]
 
 
 def run(claim, tgt) -> tuple[str, dict]:
