@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from harness.targets import blockown
+from harness.targets import blockown, seqown
 from harness.targets.protocol import (
     Geometry,
     Numerics,
@@ -444,4 +444,5 @@ _own(
 )
 
 TARGETS.update(blockown.TARGETS)  # the block managers (harness/targets/blocks.py): impl's paged pool, reference.blocks
+TARGETS.update(seqown.TARGETS)  # the sequence cache (harness/targets/sequences.py): reference.sequences
 OWN = tuple(TARGETS)  # the default selection, in this order

@@ -86,6 +86,11 @@ CAPABILITIES = frozenset(
         "reset",  # blocks: reset() drops the prefix cache, refused while any block is held
         "evict",  # blocks: the handle's policy says which free block is handed out (or evicted) next
         "free-blocks",  # blocks: hold(blocks)/release(blocks) at the pool level, per the handle's release_contract
+        # a sequence cache (harness.targets.sequences): make() builds a SeqHandle, a model over cells of sequences
+        "sequences",  # decode/rm/cp/keep/pos_min/pos_max/clear over sequence ids and caller-given positions
+        "shift",  # sequences: add(seq, p0, p1, delta) moves positions (K re-rotated)
+        "positions",  # sequences: positions(seq), every position the sequence holds
+        "cell-rows",  # sequences: cells(seq), the K/V rows of its cells as stored, and the handle's rope
     }
 )
 

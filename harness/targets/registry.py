@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.errors import TargetUnknown, UsageError
 from harness.project import project_root as discover
-from harness.targets import litgpt, own, pyproject, torchtune, transformers, vllm
+from harness.targets import litgpt, llamacpp, own, pyproject, torchtune, transformers, vllm
 from harness.targets.protocol import Target
 
 ENV_TARGETS = "KVPROOF_TARGETS"
@@ -41,6 +41,7 @@ TARGETS: dict[str, Target] = {
     **torchtune.TARGETS,
     **litgpt.TARGETS,
     **vllm.TARGETS,
+    **llamacpp.TARGETS,
 }
 GROUPS: dict[str, tuple[str, ...]] = {
     "own": own.OWN,
@@ -48,6 +49,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "torchtune": tuple(torchtune.TARGETS),
     "litgpt": tuple(litgpt.TARGETS),
     "vllm": tuple(vllm.TARGETS),
+    "llamacpp": tuple(llamacpp.TARGETS),
     "all": tuple(TARGETS),
 }
 
