@@ -5,6 +5,8 @@
 #                 (the torchtune extra), litgpt into .venv-litgpt (its pins conflict with transformers');
 #                 make survey-engines surveys both against obligations/targets.yaml
 #   make engines-vllm  vLLM's v1 block manager into .venv-vllm (3.5 GB, not part of engines); make survey-vllm
+#   make engines-llamacpp  llama.cpp's KV cache (llama-cpp-python, built once from source and cached in
+#                 $(WHEELS)) into .venv; make survey-llamacpp
 #   make lint     ruff check + ruff format --check (make test runs it first)
 #   make test     set up (with the cluster extra), lint, export the oracle if missing, run the whole test suite,
 #                 then the obligations gate (liars included: a VACUOUS card fails CI)
@@ -18,8 +20,18 @@ LITGPT_VENV := .venv-litgpt
 LITGPT_STAMP := $(LITGPT_VENV)/.kvproof-installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.kvproof-installed
+LLAMACPP_VERSION := 0.3.36
+WHEELS ?= $(HOME)/.cache/kvproof/wheels
+LLAMACPP_BUILT := $(WHEELS)/.llama-cpp-python-$(LLAMACPP_VERSION)
+LLAMACPP_STAMP := $(VENV)/.kvproof-llamacpp-$(LLAMACPP_VERSION)
+# libllama + ggml only (no llava/mtmd, tools, tests, examples, server), no OpenMP, and portable x86-64 flags
+# instead of -march=native: this machine's CPU advertises AMX tiles that its kernel does not grant, and a native
+# build dies of SIGILL in ggml's AMX repack (measured); AVX2/FMA/F16C are what every x86-64 CI machine has.
+LLAMACPP_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+  -DGGML_F16C=ON -DGGML_BMI2=ON
 
-.PHONY: setup cluster engines engines-torchtune engines-litgpt engines-vllm survey-vllm survey-engines oracle browser lint verify test bench generate clean
+.PHONY: setup cluster engines engines-torchtune engines-litgpt engines-vllm engines-llamacpp survey-vllm survey-llamacpp survey-engines oracle browser lint verify test bench generate clean
 .DEFAULT_GOAL := verify
 
 setup: $(STAMP)
@@ -80,6 +92,36 @@ $(VLLM_STAMP): pyproject.toml Makefile
 # the block cards on vLLM's manager, against obligations/targets.yaml (exit 1: a new cell)
 survey-vllm: engines-vllm
 	$(VLLM_VENV)/bin/python -m harness.targets.survey --targets vllm
+
+# llama.cpp's KV cache (targets llama.cpp, llama.cpp.f32: sequence caches) through llama-cpp-python's low-level
+# bindings, on kvproof's own SmolLM2 GGUF. Only a source build exists for this glibc: it is built once into
+# $(WHEELS) -- outside the clone, so make clean and a fresh clone on this machine reuse it -- then installed
+# into .venv (with its small dependencies; it changes no package .venv has). Needs a C/C++ compiler (installed
+# with apt-get when root on Debian, as the browser target does). Measured here: the build 5.4 min on 2 cores
+# (a 20 MB wheel), the install from the cached wheel 1 s. The build skips pip's own wheel cache: it keys a wheel
+# on the source alone, so a wheel built earlier with other flags (a native one) would come back.
+engines-llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_BUILT): | $(STAMP)
+	@command -v g++ >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing a C/C++ compiler (Debian build-essential) to build llama.cpp"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential >/dev/null; \
+	  else echo "error: llama-cpp-python is built from source here and needs g++ (install build-essential)"; exit 1; fi; }
+	@mkdir -p $(WHEELS)
+	@echo "building llama-cpp-python $(LLAMACPP_VERSION) from source once (about 5 min on 2 cores) into $(WHEELS)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(BIN)/python -m pip wheel --quiet --no-cache-dir \
+	  --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(WHEELS)
+	@touch $@
+
+$(LLAMACPP_STAMP): $(STAMP) $(LLAMACPP_BUILT)
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) --only-binary llama-cpp-python \
+	  llama-cpp-python==$(LLAMACPP_VERSION)
+	@touch $@
+
+# the sequence cards on llama.cpp's cache, against obligations/targets.yaml (exit 1: a new cell)
+survey-llamacpp: engines-llamacpp
+	$(BIN)/python -m harness.targets.survey --targets llamacpp
 
 engines: engines-torchtune engines-litgpt
 

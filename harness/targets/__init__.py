@@ -18,6 +18,14 @@ for that target (a skip naming the capability), never a verdict.
                      (litgpt.kvcache, litgpt.kvcache-sliding): optional engines, survey mode, imported lazily
     vllm.py          vLLM's v1 KVCacheManager + BlockPool as a block manager (vllm.kvcache-manager): its own venv,
                      make engines-vllm; survey mode, imported lazily
+    sequences.py     the sequence-cache protocol (capability "sequences": llama.cpp's memory API, cells shared
+                     by sequences, caller-given positions; decode/rm/cp/keep/add/pos_min/pos_max), its
+                     Positions known answer and Rope (how a cache rotates K, for a float64 check)
+    seqclaims.py     kvproof's generic sequence-cache witnesses (cards TGT-SEQ-*): books, rewind, copy, shift
+    seqown.py        reference.sequences: a cell cache written from llama.h over impl's model pieces
+    seqrepro.py      a failed sequence claim -> a standalone script with the engine's calls embedded
+    llamacpp.py      llama.cpp's KV cache (llama.cpp, llama.cpp.f32) over llamacpp_calls.py (ctypes, struct,
+                     numpy, llama_cpp only); make engines-llamacpp; survey mode
     pyproject.py     a project's own targets: ``[tool.kvproof] targets = ["module:NAME"]`` in its
                      pyproject.toml, imported from the project root and checked (one message per bad entry)
     registry.py      name -> Target (built-in and the project's); selections (own, transformers, project,
@@ -45,11 +53,13 @@ for that target (a skip naming the capability), never a verdict.
     guard.py         project code imported into the runner (a project target adapter, the configuration
                      probe's module) cannot end it: exits and exit handlers become errors naming it
     survey.py        survey mode: the TGT witnesses over third-party targets, printed as a card x
-                     target matrix; exit 1 only for a cell the known list does not expect
+                     target matrix; exit 1 for a cell the known list does not expect, or (--drift) for a
+                     known finding gone or broken on the installed version
 
 Arrows run one way: protocol, repro <- own, transformers, pyproject (guard) <- registry <- fixture, known <- survey;
 own, repro <- judge <- claims; own <- model <- claims; protocol <- blocks <- blockown <- own;
-blocks <- blockclaims. Nothing here imports the harness's verdict
+blocks <- blockclaims; protocol <- sequences <- seqown <- own; sequences, seqrepro <- seqclaims;
+llamacpp_calls <- llamacpp <- registry. Nothing here imports the harness's verdict
 code (verdict.py), the ledger or the report; own imports impl (the project under proof), transformers
 imports torch and transformers only inside its functions (they are optional).
 """

@@ -57,6 +57,52 @@ def load(path):
     return _loaded[path]
 
 
+def parse_state(data):
+    """(positions, k, v) from what llama_state_seq_get_data writes for one sequence: k and v (n_layer, n, width)
+    float32 in cell order, ([], None, None) when the sequence holds nothing. The layout (llama_context and
+    llama_kv_cache::state_write): u32 magic 0xaf143cd8, i32 seq id, u32 n_stream; per stream a u32 cell count and,
+    when not 0, per cell i32 pos, u32 n_seq_id and that many i32 seq ids, then u32 v_trans, u32 n_layer, per layer
+    i32 K type, u64 row size and the rows, then per layer V: i32 type, u64 row size and the rows, or (v_trans) i32
+    type, u32 element size, u32 width and the elements column by column."""
+    data = memoryview(data)
+    magic, _ = struct.unpack_from("<Ii", data, 0)
+    if magic != 0xAF143CD8:
+        raise RuntimeError(
+            f"llama_state_seq_get_data: magic {magic:#x}, not 0xaf143cd8 (a format this reader does not know)"
+        )
+    (n_stream,), at = struct.unpack_from("<I", data, 8), 12
+    for _ in range(n_stream):
+        (count,), at = struct.unpack_from("<I", data, at), at + 4
+        if count == 0:
+            continue
+        pos = []
+        for _ in range(count):
+            p, n_ids = struct.unpack_from("<iI", data, at)
+            at += 8 + 4 * n_ids
+            pos.append(p)
+        v_trans, n_layer = struct.unpack_from("<II", data, at)
+        at += 8
+        ks, vs = [], []
+        for _ in range(n_layer):
+            kind, row = struct.unpack_from("<iQ", data, at)
+            at += 12
+            ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+            at += count * row
+        for _ in range(n_layer):
+            if not v_trans:
+                kind, row = struct.unpack_from("<iQ", data, at)
+                at += 12
+                vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+                at += count * row
+            else:
+                kind, el, width = struct.unpack_from("<iII", data, at)
+                at += 12
+                vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
+                at += count * el * width
+        return pos, np.stack(ks), np.stack(vs)
+    return [], None, None
+
+
 class Sequences:
     """One llama_context of ``capacity`` cells: K/V type ``type_k``, one unified stream or one per sequence,
     flash attention on/off (None: llama.cpp's auto), 1 thread."""
@@ -114,49 +160,12 @@ class Sequences:
         return int(self.lib.llama_memory_seq_pos_max(self.mem, seq))
 
     def cells(self, seq):
-        """(positions, k, v) of the cells holding ``seq``, in cell order: k and v (n_layer, n, width) float32, as
-        llama_state_seq_get_data writes them (after the u32 magic and i32 seq id: llama_kv_cache::state_write)."""
+        """(positions, k, v) of the cells holding ``seq``, in cell order (:func:`parse_state`)."""
         lib = self.lib
         size = lib.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         wrote = lib.llama_state_seq_get_data(self.ctx, buf, size, seq)
-        data = memoryview(bytes(buf)[:wrote])
-        magic, _ = struct.unpack_from("<Ii", data, 0)
-        if magic != 0xAF143CD8:
-            raise RuntimeError(
-                f"llama_state_seq_get_data: magic {magic:#x}, not 0xaf143cd8 (a format this reader does not know)"
-            )
-        (n_stream,), at = struct.unpack_from("<I", data, 8), 12
-        for _ in range(n_stream):
-            (count,), at = struct.unpack_from("<I", data, at), at + 4
-            if count == 0:
-                continue
-            pos = []
-            for _ in range(count):
-                p, n_ids = struct.unpack_from("<iI", data, at)
-                at += 8 + 4 * n_ids
-                pos.append(p)
-            v_trans, n_layer = struct.unpack_from("<II", data, at)
-            at += 8
-            ks, vs = [], []
-            for _ in range(n_layer):
-                kind, row = struct.unpack_from("<iQ", data, at)
-                at += 12
-                ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
-                at += count * row
-            for _ in range(n_layer):
-                if not v_trans:
-                    kind, row = struct.unpack_from("<iQ", data, at)
-                    at += 12
-                    vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
-                    at += count * row
-                else:
-                    kind, el, width = struct.unpack_from("<iII", data, at)
-                    at += 12
-                    vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
-                    at += count * el * width
-            return pos, np.stack(ks), np.stack(vs)
-        return [], None, None
+        return parse_state(bytes(buf)[:wrote])
 
     def positions(self, seq):
         return sorted(self.cells(seq)[0])

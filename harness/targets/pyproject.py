@@ -40,8 +40,8 @@ TABLE = "[tool.kvproof]"
 KEYS = ("targets", "c-sources")  # the keys [tool.kvproof] may hold (c-sources: harness.mutation.cbuild)
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 NAME_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$"  # as obligations/targets.schema.json's target names
-RESERVED_PREFIXES = ("impl.", "transformers.", "torchtune.", "litgpt.", "vllm.")
-GROUP_NAMES = ("own", "transformers", "torchtune", "litgpt", "vllm", "project", "all")
+RESERVED_PREFIXES = ("impl.", "transformers.", "torchtune.", "litgpt.", "vllm.", "llama.cpp")
+GROUP_NAMES = ("own", "transformers", "torchtune", "litgpt", "vllm", "llamacpp", "project", "all")
 EXAMPLE = 'targets = ["mycache_target:TARGET"]'
 
 

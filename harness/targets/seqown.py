@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from harness.targets.protocol import Geometry, Numerics, Target
-from harness.targets.sequences import Refused, Rope, in_range
+from harness.targets.sequences import Refused, Rope
 from impl.attention import attend_one
 from impl.model.config import ModelConfig
 from impl.model.llama import Llama, rmsnorm, swiglu
@@ -61,6 +61,12 @@ def rotate(x: np.ndarray, delta: int, theta: float) -> np.ndarray:
     inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
     angles = np.concatenate([delta * inv_freq, delta * inv_freq])[None, :]  # (1, D)
     return apply_rope(x, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32))
+
+
+def _span(p0: int, p1: int) -> range:
+    """The positions (p0, p1) names, as llama.h's verbs take them: p0 < 0 from 0, p1 < 0 to no end (a bound past
+    any position this cache holds)."""
+    return range(p0 if p0 >= 0 else 0, p1 if p1 >= 0 else 1 << 30)
 
 
 @dataclass
@@ -97,8 +103,9 @@ class CellCache:
         mine = [c for _, c in self._live() if seq in c.seqs]
         if not mine:
             return [], None, None
-        k = np.stack([np.stack([c.k[li] for c in mine]) for li in range(len(mine[0].k))])
-        v = np.stack([np.stack([c.v[li] for c in mine]) for li in range(len(mine[0].v))])
+        layers = range(self.model.config.n_layers)
+        k = np.stack([np.stack([c.k[li] for c in mine]) for li in layers])
+        v = np.stack([np.stack([c.v[li] for c in mine]) for li in layers])
         return [c.pos for c in mine], k, v
 
     def pos_min(self, seq: int) -> int:
@@ -113,7 +120,7 @@ class CellCache:
 
     def rm(self, seq: int, p0: int, p1: int) -> bool:
         for i, c in self._live():
-            if in_range(c.pos, p0, p1) and (seq < 0 or seq in c.seqs):
+            if c.pos in _span(p0, p1) and (seq < 0 or seq in c.seqs):
                 c.seqs = set() if seq < 0 else c.seqs - {seq}
                 if not c.seqs:
                     self.slots[i] = None
@@ -121,7 +128,7 @@ class CellCache:
 
     def cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         for _, c in self._live():
-            if src in c.seqs and in_range(c.pos, p0, p1):
+            if src in c.seqs and c.pos in _span(p0, p1):
                 c.seqs.add(dst)
 
     def keep(self, seq: int) -> None:
@@ -133,7 +140,7 @@ class CellCache:
 
     def add(self, seq: int, p0: int, p1: int, delta: int) -> None:
         for i, c in self._live():
-            if seq in c.seqs and in_range(c.pos, p0, p1):
+            if seq in c.seqs and c.pos in _span(p0, p1):
                 c.pos += delta
                 c.shift += delta
                 if c.pos < 0:  # moved before the start: llama.cpp frees such a cell (llama_kv_cells::pos_add)

