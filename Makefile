@@ -7,6 +7,8 @@
 #   make engines-vllm  vLLM's v1 block manager into .venv-vllm (3.5 GB, not part of engines); make survey-vllm
 #   make engines-llamacpp  llama.cpp's KV cache (llama-cpp-python, built once from source and cached in
 #                 $(WHEELS)) into .venv; make survey-llamacpp
+#   make survey-all  every engine's survey in its own venv (those set up), merged into one card x target grid
+#                 (reports/survey/grid.md)
 #   make lint     ruff check + ruff format --check (make test runs it first)
 #   make test     set up (with the cluster extra), lint, export the oracle if missing, run the whole test suite,
 #                 then the obligations gate (liars included: a VACUOUS card fails CI)
@@ -97,7 +99,7 @@ survey-vllm: engines-vllm
 # bindings, on kvproof's own SmolLM2 GGUF. Only a source build exists for this glibc: it is built once into
 # $(WHEELS) -- outside the clone, so make clean and a fresh clone on this machine reuse it -- then installed
 # into .venv (with its small dependencies; it changes no package .venv has). Needs a C/C++ compiler (installed
-# with apt-get when root on Debian, as the browser target does). Measured here: the build 5.4 min on 2 cores
+# with apt-get when root on Debian, as the browser target does). Measured here: the build 3.6 min on 2 cores
 # (a 20 MB wheel), the install from the cached wheel 1 s. The build skips pip's own wheel cache: it keys a wheel
 # on the source alone, so a wheel built earlier with other flags (a native one) would come back.
 engines-llamacpp: $(LLAMACPP_STAMP)
@@ -109,7 +111,7 @@ $(LLAMACPP_BUILT): | $(STAMP)
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential >/dev/null; \
 	  else echo "error: llama-cpp-python is built from source here and needs g++ (install build-essential)"; exit 1; fi; }
 	@mkdir -p $(WHEELS)
-	@echo "building llama-cpp-python $(LLAMACPP_VERSION) from source once (about 5 min on 2 cores) into $(WHEELS)"
+	@echo "building llama-cpp-python $(LLAMACPP_VERSION) from source once (about 4 min on 2 cores) into $(WHEELS)"
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(BIN)/python -m pip wheel --quiet --no-cache-dir \
 	  --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(WHEELS)
 	@touch $@
@@ -122,6 +124,32 @@ $(LLAMACPP_STAMP): $(STAMP) $(LLAMACPP_BUILT)
 # the sequence cards on llama.cpp's cache, against obligations/targets.yaml (exit 1: a new cell)
 survey-llamacpp: engines-llamacpp
 	$(BIN)/python -m harness.targets.survey --targets llamacpp
+
+# every engine's survey side by side (issue 39): each venv that is set up surveys its engines' targets into
+# $(SURVEY_DIR)/<venv without its dot>.json (.venv: transformers, torchtune, llama.cpp; .venv-litgpt: litgpt;
+# .venv-vllm: vLLM), then one card/witness x target table merges them (also as $(SURVEY_DIR)/grid.md). It sets
+# nothing up: a venv that is missing is said, with the make target that sets it up, and skipped. Every survey runs
+# and is merged; the exit code is the worst of theirs and the merge's (1: a cell obligations/targets.yaml does not
+# expect). Measured here: 9-11 min on 2 cores, most of it transformers and llama.cpp.
+SURVEY_DIR := reports/survey
+.PHONY: survey-all
+survey-all:
+	@mkdir -p $(SURVEY_DIR); rc=0; files=""; merger=""; \
+	for entry in "$(VENV) transformers,torchtune,llamacpp setup" "$(LITGPT_VENV) litgpt engines-litgpt" \
+	  "$(VLLM_VENV) vllm engines-vllm"; do \
+	  set -- $$entry; venv=$$1; name=$${1##*/}; out=$(SURVEY_DIR)/$${name#.}.json; \
+	  if ! test -x $$venv/bin/python; then echo "survey-all: $$venv: not set up: make $$3"; continue; fi; \
+	  [ -n "$$merger" ] || merger=$$venv/bin/python; \
+	  echo "survey-all: $$venv/bin/python -m harness.targets.survey --targets $$2 --json $$out"; \
+	  rm -f $$out; $$venv/bin/python -m harness.targets.survey --targets $$2 --json $$out; code=$$?; \
+	  [ $$code -le $$rc ] || rc=$$code; \
+	  if test -f $$out; then files="$$files $$out"; else echo "survey-all: $$venv wrote no $$out (exit $$code)"; fi; \
+	done; \
+	if [ -z "$$files" ]; then echo "survey-all: no survey to merge (make setup)"; exit $$rc; fi; \
+	echo "survey-all: $$merger -m harness.targets.survey --merge$$files --markdown $(SURVEY_DIR)/grid.md"; \
+	$$merger -m harness.targets.survey --merge $$files --markdown $(SURVEY_DIR)/grid.md; code=$$?; \
+	[ $$code -le $$rc ] || rc=$$code; \
+	echo "survey-all: exit $$rc"; exit $$rc
 
 engines: engines-torchtune engines-litgpt
 

@@ -9,6 +9,7 @@ capability ``sequences``: on a row or block target it is n/a.
 
 from harness.targets.seqclaims import (  # noqa: F401 (pytest collects the test functions imported here)
     test_a_copied_sequence_continues_as_its_source,
+    test_a_saved_sequence_restores_as_it_was,
     test_a_shift_rotates_exactly_the_shifted_keys,
     test_copies_keep_the_books,
     test_keep_keeps_the_books,

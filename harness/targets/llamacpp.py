@@ -53,21 +53,40 @@ def _model():
     return llamacpp_calls.load(str(resolve_weights().path))
 
 
+K_EPS = {llamacpp_calls.GGML_TYPE_F32: 2.0**-24, llamacpp_calls.GGML_TYPE_F16: 2.0**-11}  # K storage's roundoff
+
+
 @lru_cache(maxsize=1)
 def _rope_meta() -> tuple[float, int]:
-    """(RoPE base, head width) of the GGUF, from its metadata (read with the gguf library, not llama.cpp)."""
+    """(RoPE base, head width) of the GGUF, from its metadata (read with the gguf library, not llama.cpp).
+
+    ValueError, naming the key, for a GGUF this reading does not cover: another architecture than llama, a
+    partial rotary width, or RoPE scaling (the claims' float64 rotation would not be the model's)."""
     import gguf
 
-    reader = gguf.GGUFReader(resolve_weights().path)
+    path = resolve_weights().path
+    reader = gguf.GGUFReader(path)
 
     def field(key: str):
         f = reader.fields.get(key)
         return None if f is None else f.parts[f.data[0]][0]
 
+    def text(key: str) -> str | None:
+        f = reader.fields.get(key)
+        return None if f is None else bytes(f.parts[f.data[0]]).decode()
+
+    arch = text("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: general.architecture={arch!r}; the llama.cpp targets read a llama GGUF's RoPE")
     hidden, heads = int(field("llama.embedding_length")), int(field("llama.attention.head_count"))
-    base = field("llama.rope.freq_base")
     dims = field("llama.rope.dimension_count")
-    return (10000.0 if base is None else float(base)), (hidden // heads if dims is None else int(dims))
+    if dims is not None and int(dims) != hidden // heads:
+        raise ValueError(f"{path}: llama.rope.dimension_count={int(dims)} is not the head width {hidden // heads}")
+    scaling = text("llama.rope.scaling.type")
+    if scaling not in (None, "", "none"):
+        raise ValueError(f"{path}: llama.rope.scaling.type={scaling!r}: RoPE scaling is outside the shift claim's")
+    base = field("llama.rope.freq_base")
+    return (10000.0 if base is None else float(base)), hidden // heads
 
 
 class LlamaCppSequences:
@@ -76,12 +95,13 @@ class LlamaCppSequences:
 
     def __init__(self, target: Target, capacity: int, config: dict) -> None:
         self.target, self.config = target, config
-        self.calls = llamacpp_calls.Sequences(*_model(), capacity, **config)
-        self.vocab, self.n_seq, self.capacity = self.calls.vocab, self.calls.n_seq, capacity
-        theta, head_dim = _rope_meta()
+        theta, head_dim = _rope_meta()  # before the context: nothing to free if it refuses
+        if config["type_k"] not in K_EPS:
+            raise ValueError(f"{target.name}: K type {config['type_k']}: cells() reads F32 (0) and F16 (1) only")
         # ggml's LLAMA_ROPE_TYPE_NORM (the llama architecture): element 2i turns with 2i + 1
-        eps = 2.0**-24 if config["type_k"] == llamacpp_calls.GGML_TYPE_F32 else 2.0**-11
-        self.rope = Rope("adjacent", theta, head_dim, eps)
+        self.rope = Rope("adjacent", theta, head_dim, K_EPS[config["type_k"]])
+        self.calls = llamacpp_calls.Sequences(*_model(), capacity, **config)
+        self.vocab, self.n_seq, self.capacity = self.calls.vocab, self.calls.n_seq, self.calls.n_ctx
 
     def decode(self, tokens: Sequence[int], positions: Sequence[int], seq: int) -> np.ndarray:
         try:
@@ -89,7 +109,9 @@ class LlamaCppSequences:
         except llamacpp_calls.Refused as exc:
             raise Refused(str(exc)) from None
 
-    def __getattr__(self, verb: str):  # rm, cp, keep, add, pos_min, pos_max, positions, clear, close
+    def __getattr__(self, verb: str):  # rm, cp, keep, add, pos_min, pos_max, positions, cells, save, load, clear
+        if verb.startswith("_") or "calls" not in self.__dict__:
+            raise AttributeError(verb)
         return getattr(self.calls, verb)
 
 
@@ -114,9 +136,17 @@ DOCS = (
         'present in the memory. Return -1 if the sequence is empty"',
     ),
     (
+        "state",
+        'llama.h, llama_state_seq_get_data: "Copy the state of a single sequence into the specified buffer"; '
+        'llama_state_seq_set_data: "Copy the sequence data (originally copied with `llama_state_seq_get_data`) '
+        'into the specified sequence. Returns: Positive: Ok; Zero: Failed to load"',
+    ),
+    (
         "decode",
         'llama.h, llama_decode: "0 - success; 1 - could not find a KV slot for the batch; -1 - invalid input batch. '
-        'Upon other return values, the memory state is restored to the state before this call"',
+        'Upon other return values, the memory state is restored to the state before this call"; which batch is '
+        "invalid is the source's word, not the header's: src/llama-batch.cpp, llama_batch_allocr::init, \"it is "
+        'required that the sequence positions remain consecutive: Y = X + 1"',
     ),
 )
 REFS = tuple(
@@ -129,6 +159,8 @@ REFS = tuple(
         "llama_memory_seq_pos_min",
         "llama_memory_seq_pos_max",
         "llama_decode",
+        "llama_state_seq_get_data",
+        "llama_state_seq_set_data",
     )
 )
 
@@ -146,7 +178,7 @@ def _target(name: str, config: dict, title: str) -> Target:
         name,
         title,
         DISTRIBUTION,
-        frozenset({"sequences", "shift", "positions", "cell-rows"}),
+        frozenset({"sequences", "shift", "positions", "cell-rows", "state"}),
         Numerics.exact(),
         REFS,
         build,

@@ -57,7 +57,7 @@ def load(path):
     return _loaded[path]
 
 
-def parse_state(data):
+def parse_state(data, seq):
     """(positions, k, v) from what llama_state_seq_get_data writes for one sequence: k and v (n_layer, n, width)
     float32 in cell order, ([], None, None) when the sequence holds nothing. The layout (llama_context and
     llama_kv_cache::state_write): u32 magic 0xaf143cd8, i32 seq id, u32 n_stream; per stream a u32 cell count and,
@@ -71,36 +71,57 @@ def parse_state(data):
             f"llama_state_seq_get_data: magic {magic:#x}, not 0xaf143cd8 (a format this reader does not know)"
         )
     (n_stream,), at = struct.unpack_from("<I", data, 8), 12
+    found = [], None, None
     for _ in range(n_stream):
         (count,), at = struct.unpack_from("<I", data, at), at + 4
         if count == 0:
             continue
-        pos = []
-        for _ in range(count):
-            p, n_ids = struct.unpack_from("<iI", data, at)
-            at += 8 + 4 * n_ids
-            pos.append(p)
-        v_trans, n_layer = struct.unpack_from("<II", data, at)
-        at += 8
-        ks, vs = [], []
-        for _ in range(n_layer):
+        if found[0]:
+            raise RuntimeError(
+                "llama_state_seq_get_data: two streams hold the sequence: a layout this reader does not know"
+            )
+        found, at = _stream(data, at, count, seq)
+    if at != len(data):
+        raise RuntimeError(
+            f"llama_state_seq_get_data: {len(data) - at} bytes left after the streams: a layout this "
+            "reader does not know"
+        )
+    return found
+
+
+def _stream(data, at, count, seq):
+    """One stream's cells of parse_state: ((positions, k, v), the offset after them)."""
+    pos = []
+    for _ in range(count):
+        p, n_ids = struct.unpack_from("<iI", data, at)
+        ids = struct.unpack_from(f"<{n_ids}i", data, at + 8)
+        if list(ids) != [seq]:  # a state of one sequence lists that sequence alone for every cell
+            raise RuntimeError(
+                f"llama_state_seq_get_data: a cell lists sequences {list(ids)}, not [{seq}]: a "
+                "layout this reader does not know (an M-RoPE or PLE model's cells carry more)"
+            )
+        at += 8 + 4 * n_ids
+        pos.append(p)
+    v_trans, n_layer = struct.unpack_from("<II", data, at)
+    at += 8
+    ks, vs = [], []
+    for _ in range(n_layer):
+        kind, row = struct.unpack_from("<iQ", data, at)
+        at += 12
+        ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+        at += count * row
+    for _ in range(n_layer):
+        if not v_trans:
             kind, row = struct.unpack_from("<iQ", data, at)
             at += 12
-            ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+            vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
             at += count * row
-        for _ in range(n_layer):
-            if not v_trans:
-                kind, row = struct.unpack_from("<iQ", data, at)
-                at += 12
-                vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
-                at += count * row
-            else:
-                kind, el, width = struct.unpack_from("<iII", data, at)
-                at += 12
-                vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
-                at += count * el * width
-        return pos, np.stack(ks), np.stack(vs)
-    return [], None, None
+        else:
+            kind, el, width = struct.unpack_from("<iII", data, at)
+            at += 12
+            vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
+            at += count * el * width
+    return (pos, np.stack(ks), np.stack(vs)), at
 
 
 class Sequences:
@@ -123,6 +144,7 @@ class Sequences:
         if not self.ctx:
             raise RuntimeError(f"llama.cpp could not make a context of {capacity} cells")
         self.mem = lib.llama_get_memory(self.ctx)
+        self.n_ctx = lib.llama_n_ctx(self.ctx)  # cells in all: a stream per sequence pads its share to 256
         self.batch = lib.llama_batch_init(capacity, 0, 1)
 
     def decode(self, tokens, positions, seq):
@@ -134,8 +156,10 @@ class Sequences:
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = int(t), int(p), 1, True
             b.seq_id[i][0] = int(seq)
         rc = lib.llama_decode(self.ctx, b)
-        if rc != 0:
+        if rc in (1, -1):  # no KV slot / an invalid batch: llama.h, "the memory state is restored"
             raise Refused(f"llama_decode returned {rc}")
+        if rc != 0:  # 2 (aborted) or < -1: processed ubatches stay in memory, so not a refusal that changed nothing
+            raise RuntimeError(f"llama_decode returned {rc} (aborted or failed; the memory may hold part of the batch)")
         out = np.empty((n, self.vocab), dtype=np.float32)
         for i in range(n):
             out[i] = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.vocab,))
@@ -161,11 +185,24 @@ class Sequences:
 
     def cells(self, seq):
         """(positions, k, v) of the cells holding ``seq``, in cell order (:func:`parse_state`)."""
+        return parse_state(self.save(seq), seq)
+
+    def save(self, seq):
+        """llama_state_seq_get_data of ``seq``: the bytes of its state ("Copy the state of a single sequence")."""
         lib = self.lib
         size = lib.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         wrote = lib.llama_state_seq_get_data(self.ctx, buf, size, seq)
-        return parse_state(bytes(buf)[:wrote])
+        if not 0 < wrote == size:
+            raise RuntimeError(
+                f"llama_state_seq_get_data wrote {wrote} bytes of the {size} llama_state_seq_get_size gave"
+            )
+        return bytes(buf)[:wrote]
+
+    def load(self, state, seq):
+        """llama_state_seq_set_data of ``state`` into ``seq``: True when it loaded (a positive return)."""
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return self.lib.llama_state_seq_set_data(self.ctx, buf, len(state), seq) > 0
 
     def positions(self, seq):
         return sorted(self.cells(seq)[0])

@@ -91,6 +91,7 @@ CAPABILITIES = frozenset(
         "shift",  # sequences: add(seq, p0, p1, delta) moves positions (K re-rotated)
         "positions",  # sequences: positions(seq), every position the sequence holds
         "cell-rows",  # sequences: cells(seq), the K/V rows of its cells as stored, and the handle's rope
+        "state",  # sequences: save(seq) -> bytes, load(bytes, seq) -> bool (llama_state_seq_get/set_data)
     }
 )
 

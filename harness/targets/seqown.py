@@ -30,6 +30,7 @@ computes them, for any (also negative) shift.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -146,6 +147,35 @@ class CellCache:
                 if c.pos < 0:  # moved before the start: llama.cpp frees such a cell (llama_kv_cells::pos_add)
                     self.slots[i] = None
 
+    def save(self, seq: int) -> bytes:
+        """seq's state: its cells' positions, K (every pending shift applied: a state holds keys rotated to
+        their positions) and V, in slot order, pickled."""
+        cells = []
+        for _, c in self._live():
+            if seq in c.seqs:
+                k = [self._rotated(c, li) for li in range(len(c.k))]
+                cells.append((c.pos, [x.copy() for x in k], [x.copy() for x in c.v]))
+        return pickle.dumps(cells)
+
+    def load(self, state: bytes, seq: int) -> bool:
+        """Replace seq's cells with the saved ones, in the lowest free slots: False, nothing changed, when they
+        do not fit."""
+        cells = pickle.loads(state)
+        self.rm(seq, -1, -1)
+        free = [i for i, c in enumerate(self.slots) if c is None]
+        if len(cells) > len(free):
+            return False
+        for i, (pos, k, v) in zip(free, cells, strict=False):
+            self.slots[i] = Cell(pos, {seq}, list(k), list(v))
+        return True
+
+    def _rotated(self, c: Cell, li: int) -> np.ndarray:
+        """Cell c's K of layer li rotated by its pending shift (what the next decode will store)."""
+        if not c.shift:
+            return c.k[li]
+        k = c.k[li].reshape(1, self.model.config.n_kv_heads, self.model.config.head_dim)
+        return rotate(k, c.shift, self.model.config.theta(li)).reshape(-1)
+
     def clear(self) -> None:
         self.slots = [None] * self.capacity
 
@@ -155,12 +185,9 @@ class CellCache:
     # ---- decode
 
     def _apply_shifts(self) -> None:
-        model = self.model
         for _, c in self._live():
             if c.shift:
-                for li in range(len(c.k)):
-                    k = c.k[li].reshape(1, model.config.n_kv_heads, model.config.head_dim)
-                    c.k[li] = rotate(k, c.shift, model.config.theta(li)).reshape(-1)
+                c.k = [self._rotated(c, li) for li in range(len(c.k))]
                 c.shift = 0
 
     def _visible(self, seq: int, pos: int) -> list[tuple[int, int, Cell]]:
@@ -236,7 +263,7 @@ TARGETS["reference.sequences"] = Target(
     "reference.sequences",
     "a sequence cache written from llama.h's memory API (unified cells, pending K-shift) over impl's runtime pieces",
     "kvproof",
-    frozenset({"sequences", "shift", "positions", "cell-rows"}),
+    frozenset({"sequences", "shift", "positions", "cell-rows", "state"}),
     Numerics.exact(),
     ("harness/targets/seqown.py::CellCache", "harness/targets/seqown.py::rotate"),
     build_cells,

