@@ -233,7 +233,8 @@ def _repro(request, target: Target, programs: list[Program], message: str, evide
     name = request.node.originalname
     path = write(Path(folder) / target.name / f"{name}.py", text)
     from_run = not request.config.getoption("kvproof_repro")
-    evidence.record("reproduction", f"repro/{target.name}/{name}.py" if from_run else str(path))
+    if "reproduction" not in evidence.values:  # Hypothesis replays a failure: the file is the last one's
+        evidence.record("reproduction", f"repro/{target.name}/{name}.py" if from_run else str(path))
 
 
 class Programs(list):
